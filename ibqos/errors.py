@@ -1,0 +1,49 @@
+"""Errors raised by ibqos.
+
+Every error names the input it is about (a file, a key path, a lab, a node) so that
+the CLI can print one line that tells an admin what to fix.  The core raises these;
+only :mod:`ibqos.cli` turns them into messages and exit codes.
+"""
+
+from __future__ import annotations
+
+
+class IbqosError(Exception):
+    """Root of all errors ibqos reports to users.
+
+    Attributes:
+        category: short word printed by the CLI before the message ("config", "lab", ...).
+    """
+
+    category = "error"
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        cause = self.__cause__
+        if cause is not None and str(cause) and str(cause) not in msg:
+            return f"{msg}: {cause}"
+        return msg
+
+
+class ConfigError(IbqosError):
+    """An ibqos configuration file is missing, unreadable or invalid."""
+
+    category = "config"
+
+
+class TopologyError(IbqosError):
+    """A topology (XGFT spec or ibnetdiscover file) cannot be parsed or used."""
+
+    category = "topology"
+
+
+class JobsError(IbqosError):
+    """A job file is invalid or names hosts the fabric does not have."""
+
+    category = "jobs"
+
+
+class LabError(IbqosError):
+    """The simulated fabric (ibsim + OpenSM) could not be started, reached or stopped."""
+
+    category = "lab"

@@ -1,0 +1,457 @@
+"""A lab: one simulated fabric (ibsim + OpenSM + traffic model) in its own directory.
+
+Layout of ``<root>/<name>/``::
+
+    lab.json            what the lab is (name, sockname, SM host, tick)
+    state.json          its processes (pid + start time) and status
+    fabric.net          topology given to ibsim (ibnetdiscover format)
+    ibnetdiscover.txt   the fabric as discovered once OpenSM is up (with LIDs)
+    jobs.yaml           the job mix (re-read when it changes)
+    truth.json          ground truth: bytes per job and fat-tree level
+    ibqos.yaml          ibqos configuration for this lab
+    opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
+    run/                working directory of umad2sim clients (they create sys-<pid>/)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ibqos import jobs as jobsmod
+from ibqos.errors import LabError, TopologyError
+from ibqos.fsio import atomic_write
+from ibqos.lab import procs
+from ibqos.lab.ibsim import IbSim, client_env
+from ibqos.lab.opensm import (
+    MINIMAL_POLICY,
+    PER_MODULE_LOGGING,
+    OpenSM,
+    OpenSMFiles,
+    render_conf,
+)
+from ibqos.lab.routes import Router, parse_lft_dump
+from ibqos.lab.traffic import TrafficModel
+from ibqos.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
+
+#: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
+LAB_SPEEDS = ("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR")
+NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+#: PortCountersExtended fields the model drives, in the order of TrafficModel.totals().
+FIELDS = ("PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")
+#: Unicast packet counters mirror the packet counters: all modelled traffic is unicast.
+MIRRORS = {"PortXmitPkts": "PortUnicastXmitPkts", "PortRcvPkts": "PortUnicastRcvPkts"}
+
+
+def default_root() -> Path:
+    """Where labs live: $IBQOS_LAB_ROOT, else $XDG_STATE_HOME/ibqos/labs."""
+    env = os.environ.get("IBQOS_LAB_ROOT")
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "ibqos" / "labs"
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Files of one lab."""
+
+    root: Path
+    name: str
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.name
+
+    def __getattr__(self, item: str) -> Path:
+        files = {
+            "spec": "lab.json", "state": "state.json", "net": "fabric.net",
+            "discovered": "ibnetdiscover.txt", "jobs": "jobs.yaml",
+            "truth": "truth.json", "config": "ibqos.yaml", "run": "run",
+            "ibsim_log": "ibsim.log", "supervisor_log": "supervisor.log",
+        }
+        if item not in files:
+            raise AttributeError(item)
+        return self.dir / files[item]
+
+    @property
+    def opensm(self) -> OpenSMFiles:
+        return OpenSMFiles(self.dir / "opensm")
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name):
+        raise LabError(f"lab name {name!r}: expected [A-Za-z][A-Za-z0-9_-]*, at most 32 chars")
+    return name
+
+
+class Lab:
+    """One lab, started and owned by this process (the CLI runs it in a supervisor).
+
+    Use :meth:`create` to make a new lab directory, then :meth:`start`, :meth:`tick` and
+    :meth:`stop` (or use it as a context manager, which stops and removes it).
+    """
+
+    def __init__(self, paths: LabPaths) -> None:
+        self.paths = paths
+        try:
+            self.spec: dict[str, Any] = json.loads(paths.spec.read_text())
+        except (OSError, ValueError) as err:
+            raise LabError(f"lab {paths.name}: no lab at {paths.dir}") from err
+        self.topo = _load_net(paths.net)
+        self.sm_node: str = self.spec["sm_node"]
+        self.sockname: str = self.spec["sockname"]
+        self.ibsim: IbSim | None = None
+        self.opensm: OpenSM | None = None
+        self.model: TrafficModel | None = None
+        self.written: dict[Port, tuple[int, ...]] = {}
+        self.ticks = 0
+        self.lines_last_tick = 0
+        self._jobs_stamp: tuple[float, int] | None = None
+        self.timings: dict[str, float] = {}
+
+    # -- creation -------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        topo: Topology,
+        *,
+        root: Path | None = None,
+        jobs: Path | None = None,
+        sm_host: str | None = None,
+        opensm_options: Mapping[str, str] | None = None,
+        tick_s: float = 1.0,
+    ) -> Lab:
+        """Write a new lab directory (nothing is started yet).
+
+        Raises:
+            LabError: the name is taken or the SM host is unknown.
+            TopologyError: the topology uses a link type ibsim cannot simulate.
+            JobsError: the job file is invalid or names unknown hosts.
+        """
+        paths = LabPaths(root or default_root(), check_name(name))
+        if paths.dir.exists():
+            raise LabError(f"lab {name} already exists at {paths.dir} "
+                           f"(stop it with 'ibqos lab down {name}')")
+        _check_speeds(topo)
+        sm_node = _pick_sm(topo, sm_host)
+        jobs_text = "jobs: []\n"
+        if jobs is not None:
+            parsed = jobsmod.load_jobs(jobs)
+            jobsmod.check_hosts(parsed, hostnames(topo), str(jobs))
+            jobs_text = jobsmod.dump_jobs(parsed)
+        paths.dir.mkdir(parents=True)
+        try:
+            for d in (paths.run, paths.opensm.dir):
+                d.mkdir()
+            _write_files(paths, topo, sm_node, jobs_text, opensm_options or {}, tick_s)
+        except BaseException:
+            shutil.rmtree(paths.dir, ignore_errors=True)
+            raise
+        return cls(paths)
+
+    # -- running --------------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> None:
+        """Start ibsim and OpenSM; return when the subnet is up and routes are loaded."""
+        t0 = time.monotonic()
+        ports = sum(n.nports + 1 for n in self.topo.nodes.values())
+        limits = (len(self.topo.nodes) + 16, len(self.topo.switches()) + 16, ports + 64)
+        self.ibsim = IbSim(self.paths.net, self.sockname, self.paths.run,
+                           self.paths.ibsim_log, limits)
+        self._save_state("starting")
+        try:
+            self.ibsim.start()
+            self._save_state("starting")
+            self.opensm = OpenSM(self.paths.opensm, self.env(self.sm_node), self.paths.run)
+            self.timings["opensm_s"] = self.opensm.start(timeout)
+            self._save_state("starting")
+            self._discover()
+            self.timings["up_s"] = time.monotonic() - t0
+            self.reload_jobs(strict=True)
+            self._save_state("up")
+        except BaseException:
+            self.stop("failed")
+            raise
+
+    def _discover(self) -> None:
+        """Read LIDs (ibnetdiscover) and routes (OpenSM's LFT dump) from the running fabric."""
+        text = self.run(["ibnetdiscover"], check=True).stdout
+        atomic_write(self.paths.discovered, text)
+        found = parse_ibnetdiscover(text, str(self.paths.discovered))
+        by_guid = {n.guid: n for n in found.nodes.values()}
+        for node in self.topo.nodes.values():
+            hit = by_guid.get(node.guid)
+            if hit is None or hit.kind != node.kind:
+                raise LabError(f"ibnetdiscover did not find {node.id} ({node.desc})")
+            if node.kind == "switch":
+                self.topo.lids[Port(node.id, 0)] = found.lids[Port(hit.id, 0)]
+            for p in self.topo.ports(node.id):
+                if node.kind != "switch":
+                    self.topo.lids[p] = found.lids[Port(hit.id, p.num)]
+        router = Router(self.topo, self._lfts())
+        hosts: dict[str, list[Port]] = {}
+        for ca in self.topo.cas():
+            hosts.setdefault(ca.hostname, []).extend(self.topo.ports(ca.id))
+        self.model = TrafficModel(self.topo, router, hosts)
+
+    def _lfts(self, timeout: float = 30.0) -> dict[int, dict[int, int]]:
+        """OpenSM's LFT dump, once it holds a table for every switch.
+
+        OpenSM writes it at the end of the heavy sweep, around the time it logs SUBNET UP.
+        """
+        path = self.paths.opensm.lfts_dump
+        want = len(self.topo.switches())
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                tables = parse_lft_dump(path.read_text(), str(path))
+            except (OSError, LabError):
+                tables = {}  # not there yet, or caught half-written
+            if len(tables) >= want or time.monotonic() > deadline:
+                return tables
+            time.sleep(0.2)
+
+    def reload_jobs(self, strict: bool = False) -> bool:
+        """Re-read jobs.yaml if it changed.  Returns True if the mix changed.
+
+        Raises:
+            JobsError: the file is invalid (the previous mix stays in force).
+        """
+        st = self.paths.jobs.stat()
+        stamp = (st.st_mtime, st.st_size)
+        if stamp == self._jobs_stamp and not strict:
+            return False
+        parsed = jobsmod.load_jobs(self.paths.jobs)
+        jobsmod.check_hosts(parsed, hostnames(self.topo), str(self.paths.jobs))
+        self._jobs_stamp = stamp
+        assert self.model is not None
+        self.model.set_jobs(parsed)
+        return True
+
+    def tick(self, dt: float) -> int:
+        """Advance the traffic model by *dt* seconds and write changed counters into ibsim.
+
+        Returns:
+            the number of PerformanceSet lines written.
+        """
+        if self.model is None or self.ibsim is None:
+            raise LabError(f"lab {self.paths.name} is not running")
+        self.model.tick(dt)
+        lines: list[str] = []
+        for port in self.model.router.ports:
+            values = self.model.totals(port)
+            old = self.written.get(port, (0, 0, 0, 0))
+            for field, new, prev in zip(FIELDS, values, old, strict=True):
+                if new != prev:
+                    lines += [_perfset(port, f, new) for f in (field, MIRRORS.get(field))
+                              if f is not None]
+            self.written[port] = values
+        errors = self.ibsim.command(lines) if lines else []
+        if errors:
+            raise LabError(f"ibsim rejected {len(errors)} PerformanceSet lines: {errors[0]}")
+        self.ticks += 1
+        self.lines_last_tick = len(lines)
+        atomic_write(self.paths.truth, json.dumps(self.truth(), indent=1) + "\n")
+        return len(lines)
+
+    def truth(self) -> dict[str, Any]:
+        """Ground truth: per job, bytes sent across each fat-tree level (index 0 = hosts)."""
+        assert self.model is not None
+        jobs = {
+            **{jid: (j, False) for jid, j in self.model.finished.items()},
+            **{jid: (j, True) for jid, j in self.model.jobs.items()},
+        }
+        return {
+            "time_s": self.model.time,
+            "ticks": self.ticks,
+            "lines_last_tick": self.lines_last_tick,
+            "levels": self.model.uplink_levels + 1,
+            "jobs": {
+                jid: {
+                    "running": running,
+                    "level_bytes": [float(x) for x in j.truth],
+                    "level_bytes_per_s": [float(x) for x in j.last_rate],
+                }
+                for jid, (j, running) in jobs.items()
+            },
+        }
+
+    def stop(self, status: str = "stopped") -> None:
+        """End OpenSM and ibsim (this lab's own processes); keep the directory."""
+        if self.opensm is not None:
+            self.opensm.stop()
+        if self.ibsim is not None:
+            self.ibsim.stop()
+        if self.paths.dir.exists():
+            self._save_state(status)
+
+    def destroy(self) -> None:
+        """Stop and remove the lab directory."""
+        self.stop()
+        shutil.rmtree(self.paths.dir, ignore_errors=True)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    # -- clients --------------------------------------------------------------------
+    def env(self, host: str | None = None) -> dict[str, str]:
+        """Environment for a MAD client attached to *host* (node id or host name;
+        default: the OpenSM host), with IBQOS_CONFIG pointing at the lab's config."""
+        env = client_env(os.environ, self.sockname, self.resolve_node(host or self.sm_node))
+        env["IBQOS_CONFIG"] = str(self.paths.config)
+        return env
+
+    def resolve_node(self, name: str) -> str:
+        """Node id of a node given by id, host name or full node description."""
+        if name in self.topo.nodes:
+            return name
+        for node in self.topo.nodes.values():
+            if name in (node.hostname, node.desc):
+                return node.id
+        raise LabError(f"lab {self.paths.name}: no node {name!r}")
+
+    def run(
+        self, argv: Sequence[str], *, host: str | None = None, check: bool = False,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command attached to the lab fabric and capture its output."""
+        try:
+            result = subprocess.run(
+                list(argv), env=self.env(host), cwd=self.paths.run, capture_output=True,
+                text=True, timeout=timeout, check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise LabError(f"{argv[0]}: {err}") from err
+        if check and result.returncode != 0:
+            msg = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabError(f"{' '.join(argv)} failed ({result.returncode}): {msg}")
+        return result
+
+    def perfquery(self, port: Port) -> dict[str, int]:
+        """PortCountersExtended of *port*, read with perfquery from the port's own node,
+        so the query's MAD crosses no link and does not move the counters it reads."""
+        lid = self.topo.lids[Port(port.node, 0) if self.is_switch(port.node) else port]
+        out = self.run(["perfquery", "-x", str(lid), str(port.num)], host=port.node,
+                       check=True).stdout
+        values: dict[str, int] = {}
+        for line in out.splitlines():
+            if m := re.match(r"^([A-Za-z0-9_]+):\.*(\d+)$", line):
+                values[m.group(1)] = int(m.group(2))
+        return values
+
+    def is_switch(self, node: str) -> bool:
+        return self.topo.nodes[node].kind == "switch"
+
+    # -- state ----------------------------------------------------------------------
+    def _save_state(self, status: str) -> None:
+        state = load_state(self.paths)
+        state["status"] = status
+        for key, proc in (("ibsim", self.ibsim and self.ibsim.proc),
+                          ("opensm", self.opensm and self.opensm.proc)):
+            if proc is not None and proc.poll() is None and key not in state.get("procs", {}):
+                state.setdefault("procs", {})[key] = procs.ref_of(proc.pid).to_dict()
+        if status in ("stopped", "failed"):
+            state["procs"] = {k: v for k, v in state.get("procs", {}).items()
+                              if procs.alive(procs.ProcRef.from_dict(v))}
+        atomic_write(self.paths.state, json.dumps(state, indent=1) + "\n")
+
+
+def load_state(paths: LabPaths) -> dict[str, Any]:
+    try:
+        data = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def hostnames(topo: Topology) -> set[str]:
+    return {ca.hostname for ca in topo.cas()}
+
+
+def _perfset(port: Port, field: str, value: int) -> str:
+    return f'PerformanceSet "{port.node}"[{port.num}] PortCountersExtended.{field}={value}'
+
+
+def _check_speeds(topo: Topology) -> None:
+    for link in topo.links:
+        if link.speed not in LAB_SPEEDS:
+            raise TopologyError(f"link {link.a} - {link.b}: ibsim here cannot simulate "
+                                f"{link.speed} (it knows {', '.join(LAB_SPEEDS)})")
+
+
+def _pick_sm(topo: Topology, sm_host: str | None) -> str:
+    cas = topo.cas()
+    if not cas:
+        raise TopologyError("the topology has no CA to run OpenSM on")
+    if sm_host is None:
+        named = [c for c in cas if c.hostname.startswith("opensm")]
+        return (named or cas)[0].id
+    for ca in cas:
+        if sm_host in (ca.id, ca.hostname, ca.desc):
+            return ca.id
+    raise LabError(f"--sm-host {sm_host!r}: no such CA in the topology")
+
+
+def _load_net(path: Path) -> Topology:
+    try:
+        return parse_ibnetdiscover(path.read_text(), str(path))
+    except OSError as err:
+        raise LabError(f"{path}: cannot read: {err.strerror}") from err
+
+
+def _write_files(
+    paths: LabPaths, topo: Topology, sm_node: str, jobs_text: str,
+    opensm_options: Mapping[str, str], tick_s: float,
+) -> None:
+    sockname = "ibqos-" + hashlib.sha1(str(paths.dir.resolve()).encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
+    atomic_write(paths.net, format_ibnetdiscover(topo))
+    atomic_write(paths.jobs, jobs_text)
+    osm = paths.opensm
+    header = f"opensm.conf of ibqos lab {paths.name}"
+    atomic_write(osm.conf, render_conf(osm, opensm_options, header))
+    atomic_write(osm.policy, MINIMAL_POLICY)
+    atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
+    config = {
+        "opensm": {"conf": str(osm.conf), "policy_file": str(osm.policy), "log": str(osm.log),
+                   "pid_file": str(osm.pid)},
+        "jobs": {"source": "file", "path": str(paths.jobs)},
+        "lab": {"name": paths.name, "dir": str(paths.dir)},
+    }
+    atomic_write(paths.config, f"# ibqos configuration of lab {paths.name} (written by "
+                 f"'ibqos lab up')\n" + yaml.safe_dump(config, sort_keys=False))
+    spec = {"name": paths.name, "sockname": sockname, "sm_node": sm_node, "tick_s": tick_s,
+            "created": time.time()}
+    atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")
+
+
+def normalize_for_ibsim(topo: Topology) -> Topology:
+    """Give every node a GUID and CA ports the GUIDs ibsim will use (node GUID + port), so
+    the nodes found by ibnetdiscover can be matched to the file's nodes."""
+    out = Topology()
+    next_guid = 0x0C42A10302000000
+    for node in topo.nodes.values():
+        guid = node.guid
+        if guid is None:
+            guid, next_guid = next_guid, next_guid + 64
+        out.add_node(type(node)(node.id, node.kind, node.nports, node.desc, guid))
+        if node.kind != "switch":
+            for num in range(1, node.nports + 1):
+                out.port_guids[Port(node.id, num)] = guid + num
+    for link in topo.links:
+        out.add_link(link)
+    return out
