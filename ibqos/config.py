@@ -84,26 +84,30 @@ def load_config(path: Path) -> Config:
 def parse_config(data: object, source: str) -> Config:
     """Validate a loaded document (see :func:`load_config`)."""
     top = _mapping(data, source, "", ("opensm", "jobs", "lab"))
-    osm = _mapping(top.get("opensm", {}), source, "opensm",
-                   ("conf", "policy_file", "log", "pid_file"))
+    osm = _mapping(
+        top.get("opensm", {}), source, "opensm", ("conf", "policy_file", "log", "pid_file")
+    )
     jobs = _mapping(top.get("jobs", {}), source, "jobs", ("source", "path"))
     d_osm, d_jobs = OpenSMConfig(), JobsConfig()
     job_source = _str(jobs.get("source", d_jobs.source), source, "jobs.source")
     if job_source not in JOB_SOURCES:
-        raise ConfigError(f"{source}: jobs.source: expected one of {JOB_SOURCES}, "
-                          f"got {job_source!r}")
+        raise ConfigError(
+            f"{source}: jobs.source: expected one of {JOB_SOURCES}, got {job_source!r}"
+        )
     lab = None
     if "lab" in top:
         raw = _mapping(top["lab"], source, "lab", ("name", "dir"))
-        lab = LabConfig(_str(raw.get("name"), source, "lab.name"),
-                        _path(raw.get("dir"), source, "lab.dir"))
+        lab = LabConfig(
+            _str(raw.get("name"), source, "lab.name"), _path(raw.get("dir"), source, "lab.dir")
+        )
     pid = osm.get("pid_file")
     return Config(
         source=source,
         opensm=OpenSMConfig(
             conf=_path(osm.get("conf", d_osm.conf), source, "opensm.conf"),
-            policy_file=_path(osm.get("policy_file", d_osm.policy_file), source,
-                              "opensm.policy_file"),
+            policy_file=_path(
+                osm.get("policy_file", d_osm.policy_file), source, "opensm.policy_file"
+            ),
             log=_path(osm.get("log", d_osm.log), source, "opensm.log"),
             pid_file=None if pid is None else _path(pid, source, "opensm.pid_file"),
         ),
@@ -119,8 +123,9 @@ def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> 
     for k in value:
         if k not in allowed:
             prefix = f"{key}." if key else ""
-            raise ConfigError(f"{source}: {prefix}{k}: unknown key (expected one of "
-                              f"{', '.join(allowed)})")
+            raise ConfigError(
+                f"{source}: {prefix}{k}: unknown key (expected one of {', '.join(allowed)})"
+            )
     return value
 
 

@@ -21,8 +21,8 @@ class IbqosError(Exception):
         msg = super().__str__()
         cause = self.__cause__
         if cause is not None and str(cause) and str(cause) not in msg:
-            return f"{msg}: {cause}"
-        return msg
+            msg = f"{msg}: {cause}"
+        return " ".join(msg.split())  # one line, whatever the cause printed
 
 
 class ConfigError(IbqosError):

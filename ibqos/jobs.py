@@ -11,6 +11,7 @@ import logging
 import math
 import pathlib
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -147,20 +148,18 @@ def _nodes(value: object, where: str, problems: _Problems) -> tuple[str, ...]:
         problems.add(f"{where}: expected a host list string or a list of them, got {_show(value)}")
         return ()
     before = len(problems.items)
-    seen: dict[str, int] = {}
+    seen: Counter[str] = Counter()
     for k, spec in enumerate(specs):
         # NodeSet silently merges repeats, so expand each comma item (outside brackets) on its
         # own to catch "a[1-4],a2".  Lists with set operators (! & ^) only make sense whole.
         parts = [spec] if re.search(r"[!&^]", spec) else _TOP_COMMA.split(spec)
-        for part in parts:
-            try:
-                expanded = NodeSet(part, resolver=RESOLVER_NOGROUP)
-            except NodeSetException as err:
-                at = f"{where}[{k}]" if isinstance(value, list) else where
-                problems.add(f"{at}: bad host list {spec!r}: {err}", err)
-                break
-            for node in expanded:
-                seen[node] = seen.get(node, 0) + 1
+        try:
+            NodeSet(spec, resolver=RESOLVER_NOGROUP)  # syntax errors as NodeSet reports them
+            for part in parts:
+                seen.update(NodeSet(part, resolver=RESOLVER_NOGROUP))
+        except NodeSetException as err:
+            at = f"{where}[{k}]" if isinstance(value, list) else where
+            problems.add(f"{at}: bad host list {spec!r}: {err}", err)
     if len(problems.items) > before:
         return ()
     bad = [n for n in seen if not _HOST_RE.fullmatch(n)]
@@ -201,7 +200,9 @@ def _matrix(
 
 
 def _float(raw: dict[str, object], key: str, where: str, problems: _Problems) -> float:
-    """Check a required float key: > 0, and at most 1 for duty; 0.0 if bad."""
+    """Check a required float key: > 0, and at most 1 for duty; 0.0 if bad or missing."""
+    if key not in raw:
+        return 0.0
     got = _number(raw[key])
     if got is None or got <= 0 or (key == "duty" and got > 1):
         want = "a number in (0, 1]" if key == "duty" else "a number > 0"
@@ -221,29 +222,27 @@ def _job(item: object, where: str, problems: _Problems) -> Job | None:
     for key in raw:
         if key not in _REQUIRED and key not in _OPTIONAL:
             problems.add(f"{where}.{key}: unknown key")
-    missing = [key for key in _REQUIRED if key not in raw]
-    for key in missing:
-        problems.add(f"{where}.{key}: required key is missing")
-    if missing:
-        return None
-    job_id = raw["id"]
+    for key in _REQUIRED:
+        if key not in raw:
+            problems.add(f"{where}.{key}: required key is missing")
+    # Go on without missing keys, so that one message can count every problem.
+    job_id = raw.get("id", "?")
     if isinstance(job_id, bool) or not isinstance(job_id, int | str) or job_id == "":
         problems.add(f"{where}.id: expected a non-empty string, got {_show(job_id)}")
-    nodes = _nodes(raw["nodes"], f"{where}.nodes", problems)
-    pattern = raw["pattern"]
-    if pattern not in PATTERNS:
+    nodes = _nodes(raw["nodes"], f"{where}.nodes", problems) if "nodes" in raw else ()
+    pattern = raw.get("pattern")
+    if "pattern" in raw and pattern not in PATTERNS:
         problems.add(f"{where}.pattern: expected one of {_CHOICES}, got {_show(pattern)}")
     rate, duty, period = (_float(raw, k, where, problems) for k in _REQUIRED[3:])
     name, user = raw.get("name", ""), raw.get("user")
     for key, value in (("name", name), ("user", user)):
         if value is not None and not isinstance(value, str):
             problems.add(f"{where}.{key}: expected a string, got {_show(value)}")
-    start_time = None
-    if "start_time" in raw and (start_time := _timestamp(raw["start_time"])) is None:
-        problems.add(
-            f"{where}.start_time: expected seconds since epoch or an ISO 8601 time, "
-            f"got {_show(raw['start_time'])}"
-        )
+    start = raw.get("start_time")
+    start_time = None if start is None else _timestamp(start)
+    if start is not None and start_time is None:
+        want = "expected seconds since epoch or an ISO 8601 time"
+        problems.add(f"{where}.start_time: {want}, got {_show(start)}")
     for key, owner in _PATTERN_KEYS.items():
         if key in raw and pattern in PATTERNS and pattern != owner:
             problems.add(f"{where}.{key}: only allowed with pattern {owner}, not {pattern}")

@@ -309,9 +309,7 @@ def parse_ibnetdiscover(text: str, source: str) -> Topology:
     return topo
 
 
-def _link_ends(
-    topo: Topology, ends: list[tuple[int, Port, Port, int, str]], source: str
-) -> None:
+def _link_ends(topo: Topology, ends: list[tuple[int, Port, Port, int, str]], source: str) -> None:
     seen: dict[Port, Port] = {}
     for lineno, local, remote, width, speed in ends:
         if remote.node not in topo.nodes:
@@ -350,7 +348,9 @@ def format_ibnetdiscover(topo: Topology) -> str:
     out: list[str] = []
     for node in topo.nodes.values():
         if node.guid is not None:
-            word = "switchguid" if node.kind == "switch" else f"{_WORD_BY_KIND[node.kind].lower()}guid"
+            word = (
+                "switchguid" if node.kind == "switch" else f"{_WORD_BY_KIND[node.kind].lower()}guid"
+            )
             out.append(f"{word}=0x{node.guid:x}")
         head = f'{_WORD_BY_KIND[node.kind]}\t{node.nports} "{node.id}"\t\t# "{node.desc}"'
         if node.kind == "switch":

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,10 +77,16 @@ class LabPaths:
 
     def __getattr__(self, item: str) -> Path:
         files = {
-            "spec": "lab.json", "state": "state.json", "net": "fabric.net",
-            "discovered": "ibnetdiscover.txt", "jobs": "jobs.yaml",
-            "truth": "truth.json", "config": "ibqos.yaml", "run": "run",
-            "ibsim_log": "ibsim.log", "supervisor_log": "supervisor.log",
+            "spec": "lab.json",
+            "state": "state.json",
+            "net": "fabric.net",
+            "discovered": "ibnetdiscover.txt",
+            "jobs": "jobs.yaml",
+            "truth": "truth.json",
+            "config": "ibqos.yaml",
+            "run": "run",
+            "ibsim_log": "ibsim.log",
+            "supervisor_log": "supervisor.log",
         }
         if item not in files:
             raise AttributeError(item)
@@ -143,8 +150,9 @@ class Lab:
         """
         paths = LabPaths(root or default_root(), check_name(name))
         if paths.dir.exists():
-            raise LabError(f"lab {name} already exists at {paths.dir} "
-                           f"(stop it with 'ibqos lab down {name}')")
+            raise LabError(
+                f"lab {name} already exists at {paths.dir} (stop it with 'ibqos lab down {name}')"
+            )
         _check_speeds(topo)
         sm_node = _pick_sm(topo, sm_host)
         jobs_text = "jobs: []\n"
@@ -168,8 +176,9 @@ class Lab:
         t0 = time.monotonic()
         ports = sum(n.nports + 1 for n in self.topo.nodes.values())
         limits = (len(self.topo.nodes) + 16, len(self.topo.switches()) + 16, ports + 64)
-        self.ibsim = IbSim(self.paths.net, self.sockname, self.paths.run,
-                           self.paths.ibsim_log, limits)
+        self.ibsim = IbSim(
+            self.paths.net, self.sockname, self.paths.run, self.paths.ibsim_log, limits
+        )
         self._save_state("starting")
         try:
             self.ibsim.start()
@@ -255,8 +264,9 @@ class Lab:
             old = self.written.get(port, (0, 0, 0, 0))
             for field, new, prev in zip(FIELDS, values, old, strict=True):
                 if new != prev:
-                    lines += [_perfset(port, f, new) for f in (field, MIRRORS.get(field))
-                              if f is not None]
+                    lines += [
+                        _perfset(port, f, new) for f in (field, MIRRORS.get(field)) if f is not None
+                    ]
             self.written[port] = values
         errors = self.ibsim.command(lines) if lines else []
         if errors:
@@ -314,6 +324,10 @@ class Lab:
         default: the OpenSM host), with IBQOS_CONFIG pointing at the lab's config."""
         env = client_env(os.environ, self.sockname, self.resolve_node(host or self.sm_node))
         env["IBQOS_CONFIG"] = str(self.paths.config)
+        # the ibqos running this lab (e.g. from a venv) comes first, so that
+        # 'ibqos lab run NAME -- ibqos ...' finds the same installation
+        bindir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.defpath)])
         return env
 
     def resolve_node(self, name: str) -> str:
@@ -326,14 +340,23 @@ class Lab:
         raise LabError(f"lab {self.paths.name}: no node {name!r}")
 
     def run(
-        self, argv: Sequence[str], *, host: str | None = None, check: bool = False,
+        self,
+        argv: Sequence[str],
+        *,
+        host: str | None = None,
+        check: bool = False,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
         """Run a command attached to the lab fabric and capture its output."""
         try:
             result = subprocess.run(
-                list(argv), env=self.env(host), cwd=self.paths.run, capture_output=True,
-                text=True, timeout=timeout, check=False,
+                list(argv),
+                env=self.env(host),
+                cwd=self.paths.run,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as err:
             raise LabError(f"{argv[0]}: {err}") from err
@@ -346,8 +369,9 @@ class Lab:
         """PortCountersExtended of *port*, read with perfquery from the port's own node,
         so the query's MAD crosses no link and does not move the counters it reads."""
         lid = self.topo.lids[Port(port.node, 0) if self.is_switch(port.node) else port]
-        out = self.run(["perfquery", "-x", str(lid), str(port.num)], host=port.node,
-                       check=True).stdout
+        out = self.run(
+            ["perfquery", "-x", str(lid), str(port.num)], host=port.node, check=True
+        ).stdout
         values: dict[str, int] = {}
         for line in out.splitlines():
             if m := re.match(r"^([A-Za-z0-9_]+):\.*(\d+)$", line):
@@ -361,13 +385,19 @@ class Lab:
     def _save_state(self, status: str) -> None:
         state = load_state(self.paths)
         state["status"] = status
-        for key, proc in (("ibsim", self.ibsim and self.ibsim.proc),
-                          ("opensm", self.opensm and self.opensm.proc)):
+        children = (
+            ("ibsim", self.ibsim.proc if self.ibsim else None),
+            ("opensm", self.opensm.proc if self.opensm else None),
+        )
+        for key, proc in children:
             if proc is not None and proc.poll() is None and key not in state.get("procs", {}):
                 state.setdefault("procs", {})[key] = procs.ref_of(proc.pid).to_dict()
         if status in ("stopped", "failed"):
-            state["procs"] = {k: v for k, v in state.get("procs", {}).items()
-                              if procs.alive(procs.ProcRef.from_dict(v))}
+            state["procs"] = {
+                k: v
+                for k, v in state.get("procs", {}).items()
+                if procs.alive(procs.ProcRef.from_dict(v))
+            }
         atomic_write(self.paths.state, json.dumps(state, indent=1) + "\n")
 
 
@@ -390,8 +420,10 @@ def _perfset(port: Port, field: str, value: int) -> str:
 def _check_speeds(topo: Topology) -> None:
     for link in topo.links:
         if link.speed not in LAB_SPEEDS:
-            raise TopologyError(f"link {link.a} - {link.b}: ibsim here cannot simulate "
-                                f"{link.speed} (it knows {', '.join(LAB_SPEEDS)})")
+            raise TopologyError(
+                f"link {link.a} - {link.b}: ibsim here cannot simulate "
+                f"{link.speed} (it knows {', '.join(LAB_SPEEDS)})"
+            )
 
 
 def _pick_sm(topo: Topology, sm_host: str | None) -> str:
@@ -415,8 +447,12 @@ def _load_net(path: Path) -> Topology:
 
 
 def _write_files(
-    paths: LabPaths, topo: Topology, sm_node: str, jobs_text: str,
-    opensm_options: Mapping[str, str], tick_s: float,
+    paths: LabPaths,
+    topo: Topology,
+    sm_node: str,
+    jobs_text: str,
+    opensm_options: Mapping[str, str],
+    tick_s: float,
 ) -> None:
     sockname = "ibqos-" + hashlib.sha1(str(paths.dir.resolve()).encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
     atomic_write(paths.net, format_ibnetdiscover(topo))
@@ -427,15 +463,27 @@ def _write_files(
     atomic_write(osm.policy, MINIMAL_POLICY)
     atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
     config = {
-        "opensm": {"conf": str(osm.conf), "policy_file": str(osm.policy), "log": str(osm.log),
-                   "pid_file": str(osm.pid)},
+        "opensm": {
+            "conf": str(osm.conf),
+            "policy_file": str(osm.policy),
+            "log": str(osm.log),
+            "pid_file": str(osm.pid),
+        },
         "jobs": {"source": "file", "path": str(paths.jobs)},
         "lab": {"name": paths.name, "dir": str(paths.dir)},
     }
-    atomic_write(paths.config, f"# ibqos configuration of lab {paths.name} (written by "
-                 f"'ibqos lab up')\n" + yaml.safe_dump(config, sort_keys=False))
-    spec = {"name": paths.name, "sockname": sockname, "sm_node": sm_node, "tick_s": tick_s,
-            "created": time.time()}
+    atomic_write(
+        paths.config,
+        f"# ibqos configuration of lab {paths.name} (written by "
+        f"'ibqos lab up')\n" + yaml.safe_dump(config, sort_keys=False),
+    )
+    spec = {
+        "name": paths.name,
+        "sockname": sockname,
+        "sm_node": sm_node,
+        "tick_s": tick_s,
+        "created": time.time(),
+    }
     atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")
 
 

@@ -138,11 +138,15 @@ class OpenSM:
                 return time.monotonic() - t0
             code = self.proc.poll()
             if code is not None:
-                raise LabError(f"OpenSM exited with status {code} before the subnet was up: "
-                               f"{self.last_lines()}")
+                raise LabError(
+                    f"OpenSM exited with status {code} before the subnet was up: "
+                    f"{self.last_lines()}"
+                )
             if time.monotonic() > deadline:
-                raise LabError(f"OpenSM did not bring the subnet up within {timeout:.0f} s: "
-                               f"{self.last_lines()}")
+                raise LabError(
+                    f"OpenSM did not bring the subnet up within {timeout:.0f} s: "
+                    f"{self.last_lines()}"
+                )
             time.sleep(0.1)
 
     def last_lines(self, n: int = 5) -> str:

@@ -100,9 +100,9 @@ class Router:
         Raises:
             LabError: a flow has no route or loops.
         """
-        xmit = np.bincount(src, weights=weight, minlength=self._n)
+        xmit: FloatArray = np.bincount(src, weights=weight, minlength=self._n).astype(float)
         at = self._peer[src]  # ingress port of the first switch
-        rcv = np.bincount(at, weights=weight, minlength=self._n)
+        rcv: FloatArray = np.bincount(at, weights=weight, minlength=self._n).astype(float)
         live = np.arange(len(src))
         for _ in range(64):
             sw = self._node_sw[at[live]]

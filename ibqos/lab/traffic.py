@@ -71,7 +71,9 @@ def traffic_matrix(job: Job) -> FloatArray:
 def _halo(m: FloatArray, dims: tuple[int, ...], rate: float) -> None:
     """Nearest neighbours on a periodic grid: +-1 along each dimension of size > 1."""
     coords = np.array(np.unravel_index(np.arange(m.shape[0]), dims)).T
-    dirs = [(d, s) for d, size in enumerate(dims) if size > 1 for s in ((1, -1) if size > 2 else (1,))]
+    dirs = [
+        (d, s) for d, size in enumerate(dims) if size > 1 for s in ((1, -1) if size > 2 else (1,))
+    ]
     for d, step in dirs:
         nb = coords.copy()
         nb[:, d] = (nb[:, d] + step) % dims[d]
@@ -139,9 +141,8 @@ class TrafficModel:
         subtrees = [topo.subtrees(lvl, levels) for lvl in range(1, self.uplink_levels + 1)]
         self._subtree = {c: tuple(s[c] for s in subtrees) for c in (n.id for n in topo.cas())}
         ports = router.ports
-        self.capacity = np.array([
-            (topo.link_at(p) or _never()).rate_bytes_per_s for p in ports
-        ])
+        links = [topo.link_at(p) for p in ports]  # router ports are all connected
+        self.capacity = np.array([link.rate_bytes_per_s if link else 0.0 for link in links])
         self.xmit_bytes = np.zeros(len(ports))
         self.rcv_bytes = np.zeros(len(ports))
         self.jobs: dict[str, JobLoad] = {}
@@ -171,9 +172,7 @@ class TrafficModel:
         offered = busy @ xmit / dt
         with np.errstate(divide="ignore", invalid="ignore"):
             port_factor = np.where(offered > self.capacity, self.capacity / offered, 1.0)
-        factor = np.array([
-            float(port_factor[j.xmit > 0].min(initial=1.0)) for j in loads
-        ])
+        factor = np.array([float(port_factor[j.xmit > 0].min(initial=1.0)) for j in loads])
         scale = busy * factor
         self.xmit_bytes += scale @ xmit
         self.rcv_bytes += scale @ np.stack([j.rcv for j in loads])
@@ -225,7 +224,3 @@ def _counters(xmit: float, rcv: float) -> tuple[int, int, int, int]:
 
 def _ints(values: list[int]) -> IntArray:
     return np.array(values, dtype=np.int64)
-
-
-def _never() -> object:
-    raise AssertionError("router ports are connected ports")

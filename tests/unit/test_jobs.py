@@ -138,6 +138,7 @@ BAD = [
     ("nodes: cn[0001-0004],cn0002", "nodes: host cn0002 is listed more than once"),
     ("nodes: [cn0001, 'cn[0001-0002]']", "nodes: host cn0001 is listed more than once"),
     ("nodes: cn[0001-", "nodes: bad host list 'cn[0001-': missing bracket"),
+    ("nodes: cn1,,cn2", "nodes: bad host list 'cn1,,cn2': missing nodeset operand"),
     ("nodes: [cn1, 'cn[3-1]']", "nodes[1]: bad host list 'cn[3-1]': bad range"),
     ("nodes: '@compute'", "nodes: invalid host name '@compute' (node groups are not supported)"),
     ("start_time: yesterday", "start_time: expected seconds since epoch or an ISO 8601 time"),
@@ -187,6 +188,10 @@ def test_required_key_missing(key: str) -> None:
     doc = yaml.safe_load(BASE)
     del doc["jobs"][0][key]
     with pytest.raises(JobsError, match=rf"^t\.yaml: jobs\[0\]\.{key}: required key is missing$"):
+        parse_jobs(doc, "t.yaml")
+    # The other keys are still checked.
+    doc["jobs"][0]["name"] = 7
+    with pytest.raises(JobsError, match=r"missing \(and 1 more problems\)$"):
         parse_jobs(doc, "t.yaml")
 
 
@@ -417,3 +422,11 @@ def test_start_time_datetime_objects() -> None:
     doc = yaml.safe_load(BASE)
     doc["jobs"][0]["start_time"] = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
     assert parse_jobs(doc, "t")[0].start_time == 1795255200.0
+
+
+def test_docs_example() -> None:
+    text = (EXAMPLE.parents[1] / "docs" / "jobs.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    jobs = parse_jobs(yaml.safe_load(block), "docs/jobs.md")
+    assert [job.pattern for job in jobs] == ["all-to-all", "halo", "matrix"]
+    check_hosts(jobs, LAB_HOSTS, "docs/jobs.md")

@@ -1,0 +1,27 @@
+# The two commands of the README:  make demo  and  make test.
+# Each sets the machine up first (scripts/setup.sh is idempotent).
+.PHONY: setup demo test lint typecheck unit bench
+
+VENV := .venv/bin
+
+setup:
+	scripts/setup.sh
+
+demo: setup
+	scripts/demo.sh
+
+test: setup lint typecheck
+	$(VENV)/pytest
+
+lint:
+	$(VENV)/ruff check ibqos tests scripts
+	$(VENV)/ruff format --check ibqos tests scripts
+
+typecheck:
+	$(VENV)/mypy --strict
+
+unit: setup
+	$(VENV)/pytest tests/unit
+
+bench: setup
+	$(VENV)/python scripts/bench_lab.py

@@ -1,0 +1,347 @@
+"""The ``ibqos`` command: click commands over the core, and the one place errors become
+messages and exit codes (known errors: ``ibqos: <category>: <message>``, exit 1; usage
+errors: exit 2; Ctrl-C: exit 130)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from ibqos import __version__
+from ibqos.config import find_config, load_config
+from ibqos.errors import IbqosError, LabError, TopologyError
+from ibqos.jobs import PATTERNS, parse_jobs
+from ibqos.lab import manage
+from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
+from ibqos.lab.xgft import build_xgft, parse_xgft
+from ibqos.topology import LANE_DATA_BITS_PER_S, WIDTHS, parse_ibnetdiscover
+
+logger = logging.getLogger(__name__)
+
+
+class _Cli(click.Group):
+    """Maps ibqos errors to one line on stderr and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except IbqosError as err:
+            click.echo(f"ibqos: {err.category}: {err}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("ibqos: interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:
+            ctx.exit(0)
+        except Exception as err:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(
+                f"ibqos: unexpected error: {type(err).__name__}: {err} "
+                "(run with --debug for a traceback)",
+                err=True,
+            )
+            ctx.exit(1)
+
+
+@click.group(cls=_Cli)
+@click.version_option(__version__, prog_name="ibqos")
+@click.option("--debug", is_flag=True, help="Log at debug level; tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """InfiniBand QoS companion agent for OpenSM."""
+    ctx.obj = {"debug": debug}
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+@cli.command("config")
+@click.option(
+    "--config",
+    "path",
+    type=click.Path(path_type=Path),
+    help="Config file (default: $IBQOS_CONFIG, then /etc/ibqos/ibqos.yaml).",
+)
+def show_config(path: Path | None) -> None:
+    """Validate the ibqos configuration and print it as loaded."""
+    config = load_config(find_config(path))
+    out = {
+        "source": config.source,
+        "opensm": {k: str(v) if v is not None else None for k, v in vars(config.opensm).items()},
+        "jobs": {"source": config.jobs.source, "path": str(config.jobs.path)},
+    }
+    if config.lab is not None:
+        out["lab"] = {"name": config.lab.name, "dir": str(config.lab.dir)}
+    click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+
+
+# -- lab -------------------------------------------------------------------------------
+_root_option = click.option(
+    "--root",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory holding labs (default: $IBQOS_LAB_ROOT, else $XDG_STATE_HOME/ibqos/labs).",
+)
+
+
+@cli.group()
+def lab() -> None:
+    """A simulated fabric: real ibsim + real OpenSM + a traffic model of running jobs."""
+
+
+@lab.command("up")
+@click.option("--name", required=True, help="Lab name ([A-Za-z][A-Za-z0-9_-]*).")
+@click.option("--xgft", help='Fat tree to build, "H;m1,..,mH;w1,..,wH" (e.g. "2;8,4;1,2").')
+@click.option(
+    "--topology",
+    type=click.Path(path_type=Path),
+    help="Topology file in ibnetdiscover format instead of --xgft.",
+)
+@click.option(
+    "--width",
+    type=click.Choice([str(w) for w in WIDTHS]),
+    default="4",
+    show_default=True,
+    help="Link width (lanes) for --xgft.",
+)
+@click.option(
+    "--speed",
+    type=click.Choice(list(LANE_DATA_BITS_PER_S)),
+    default="EDR",
+    show_default=True,
+    help="Lane speed for --xgft.",
+)
+@click.option("--jobs", type=click.Path(path_type=Path), help="Job file (docs/jobs.md).")
+@click.option("--sm-host", help="CA that runs OpenSM (default: opensm01, else the first CA).")
+@click.option(
+    "--tick",
+    "tick_s",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between traffic ticks.",
+)
+@click.option(
+    "--opensm-option",
+    "osm_opts",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra opensm.conf option (repeatable).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for OpenSM to bring the subnet up.",
+)
+@_root_option
+def lab_up(
+    name: str,
+    xgft: str | None,
+    topology: Path | None,
+    width: str,
+    speed: str,
+    jobs: Path | None,
+    sm_host: str | None,
+    tick_s: float,
+    osm_opts: tuple[str, ...],
+    timeout: float,
+    root: Path | None,
+) -> None:
+    """Build a fabric, start ibsim and OpenSM, and run the job mix in the background."""
+    if (xgft is None) == (topology is None):
+        raise click.UsageError("give exactly one of --xgft and --topology")
+    if xgft is not None:
+        topo = build_xgft(parse_xgft(xgft), int(width), speed)
+    else:
+        assert topology is not None
+        try:
+            text = topology.read_text()
+        except OSError as err:
+            raise TopologyError(f"--topology {topology}: cannot read: {err.strerror}") from err
+        topo = parse_ibnetdiscover(text, str(topology))
+        topo = normalize_for_ibsim(topo)
+    options = dict(_key_value(o) for o in osm_opts)
+    lab_ = manage.up(
+        name,
+        topo,
+        root=root or default_root(),
+        jobs=jobs,
+        sm_host=sm_host,
+        opensm_options=options,
+        tick_s=tick_s,
+        timeout=timeout,
+    )
+    cas, sws = len(lab_.topo.cas()), len(lab_.topo.switches())
+    click.echo(f"lab {name} is up: {sws} switches, {cas} CAs, OpenSM MASTER; {lab_.paths.dir}")
+    click.echo(f"  try: ibqos lab run {name} -- sminfo")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise click.BadParameter(f"{text!r}: expected KEY=VALUE", param_hint="--opensm-option")
+    return key.strip(), value.strip()
+
+
+@lab.command("down")
+@click.argument("name")
+@_root_option
+def lab_down(name: str, root: Path | None) -> None:
+    """End the lab's own processes (by pid) and remove its directory."""
+    ended = manage.down(name, root=root or default_root())
+    click.echo(f"lab {name} is down" + (f"; ended {', '.join(ended)}" if ended else ""))
+
+
+@lab.command("status")
+@click.argument("name")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@_root_option
+def lab_status(name: str, fmt: str, root: Path | None) -> None:
+    """Show a lab's state, processes and paths."""
+    info = manage.status(name, root=root or default_root())
+    if fmt == "json":
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"lab {info['name']}: {info['status']}  ({info['dir']})")
+    for key, proc in info["processes"].items():
+        click.echo(f"  {key:<11} pid {proc['pid']:<8} {'running' if proc['alive'] else 'gone'}")
+    click.echo(
+        f"  ticks {info['ticks']}, model time {info['model_time_s']:.1f} s, "
+        f"{info['lines_last_tick']} PerformanceSet lines last tick"
+    )
+    click.echo(f"  jobs: {', '.join(info['jobs']) or '(none)'}")
+    for key, path in info["paths"].items():
+        click.echo(f"  {key:<15} {path}")
+
+
+@lab.command("list")
+@_root_option
+def lab_list(root: Path | None) -> None:
+    """List labs."""
+    base = root or default_root()
+    for name in manage.list_labs(base):
+        click.echo(f"{name}\t{manage.status(name, root=base)['status']}")
+
+
+@lab.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--host", help="Node to attach to (host name or node id; default: OpenSM's).")
+@click.option(
+    "--here",
+    is_flag=True,
+    help="Run in the current directory (it must be writable) instead of the lab's work directory.",
+)
+@_root_option
+def lab_run(
+    name: str, command: tuple[str, ...], host: str | None, here: bool, root: Path | None
+) -> None:
+    """Run COMMAND attached to the lab (e.g. -- perfquery -x 3 1).
+
+    The command gets LD_PRELOAD=libumad2sim.so, IBSIM_SOCKNAME, SIM_HOST and
+    IBQOS_CONFIG (the lab's ibqos.yaml); its exit status is passed on.
+    """
+    base = root or default_root()
+    info = manage.status(name, root=base)
+    if info["status"] != "up":
+        raise LabError(f"lab {name} is not up (status: {info['status']})")
+    lab_ = Lab(LabPaths(base, name))
+    cwd = Path.cwd() if here else lab_.paths.run
+    try:
+        code = subprocess.call(list(command), env=lab_.env(host), cwd=cwd)
+    except OSError as err:
+        raise LabError(f"{command[0]}: {err.strerror}") from err
+    sys.exit(code)
+
+
+@lab.group("job")
+def lab_job() -> None:
+    """Add or remove jobs of a running lab (edits its job file; applied at the next tick)."""
+
+
+@lab_job.command("add")
+@click.argument("name")
+@click.option("--id", "job_id", required=True, help="Job id.")
+@click.option("--nodes", required=True, help="Host list, e.g. cn[0001-0008].")
+@click.option("--pattern", type=click.Choice(PATTERNS), required=True)
+@click.option(
+    "--rate",
+    "rate",
+    type=float,
+    required=True,
+    help="Bytes per second per node while communicating.",
+)
+@click.option(
+    "--duty",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Share of each iteration spent communicating.",
+)
+@click.option(
+    "--period", type=float, default=0.1, show_default=True, help="Iteration length in seconds."
+)
+@click.option("--app", "app", default="", help="Application name.")
+@click.option("--user", default=None)
+@_root_option
+def lab_job_add(
+    name: str,
+    job_id: str,
+    nodes: str,
+    pattern: str,
+    rate: float,
+    duty: float,
+    period: float,
+    app: str,
+    user: str | None,
+    root: Path | None,
+) -> None:
+    """Add a job to a lab."""
+    item: dict[str, object] = {
+        "id": job_id,
+        "nodes": nodes,
+        "pattern": pattern,
+        "rate_bytes_per_s": rate,
+        "duty": duty,
+        "period_s": period,
+    }
+    if app:
+        item["name"] = app
+    if user:
+        item["user"] = user
+    new = parse_jobs({"jobs": [item]}, "command line")
+    jobs = manage.edit_jobs(name, root=root or default_root(), add=new)
+    click.echo(f"lab {name}: job {job_id} added ({len(jobs)} jobs)")
+
+
+@lab_job.command("remove")
+@click.argument("name")
+@click.argument("job_ids", nargs=-1, required=True)
+@_root_option
+def lab_job_remove(name: str, job_ids: tuple[str, ...], root: Path | None) -> None:
+    """Remove jobs from a lab."""
+    jobs = manage.edit_jobs(name, root=root or default_root(), remove=job_ids)
+    click.echo(f"lab {name}: removed {', '.join(job_ids)} ({len(jobs)} jobs left)")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    cli()

@@ -1,0 +1,215 @@
+"""Labs run by a supervisor process: bring one up, look at it, edit its jobs, take it down.
+
+These are what the ``ibqos lab`` commands call; a test that wants a lab in its own process
+uses :class:`~ibqos.lab.lab.Lab` directly.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ibqos import jobs as jobsmod
+from ibqos.errors import LabError
+from ibqos.fsio import atomic_write
+from ibqos.lab import procs
+from ibqos.lab.lab import Lab, LabPaths, check_name, hostnames, load_state
+from ibqos.topology import Topology
+
+
+def up(
+    name: str,
+    topo: Topology,
+    *,
+    root: Path,
+    jobs: Path | None = None,
+    sm_host: str | None = None,
+    opensm_options: Mapping[str, str] | None = None,
+    tick_s: float = 1.0,
+    timeout: float = 120.0,
+) -> Lab:
+    """Create a lab and start its supervisor; return once the subnet is up.
+
+    Raises:
+        LabError: it did not come up; the lab is taken down again and the message says why.
+    """
+    lab = Lab.create(
+        name,
+        topo,
+        root=root,
+        jobs=jobs,
+        sm_host=sm_host,
+        opensm_options=opensm_options,
+        tick_s=tick_s,
+    )
+    paths = lab.paths
+    read_fd, write_fd = os.pipe()
+    try:
+        with paths.supervisor_log.open("ab") as log:
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ibqos.lab.supervisor",
+                    str(paths.dir),
+                    str(write_fd),
+                    str(timeout),
+                ],
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=paths.dir,
+            )
+    except OSError as err:
+        os.close(read_fd)
+        down(name, root=root)
+        raise LabError(f"cannot start the lab supervisor: {err}") from err
+    finally:
+        os.close(write_fd)
+    answer = _read_answer(read_fd, timeout + 30.0)
+    if answer != "ok":
+        down(name, root=root)
+        reason = answer.removeprefix("error: ") or "the supervisor exited without a word"
+        raise LabError(f"lab {name} did not come up: {reason}")
+    return lab
+
+
+def _read_answer(fd: int, timeout: float) -> str:
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode(errors="replace").strip()
+    return text if chunks else "error: no answer from the lab supervisor in time"
+
+
+def down(name: str, *, root: Path) -> list[str]:
+    """End every process of the lab (by recorded pid + start time) and remove its directory.
+
+    Returns:
+        descriptions of the processes that were ended.
+    """
+    paths = LabPaths(root, check_name(name))
+    if not paths.dir.exists():
+        raise LabError(f"no lab {name} under {root}")
+    state = load_state(paths)
+    ended: list[str] = []
+    refs = {k: procs.ProcRef.from_dict(v) for k, v in state.get("procs", {}).items()}
+    # The supervisor first: it stops OpenSM and ibsim in order, then the rest if left.
+    for key in sorted(refs, key=lambda k: k != "supervisor"):
+        if procs.alive(refs[key]):
+            procs.end(refs[key], timeout=10.0)
+            ended.append(f"{key} (pid {refs[key].pid})")
+    shutil.rmtree(paths.dir)
+    return ended
+
+
+def status(name: str, *, root: Path) -> dict[str, Any]:
+    """What a lab is and how it is doing, as plain data."""
+    paths = LabPaths(root, check_name(name))
+    if not paths.spec.exists():
+        raise LabError(f"no lab {name} under {root}")
+    spec = json.loads(paths.spec.read_text())
+    state = load_state(paths)
+    processes = {
+        k: {"pid": v["pid"], "alive": procs.alive(procs.ProcRef.from_dict(v))}
+        for k, v in state.get("procs", {}).items()
+    }
+    truth: dict[str, Any] = {}
+    if paths.truth.exists():
+        truth = json.loads(paths.truth.read_text())
+    running = bool(processes) and all(p["alive"] for p in processes.values())
+    osm = paths.opensm
+    return {
+        "name": name,
+        "status": state.get("status", "unknown") if running else "down",
+        "dir": str(paths.dir),
+        "sockname": spec["sockname"],
+        "sm_node": spec["sm_node"],
+        "tick_s": spec["tick_s"],
+        "processes": processes,
+        "paths": {
+            "config": str(paths.config),
+            "jobs": str(paths.jobs),
+            "truth": str(paths.truth),
+            "net": str(paths.net),
+            "ibnetdiscover": str(paths.discovered),
+            "opensm_conf": str(osm.conf),
+            "qos_policy": str(osm.policy),
+            "opensm_log": str(osm.log),
+            "opensm_pid": str(osm.pid),
+            "lfts_dump": str(osm.lfts_dump),
+            "supervisor_log": str(paths.supervisor_log),
+            "workdir": str(paths.run),
+        },
+        "ticks": truth.get("ticks", 0),
+        "model_time_s": truth.get("time_s", 0.0),
+        "lines_last_tick": truth.get("lines_last_tick", 0),
+        "jobs": sorted(j for j, v in truth.get("jobs", {}).items() if v.get("running")),
+    }
+
+
+def list_labs(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "lab.json").exists())
+
+
+@contextmanager
+def _jobs_locked(paths: LabPaths) -> Iterator[None]:
+    with (paths.dir / ".jobs.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def edit_jobs(
+    name: str, *, root: Path, add: tuple[jobsmod.Job, ...] = (), remove: tuple[str, ...] = ()
+) -> tuple[jobsmod.Job, ...]:
+    """Add and remove jobs in a lab's job file; the supervisor picks it up at its next tick.
+
+    Raises:
+        JobsError: a new job is invalid or names unknown hosts, or its id is taken.
+        LabError: an id to remove is not in the file.
+    """
+    lab = Lab(LabPaths(root, check_name(name)))
+    with _jobs_locked(lab.paths):
+        current = jobsmod.load_jobs(lab.paths.jobs)
+        ids = {j.id for j in current}
+        missing = [i for i in remove if i not in ids]
+        if missing:
+            raise LabError(f"lab {name}: no job {missing[0]} in {lab.paths.jobs}")
+        taken = [j.id for j in add if j.id in ids and j.id not in remove]
+        if taken:
+            raise LabError(f"lab {name}: job {taken[0]} already exists in {lab.paths.jobs}")
+        kept = tuple(j for j in current if j.id not in remove)
+        merged = kept + add
+        text = jobsmod.dump_jobs(merged)
+        checked = jobsmod.parse_jobs(
+            yaml.safe_load(text), "new jobs"
+        )  # duplicate ids are caught here
+        jobsmod.check_hosts(add, hostnames(lab.topo), "new jobs")
+        atomic_write(lab.paths.jobs, text)
+        return checked

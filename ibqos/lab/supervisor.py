@@ -1,0 +1,113 @@
+"""The background process behind ``ibqos lab up``: owns one lab and ticks its traffic.
+
+It holds ibsim's console pipe (which must stay open), starts OpenSM, tells ``lab up``
+through an inherited pipe whether the fabric came up, then every ``tick_s`` seconds
+re-reads the job file if it changed and writes the new counters.  SIGTERM ends OpenSM and
+ibsim and exits.  Run as ``python -m ibqos.lab.supervisor LAB_DIR READY_FD TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ibqos.errors import IbqosError, JobsError
+from ibqos.fsio import atomic_write
+from ibqos.lab import procs
+from ibqos.lab.lab import Lab, LabPaths, load_state
+
+logger = logging.getLogger("ibqos.lab.supervisor")
+
+
+def serve(lab: Lab, ready_fd: int, timeout: float, stop: threading.Event) -> int:
+    """Start *lab*, report readiness on *ready_fd*, tick until *stop* is set.
+
+    Returns:
+        exit status: 0 after a requested stop, 1 if the lab failed.
+    """
+    try:
+        lab.start(timeout)
+    except IbqosError as err:
+        _report(ready_fd, f"error: {err}")
+        return 1
+    _report(ready_fd, "ok")
+    tick_s = float(lab.spec.get("tick_s", 1.0))
+    logger.info(
+        "lab %s up in %.1f s; ticking every %.2f s",
+        lab.paths.name,
+        lab.timings.get("up_s", 0.0),
+        tick_s,
+    )
+    last = next_at = time.monotonic()
+    bad_jobs = ""
+    while not stop.wait(max(0.0, next_at - time.monotonic())):
+        now = time.monotonic()
+        try:
+            if lab.reload_jobs():
+                logger.info("job file changed: %d jobs", len(lab.model.jobs if lab.model else {}))
+            bad_jobs = ""
+        except JobsError as err:
+            if str(err) != bad_jobs:  # say it once, keep the previous mix
+                logger.warning("job file rejected, keeping the previous jobs: %s", err)
+                bad_jobs = str(err)
+        try:
+            lab.tick(now - last)
+        except IbqosError as err:
+            logger.error("tick failed: %s", err)
+        last = now
+        dead = [
+            name
+            for name, child in (("ibsim", lab.ibsim), ("OpenSM", lab.opensm))
+            if child is None or child.proc is None or child.proc.poll() is not None
+        ]
+        if dead:
+            logger.error("%s exited; stopping the lab", " and ".join(dead))
+            lab.stop("failed")
+            return 1
+        next_at += tick_s
+        if next_at < now:  # skip missed slots instead of bursting to catch up
+            next_at = now + tick_s
+    lab.stop()
+    logger.info("lab %s stopped", lab.paths.name)
+    return 0
+
+
+def _report(fd: int, message: str) -> None:
+    try:
+        os.write(fd, (message.replace("\n", " ") + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass  # 'lab up' gave up waiting; the log still has it
+
+
+def main(argv: list[str]) -> int:
+    lab_dir, ready_fd, timeout = Path(argv[0]), int(argv[1]), float(argv[2])
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    paths = LabPaths(lab_dir.parent, lab_dir.name)
+    state = load_state(paths)
+    state.setdefault("procs", {})["supervisor"] = procs.ref_of(os.getpid()).to_dict()
+    atomic_write(paths.state, json.dumps(state, indent=1) + "\n")
+    try:
+        lab = Lab(paths)
+    except IbqosError as err:
+        _report(ready_fd, f"error: {err}")
+        return 1
+    return serve(lab, ready_fd, timeout, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

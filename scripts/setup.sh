@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian machine for ibqos, idempotently:
+#  - Debian packages: OpenSM, ibsim, infiniband-diags, libibumad (the lab's real parts);
+#  - a virtual environment .venv with ibqos installed editable, plus the dev tools.
+# apt-get runs only when a package is missing; pip only when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.stamp-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing ibqos into .venv"
+  .venv/bin/pip install --quiet --upgrade pip
+  .venv/bin/pip install --quiet -e '.[dev]'
+  rm -f .venv/.stamp-*
+  touch "$stamp"
+fi
