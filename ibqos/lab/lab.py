@@ -187,6 +187,7 @@ class Lab:
             self.timings["opensm_s"] = self.opensm.start(timeout)
             self._save_state("starting")
             self._discover()
+            self._clear_counters()
             self.timings["up_s"] = time.monotonic() - t0
             self.reload_jobs(strict=True)
             self._save_state("up")
@@ -214,6 +215,21 @@ class Lab:
         for ca in self.topo.cas():
             hosts.setdefault(ca.hostname, []).extend(self.topo.ports(ca.id))
         self.model = TrafficModel(self.topo, router, hosts)
+
+    def _clear_counters(self) -> None:
+        """Start every modelled counter from zero, as after a PerfMgr clear.
+
+        Start-up management traffic (OpenSM's sweeps, ibnetdiscover) has moved the data
+        counters of every link; ports no job uses would keep that forever, since the
+        model only writes what changes.  Later MADs are real traffic and stay visible
+        until the model next writes the port.
+        """
+        assert self.ibsim is not None and self.model is not None
+        names = [*FIELDS, *MIRRORS.values()]
+        lines = [_perfset(p, f, 0) for p in self.model.router.ports for f in names]
+        errors = self.ibsim.command(lines)
+        if errors:
+            raise LabError(f"ibsim rejected clearing the counters: {errors[0]}")
 
     def _lfts(self, timeout: float = 30.0) -> dict[int, dict[int, int]]:
         """OpenSM's LFT dump, once it holds a table for every switch.

@@ -58,7 +58,7 @@ def up(
     read_fd, write_fd = os.pipe()
     try:
         with paths.supervisor_log.open("ab") as log:
-            subprocess.Popen(
+            subprocess.run(  # returns at once: the supervisor forks and detaches
                 [
                     sys.executable,
                     "-m",
@@ -73,8 +73,10 @@ def up(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=paths.dir,
+                check=True,
+                timeout=60,
             )
-    except OSError as err:
+    except (OSError, subprocess.SubprocessError) as err:
         os.close(read_fd)
         down(name, root=root)
         raise LabError(f"cannot start the lab supervisor: {err}") from err

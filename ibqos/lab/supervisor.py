@@ -88,6 +88,11 @@ def _report(fd: int, message: str) -> None:
 
 def main(argv: list[str]) -> int:
     lab_dir, ready_fd, timeout = Path(argv[0]), int(argv[1]), float(argv[2])
+    # Detach: 'lab up' waits for this first process, so it leaves no running child
+    # behind; the forked copy (no threads yet, so forking is safe) serves the lab.
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,

@@ -1,0 +1,3 @@
+from ibqos.cli import main
+
+main()

@@ -1,0 +1,116 @@
+"""The ibqos command line: bad input gives one line naming the input, exit status 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ibqos.cli import cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    monkeypatch.setenv("IBQOS_LAB_ROOT", str(tmp_path / "labs"))
+
+    def invoke(*args):
+        return CliRunner().invoke(cli, list(args))
+
+    return invoke
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ("2;8,4", "expected 'H;m1,..,mH;w1,..,wH'"),
+        ("2;8,4;1", "needs 2 m values and 2 w values"),
+        ("2;8,0;1,2", "at least 1"),
+        ("two;8,4;1,2", "expected"),
+    ],
+)
+def test_malformed_xgft(run, spec, why):
+    line = one_line_error(run("lab", "up", "--name", "x", "--xgft", spec), why)
+    assert line.startswith("ibqos: topology: --xgft ") and spec in line
+
+
+def test_job_naming_unknown_host(run, tmp_path):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n  - {id: '1', nodes: 'cn[0001-0004],cn0099', pattern: ring,\n"
+        "     rate_bytes_per_s: 1.0e9, duty: 0.5, period_s: 0.1}\n"
+    )
+    result = run("lab", "up", "--name", "x", "--xgft", "2;4,2;1,2", "--jobs", str(jobs))
+    one_line_error(result, str(jobs), "unknown host cn0099", "id 1")
+    assert not (tmp_path / "labs" / "x").exists()  # nothing started, nothing left
+
+
+def test_unparsable_topology(run, tmp_path):
+    bad = tmp_path / "bad.net"
+    bad.write_text('Switch 4 "S1"\n[1] "H1"[1]\nthis is not a topology line\n')
+    one_line_error(run("lab", "up", "--name", "x", "--topology", str(bad)), f"{bad}:3")
+
+
+def test_topology_link_to_unknown_node(run, tmp_path):
+    bad = tmp_path / "bad.net"
+    bad.write_text('Switch 4 "S1"\n[1] "H9"[1]\n\nHca 1 "H1"\n[1] "S1"[2]\n')
+    one_line_error(run("lab", "up", "--name", "x", "--topology", str(bad)), "H9")
+
+
+def test_missing_topology_file(run, tmp_path):
+    one_line_error(
+        run("lab", "up", "--name", "x", "--topology", str(tmp_path / "nope.net")),
+        "nope.net",
+        "cannot read",
+    )
+
+
+def test_speed_ibsim_cannot_simulate(run):
+    one_line_error(run("lab", "up", "--name", "x", "--xgft", "2;4,2;1,2", "--speed", "NDR"), "NDR")
+
+
+@pytest.mark.parametrize("args", [(), ("--xgft", "2;4,2;1,2", "--topology", "f.net")])
+def test_needs_exactly_one_fabric(run, args):
+    result = run("lab", "up", "--name", "x", *args)
+    assert result.exit_code == 2
+    assert "exactly one of --xgft and --topology" in result.stderr
+
+
+def test_bad_lab_name(run):
+    one_line_error(run("lab", "up", "--name", "no/slash", "--xgft", "1;4;1"), "no/slash")
+
+
+@pytest.mark.parametrize("command", [("status", "ghost"), ("down", "ghost")])
+def test_unknown_lab(run, command):
+    one_line_error(run("lab", *command), "no lab ghost")
+
+
+def test_run_on_unknown_lab(run):
+    one_line_error(run("lab", "run", "ghost", "--", "true"), "no lab ghost")
+
+
+def test_config_unknown_key(run, tmp_path):
+    conf = tmp_path / "ibqos.yaml"
+    conf.write_text("opensm:\n  conf: /etc/opensm/opensm.conf\n  polcy_file: x\n")
+    line = one_line_error(run("config", "--config", str(conf)), "opensm.polcy_file")
+    assert line.startswith(f"ibqos: config: {conf}: ")
+
+
+def test_config_defaults(run, tmp_path):
+    conf = tmp_path / "ibqos.yaml"
+    conf.write_text("jobs:\n  path: /srv/jobs\n")
+    result = run("config", "--config", str(conf))
+    assert result.exit_code == 0
+    assert "path: /srv/jobs" in result.output
+    assert "policy_file: /etc/opensm/qos-policy.conf" in result.output
