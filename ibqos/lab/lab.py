@@ -183,13 +183,20 @@ class Lab:
         try:
             self.ibsim.start()
             self._save_state("starting")
+            self.timings["ibsim_s"] = time.monotonic() - t0
             self.opensm = OpenSM(self.paths.opensm, self.env(self.sm_node), self.paths.run)
             self.timings["opensm_s"] = self.opensm.start(timeout)
             self._save_state("starting")
+            t1 = time.monotonic()
             self._discover()
+            self.timings["discover_s"] = time.monotonic() - t1
+            t1 = time.monotonic()
             self._clear_counters()
+            self.timings["clear_s"] = time.monotonic() - t1
             self.timings["up_s"] = time.monotonic() - t0
+            t1 = time.monotonic()
             self.reload_jobs(strict=True)
+            self.timings["jobs_s"] = time.monotonic() - t1
             self._save_state("up")
         except BaseException:
             self.stop("failed")
@@ -273,6 +280,7 @@ class Lab:
         """
         if self.model is None or self.ibsim is None:
             raise LabError(f"lab {self.paths.name} is not running")
+        t0 = time.monotonic()
         self.model.tick(dt)
         lines: list[str] = []
         for port in self.model.router.ports:
@@ -284,7 +292,10 @@ class Lab:
                         _perfset(port, f, new) for f in (field, MIRRORS.get(field)) if f is not None
                     ]
             self.written[port] = values
+        t1 = time.monotonic()
         errors = self.ibsim.command(lines) if lines else []
+        self.timings["tick_model_s"] = t1 - t0
+        self.timings["tick_write_s"] = time.monotonic() - t1
         if errors:
             raise LabError(f"ibsim rejected {len(errors)} PerformanceSet lines: {errors[0]}")
         self.ticks += 1
