@@ -157,8 +157,11 @@ class TrafficModel:
                 self.finished[jid] = self.jobs.pop(jid)
         for job in jobs:
             if job.id not in self.jobs:
-                self.jobs[job.id] = self._route(job)
-                self.finished.pop(job.id, None)
+                load = self._route(job)
+                old = self.finished.pop(job.id, None)
+                if old is not None:  # same job, new parameters: its bytes so far still count
+                    load.truth += old.truth
+                self.jobs[job.id] = load
 
     def tick(self, dt: float) -> None:
         """Advance model time by *dt* seconds and add the traffic of that window."""

@@ -6,7 +6,7 @@ switches have ``m_i`` children and every level-(i-1) element has ``w_i`` parents
 the digits ``(a_{i+1}..a_h; b_1..b_i)``; it is child number ``a_i`` of each of its ``w_i``
 parents ``(a_{i+1}..a_h; b_1..b_{i-1}, b_i)``.
 
-Hosts are single-port HCAs ``cnNNNN mlx5_R`` (R = rail, one HCA per parent when w1 > 1),
+Hosts are single-port HCAs ``cnNNNN mlx5_0`` (w1 must be 1: see :func:`build_xgft`),
 numbered from cn0001 leaf switch by leaf switch; switches are ``sw-L<level>-<index>``.
 One extra HCA, ``opensm01 mlx5_0``, hosts OpenSM on a spare port of the first leaf switch.
 """
@@ -30,6 +30,8 @@ from ibqos.topology import (
 )
 
 SM_HOSTNAME = "opensm01"
+#: ibsim 0.10 switches have LinearFDBCap 30720: end ports beyond that LID get no route.
+MAX_LIDS = 30720
 _SWITCH_GUID_BASE = 0x0C42A10300000000
 _CA_GUID_BASE = 0x0C42A10301000000
 _SPEC = re.compile(r"^\s*(\d+)\s*;\s*([\d,\s]+);\s*([\d,\s]+)$")
@@ -81,10 +83,7 @@ def parse_xgft(text: str) -> XgftSpec:
         raise TopologyError(f"{where}: every m and w must be at least 1")
     if m[0] < 1 or (h == 1 and w[0] != 1):
         raise TopologyError(f"{where}: a 1-level tree has one switch above each host")
-    spec = XgftSpec(h, m, w)
-    if spec.hosts > 99999:
-        raise TopologyError(f"{where}: {spec.hosts} hosts is more than the lab names (99999)")
-    return spec
+    return XgftSpec(h, m, w)
 
 
 def build_xgft(spec: XgftSpec, width: int = 4, speed: str = "EDR") -> Topology:
@@ -100,6 +99,15 @@ def build_xgft(spec: XgftSpec, width: int = 4, speed: str = "EDR") -> Topology:
     if speed not in LANE_DATA_BITS_PER_S:
         raise TopologyError(f"--speed {speed}: expected one of {', '.join(LANE_DATA_BITS_PER_S)}")
     h, m, w = spec.h, spec.m, spec.w
+    if w[0] != 1:
+        # HCAs do not forward: w1 parents per host make w1 separate subnets, each needing
+        # its own subnet manager, and the lab runs one OpenSM.
+        raise TopologyError(f"--xgft {spec}: w1 = {w[0]} makes {w[0]} separate subnets "
+                            "(multi-rail); the lab runs one OpenSM, so w1 must be 1")
+    lids = spec.hosts + spec.switches + 1
+    if lids > MAX_LIDS:
+        raise TopologyError(f"--xgft {spec}: {lids} end ports need LIDs; ibsim's switches "
+                            f"route at most {MAX_LIDS}")
     topo = Topology()
     # ids[level][label] -> node id; labels are (a_{i+1}..a_h, b_1..b_i) digit tuples.
     ids: list[dict[tuple[int, ...], str]] = [{} for _ in range(h + 1)]
