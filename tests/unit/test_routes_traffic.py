@@ -704,3 +704,20 @@ def test_totals_are_words_and_packets(
     # 1e6 / 4 = 250000 words; 1e6 / 2048 = 488.3 -> 489 packets
     assert model.totals(host_port(topo, "cn0001")) == (250000, 250000, 489, 489)
     assert model.totals(host_port(topo, "cn0003")) == (0, 0, 0, 0)
+
+
+def test_reparameterised_job_keeps_its_bytes(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    """Editing a job in place (same id, new rate) restarts its phase but not its history:
+    ground truth stays cumulative, like the counters it is compared with."""
+    model = build_model(two)
+    slow = make_job(cn(1, 9), "ring", rate=1e9, duty=1.0, job_id="r")
+    fast = make_job(cn(1, 9), "ring", rate=2e9, duty=1.0, job_id="r")
+    model.set_jobs((slow,))
+    model.tick(0.5)
+    model.set_jobs((fast,))
+    model.tick(0.5)
+    assert set(model.jobs) == {"r"} and not model.finished
+    hosts = 2  # cn0001 and cn0009, on different leaves
+    assert model.jobs["r"].truth[0] == pytest.approx(hosts * (1e9 + 2e9) * 0.5, rel=1e-9)
