@@ -102,12 +102,15 @@ def build_xgft(spec: XgftSpec, width: int = 4, speed: str = "EDR") -> Topology:
     if w[0] != 1:
         # HCAs do not forward: w1 parents per host make w1 separate subnets, each needing
         # its own subnet manager, and the lab runs one OpenSM.
-        raise TopologyError(f"--xgft {spec}: w1 = {w[0]} makes {w[0]} separate subnets "
-                            "(multi-rail); the lab runs one OpenSM, so w1 must be 1")
+        raise TopologyError(
+            f"--xgft {spec}: w1 = {w[0]} makes {w[0]} separate subnets "
+            "(multi-rail); the lab runs one OpenSM, so w1 must be 1"
+        )
     lids = spec.hosts + spec.switches + 1
     if lids > MAX_LIDS:
-        raise TopologyError(f"--xgft {spec}: {lids} end ports need LIDs; ibsim's switches "
-                            f"route at most {MAX_LIDS}")
+        raise TopologyError(
+            f"--xgft {spec}: {lids} end ports need LIDs; ibsim's switches route at most {MAX_LIDS}"
+        )
     topo = Topology()
     # ids[level][label] -> node id; labels are (a_{i+1}..a_h, b_1..b_i) digit tuples.
     ids: list[dict[tuple[int, ...], str]] = [{} for _ in range(h + 1)]
