@@ -195,7 +195,7 @@ class Lab:
             self.timings["clear_s"] = time.monotonic() - t1
             self.timings["up_s"] = time.monotonic() - t0
             t1 = time.monotonic()
-            self.reload_jobs(strict=True)
+            self.reload_jobs()
             self.timings["jobs_s"] = time.monotonic() - t1
             self._save_state("up")
         except BaseException:
@@ -255,7 +255,7 @@ class Lab:
                 return tables
             time.sleep(0.2)
 
-    def reload_jobs(self, strict: bool = False) -> bool:
+    def reload_jobs(self) -> bool:
         """Re-read jobs.yaml if it changed.  Returns True if the mix changed.
 
         Raises:
@@ -263,7 +263,7 @@ class Lab:
         """
         st = self.paths.jobs.stat()
         stamp = (st.st_mtime, st.st_size)
-        if stamp == self._jobs_stamp and not strict:
+        if stamp == self._jobs_stamp:
             return False
         parsed = jobsmod.load_jobs(self.paths.jobs)
         jobsmod.check_hosts(parsed, hostnames(self.topo), str(self.paths.jobs))

@@ -193,8 +193,8 @@ def edit_jobs(
     """Add and remove jobs in a lab's job file; the supervisor picks it up at its next tick.
 
     Raises:
-        JobsError: a new job is invalid or names unknown hosts, or its id is taken.
-        LabError: an id to remove is not in the file.
+        JobsError: a new job is invalid or names unknown hosts.
+        LabError: an id to remove is not in the file, or an id to add is taken.
     """
     lab = Lab(LabPaths(root, check_name(name)))
     with _jobs_locked(lab.paths):
