@@ -9,6 +9,8 @@ import logging
 import os
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,12 @@ import click
 import yaml
 
 from ibqos import __version__
-from ibqos.config import find_config, load_config
+from ibqos.collect import RateTracker, make_backend
+from ibqos.collect.output import FORMATS, render
+from ibqos.collect.replay import SweepRecorder
+from ibqos.config import BACKENDS, find_config, load_config
 from ibqos.errors import IbqosError, LabError, TopologyError
+from ibqos.fabric import fabric_from_config, fabric_from_file
 from ibqos.jobs import PATTERNS, parse_jobs
 from ibqos.lab import manage
 from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
@@ -83,9 +89,108 @@ def show_config(path: Path | None) -> None:
         "opensm": {k: str(v) if v is not None else None for k, v in vars(config.opensm).items()},
         "jobs": {"source": config.jobs.source, "path": str(config.jobs.path)},
     }
+    for section in ("fabric", "collect"):
+        out[section] = {
+            k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+            for k, v in vars(getattr(config, section)).items()
+        }
     if config.lab is not None:
         out["lab"] = {"name": config.lab.name, "dir": str(config.lab.dir)}
     click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+
+
+# -- collect ---------------------------------------------------------------------------
+@cli.command("collect")
+@click.option(
+    "--config",
+    "path",
+    type=click.Path(path_type=Path),
+    help="Config file (default: $IBQOS_CONFIG, then /etc/ibqos/ibqos.yaml).",
+)
+@click.option("--backend", type=click.Choice(BACKENDS), help="Override collect.backend.")
+@click.option(
+    "--replay",
+    "replay_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Replay this recording (implies --backend replay).",
+)
+@click.option(
+    "--topology",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Read the fabric from this ibnetdiscover file instead of fabric.source.",
+)
+@click.option("--once", is_flag=True, help="Two sweeps one interval apart, one table, exit.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    help="Seconds between sweeps (default: collect.interval_s; 1 with --once).",
+)
+@click.option("--count", type=click.IntRange(min=1), help="Print this many tables, then exit.")
+@click.option("--window", type=click.IntRange(min=1), help="MADs in flight (native).")
+@click.option(
+    "--record",
+    "record_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also record every sweep into this directory (for --replay).",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def collect(
+    path: Path | None,
+    backend: str | None,
+    replay_dir: Path | None,
+    topology: Path | None,
+    once: bool,
+    interval: float | None,
+    count: int | None,
+    window: int | None,
+    record_dir: Path | None,
+    fmt: str,
+) -> None:
+    """Read every port's counters and print per-port rates, like an exporter's debug mode.
+
+    Rates need two sweeps, so the first table comes one interval after the start.  JSON
+    output is a list of rows per table (one line each); docs/collect.md lists the keys.
+    """
+    config = load_config(find_config(path))
+    cfg = config.collect
+    if replay_dir is not None:
+        cfg = replace(cfg, backend="replay", replay_path=replay_dir)
+    elif backend == "replay" and cfg.replay_path is None:
+        raise click.UsageError("--backend replay needs --replay DIR")
+    elif backend is not None:
+        cfg = replace(cfg, backend=backend)
+    if window is not None:
+        cfg = replace(cfg, window=window)
+    fabric = fabric_from_file(topology) if topology else fabric_from_config(config)
+    targets = fabric.targets()
+    tables = 1 if once else count
+    pause = interval if interval is not None else (1.0 if once else cfg.interval_s)
+    recorder = SweepRecorder(record_dir) if record_dir is not None else None
+    tracker = RateTracker()
+    source = make_backend(cfg)
+    try:
+        printed, first, last_s = 0, True, 0.0
+        while tables is None or printed < tables:
+            if not first and cfg.backend != "replay":
+                time.sleep(max(0.0, pause - last_s))  # sweeps start one interval apart
+            sweep = source.sweep(targets)
+            last_s = sweep.duration_s
+            logger.info(
+                "sweep: %d ports in %.3f s (%s), %d failed",
+                len(targets),
+                sweep.duration_s,
+                sweep.backend,
+                sweep.failed,
+            )
+            if recorder is not None:
+                recorder.record(sweep)
+            rates = tracker.update(sweep)
+            if not first:
+                click.echo(render(rates, fmt), nl=False)
+                printed += 1
+            first = False
+    finally:
+        source.close()
 
 
 # -- lab -------------------------------------------------------------------------------

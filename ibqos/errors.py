@@ -47,3 +47,15 @@ class LabError(IbqosError):
     """The simulated fabric (ibsim + OpenSM) could not be started, reached or stopped."""
 
     category = "lab"
+
+
+class CollectError(IbqosError):
+    """A counter backend cannot work at all: no MAD device, no perfquery, bad recording."""
+
+    category = "collect"
+
+
+class MadError(IbqosError):
+    """A MAD reply is truncated, garbled or for another attribute."""
+
+    category = "mad"

@@ -15,10 +15,24 @@ admin hands us and the fabrics the lab generates.  A record looks like::
 Levels follow the design: leaf switches (those with CA ports) are switch level 1, the
 switches above them level 2, and so on; link level 0 is a host link, link level *l* >= 1 the
 uplinks of level-*l* switches.
+
+What the parser accepts besides the plain records: the ``-g`` port suffix ``[ext N]``, the
+``-f`` suffix ``s=.. w=.. v=..``, the link types infiniband-diags prints (widths 1x, 2x, 4x,
+8x, 12x; speeds SDR ... NDR, FDR10, and XDR), and its unknown-value marks ``??`` (width) and
+``???`` (speed).
+
+Strict or tolerant.  By default a line it cannot read raises.  With ``strict=False`` (what
+:mod:`ibqos.fabric` uses on discovered fabrics) such a line (say, an ``ibwarn:`` line from
+stderr saved into the file), a port line it cannot read, or a link type it has no rate for
+is logged as a warning naming the file, line and node record, and skipped; the link type is
+then taken from the far end's line.  In both modes what breaks the structure raises: a node
+header it cannot read, a port line outside a record, a link to an unknown node or port, a
+port cabled twice.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import deque
 from collections.abc import Iterator
@@ -26,6 +40,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ibqos.errors import TopologyError
+
+logger = logging.getLogger(__name__)
 
 NodeKind = Literal["switch", "ca", "router"]
 
@@ -54,15 +70,24 @@ _WORD_BY_KIND = {"switch": "Switch", "ca": "Ca", "router": "Rt"}
 _PREFIX_BY_KIND = {"switch": "S", "ca": "H", "router": "R"}
 
 _GUID_LINE = re.compile(r"^(switchguid|caguid|hcaguids?|rtguid)\s*=\s*(0x[0-9a-fA-F]+|\d+)")
+# The description is matched greedily up to the last quote: a NodeDescription may itself
+# hold a quote, and nothing after it in the header does.
 _NODE_LINE = re.compile(
-    r'^(Switch|Ca|Hca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"([^"]*)"(.*))?$', re.IGNORECASE
+    r'^(Switch|Ca|Hca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"(.*)"(.*))?$', re.IGNORECASE
 )
+_NODE_WORD = re.compile(r"^(Switch|Ca|Hca|Rt)\s", re.IGNORECASE)
+# [port][ext N](port guid) "remote id"[port][ext N] (remote guid) # comment
 _PORT_LINE = re.compile(
-    r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s*"([^"]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s*(?:#(.*))?$'
+    r"^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s*"
+    r'"([^"]+)"\[(\d+)\](?:\[ext \d+\])?(?:\s*\(([0-9a-fA-F]+)\))?\s*(?:#(.*))?$'
 )
-_LINK_TYPE = re.compile(r"(\d+)x([A-Z0-9]+)\s*$")
+# infiniband-diags prints "??" for a width and "???" for a speed it has no name for.
+_LINK_TYPE = re.compile(r"(?<!\S)(\d+x|\?\?)([A-Z][A-Z0-9]*|\?\?\?)(?!\S)")
 _OWN_LID = re.compile(r"^\s*lid\s+(\d+)")
 _SWITCH_LID = re.compile(r"\blid\s+(\d+)")
+#: Link type of a port line without one: what ibsim assumes (4x, SDR).
+DEFAULT_LINK_TYPE = (4, "SDR")
+_MAX_LOGGED = 10  # unreadable lines logged one by one; the rest are counted
 
 
 def link_rate_bytes_per_s(width: int, speed: str) -> float:
@@ -135,12 +160,14 @@ class Topology:
         links: every link once.
         lids: LID of each CA port and of each switch's port 0, where known.
         port_guids: GUID of each CA port (switch ports share the node GUID).
+        warnings: what the parser skipped, one line each (also logged).
     """
 
     nodes: dict[str, Node] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
     lids: dict[Port, int] = field(default_factory=dict)
     port_guids: dict[Port, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     _peer: dict[Port, tuple[Port, Link]] = field(default_factory=dict, repr=False)
 
     def add_node(self, node: Node) -> None:
@@ -216,6 +243,14 @@ class Topology:
         other through switches of level <= *level* only.  Traffic between CAs in different
         subtrees crosses the uplinks of level *level*.
         """
+        comp = self.components(level, levels)
+        return {c.id: comp[c.id] for c in self.cas()}
+
+    def components(self, level: int, levels: dict[str, int] | None = None) -> dict[str, int]:
+        """Level-*level* subtree id of every node except the switches above *level*: the
+        ids :meth:`subtrees` gives the CAs, also given to the switches of levels 1..*level*
+        (so a level-*level* switch's uplinks can be summed per subtree).
+        """
         levels = self.switch_levels() if levels is None else levels
         comp: dict[str, int] = {}
         next_id = 0
@@ -232,102 +267,187 @@ class Topology:
                     comp[p.node] = next_id
                     queue.append(p.node)
             next_id += 1
-        return {c.id: comp[c.id] for c in self.cas()}
+        return comp
 
     def _peers_of(self, node_id: str) -> Iterator[Port]:
         for p in self.ports(node_id):
             yield self._peer[p][0]
 
 
-def parse_ibnetdiscover(text: str, source: str) -> Topology:
+def parse_ibnetdiscover(text: str, source: str, *, strict: bool = True) -> Topology:
     """Read ibnetdiscover output (or an ibsim net file in that format).
 
     Args:
         text: the file contents.
-        source: name of the input, used in error messages.
+        source: name of the input, used in messages.
+        strict: raise on a line it cannot read.  If False, skip it with a warning (logged,
+            and kept in ``Topology.warnings``) naming ``source:line`` and its node record.
 
     Raises:
-        TopologyError: naming ``source:line`` and what is wrong.
+        TopologyError: naming ``source:line`` and what is wrong (see the module docstring
+            for what raises even when not *strict*).
     """
-    topo = Topology()
-    pending_guid: int | None = None
-    current: Node | None = None
-    # (line number, port, remote port, width, speed): links are built once all nodes exist.
-    ends: list[tuple[int, Port, Port, int, str]] = []
+    parser = _Parser(source, strict)
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        where = f"{source}:{lineno}"
-        if not line or line.startswith("#"):
-            current = None if not line else current
-            continue
-        if m := _GUID_LINE.match(line):
-            pending_guid = int(m.group(2), 0)
-            continue
-        if m := _NODE_LINE.match(line):
-            kind = _KIND_BY_WORD[m.group(1).lower()]
-            nid = m.group(3)
-            guid = pending_guid if pending_guid is not None else _guid_from_id(nid)
-            desc = m.group(4) if m.group(4) is not None else nid
-            current = Node(nid, kind, int(m.group(2)), desc, guid)
-            try:
-                topo.add_node(current)
-            except TopologyError as err:
-                raise TopologyError(f"{where}: {err}") from None
-            rest = m.group(5) or ""
-            if kind == "switch" and (lm := _SWITCH_LID.search(rest)):
-                topo.lids[Port(nid, 0)] = int(lm.group(1))
-            pending_guid = None
-            continue
-        if line.startswith("["):
-            m = _PORT_LINE.match(line)
-            if m is None or current is None:
-                what = "port line outside a node record" if m else "cannot parse port line"
-                raise TopologyError(f"{where}: {what}: {line[:60]!r}")
-            local = Port(current.id, int(m.group(1)))
-            if not 1 <= local.num <= current.nports:
-                raise TopologyError(f"{where}: {current.id} has no port {local.num}")
-            comment = m.group(6) or ""
-            if m.group(2) is not None:
-                topo.port_guids[local] = int(m.group(2), 16)
-            elif current.kind == "ca" and current.guid is not None:
-                topo.port_guids[local] = current.guid + local.num
-            if current.kind == "ca" and (lm := _OWN_LID.match(comment)):
-                topo.lids[local] = int(lm.group(1))
-            width, speed = 4, "SDR"
-            if tm := _LINK_TYPE.search(comment):
-                width, speed = int(tm.group(1)), tm.group(2)
-                if width not in WIDTHS or speed not in LANE_DATA_BITS_PER_S:
-                    raise TopologyError(f"{where}: unknown link type {tm.group(0).strip()!r}")
-            ends.append((lineno, local, Port(m.group(3), int(m.group(4))), width, speed))
-            continue
-        if "=" in line.split()[0]:
-            continue  # vendid=, devid=, sysimgguid=, width= and other global settings
-        raise TopologyError(f"{source}:{lineno}: cannot parse line: {line[:60]!r}")
-    _link_ends(topo, ends, source)
+        parser.line(lineno, raw.strip())
+    topo = parser.topo
+    _link_ends(topo, parser.ends, source)
+    if len(topo.warnings) > _MAX_LOGGED:
+        logger.warning("%s: %d more lines skipped", source, len(topo.warnings) - _MAX_LOGGED)
     if not topo.nodes:
         raise TopologyError(f"{source}: no nodes found")
     return topo
 
 
-def _link_ends(topo: Topology, ends: list[tuple[int, Port, Port, int, str]], source: str) -> None:
-    seen: dict[Port, Port] = {}
-    for lineno, local, remote, width, speed in ends:
-        if remote.node not in topo.nodes:
-            raise TopologyError(f"{source}:{lineno}: {local} links to unknown node {remote.node!r}")
-        back = seen.get(remote)
-        if back is not None:
-            if back != local:
-                raise TopologyError(
-                    f"{source}:{lineno}: {local} links to {remote}, which links to {back}"
-                )
-            continue  # the far end already described this link
-        if local in seen:
-            raise TopologyError(f"{source}:{lineno}: port {local} is described twice")
-        seen[local] = remote
+@dataclass
+class _End:
+    """One port line: a link as seen from its *local* end.
+
+    ``link_type`` is (width, speed), None when the line names none, or the text of a type
+    the line names but that is unknown (then the far end's line must tell).
+    """
+
+    lineno: int
+    local: Port
+    remote: Port
+    link_type: tuple[int, str] | str | None
+
+
+class _Parser:
+    """Line-by-line state of :func:`parse_ibnetdiscover`."""
+
+    def __init__(self, source: str, strict: bool) -> None:
+        self.source = source
+        self.strict = strict
+        self.topo = Topology()
+        self.ends: list[_End] = []
+        self.pending_guid: int | None = None
+        self.current: Node | None = None
+
+    def line(self, lineno: int, line: str) -> None:
+        where = f"{self.source}:{lineno}"
+        if not line or line.startswith("#"):
+            self.current = None if not line else self.current
+        elif m := _GUID_LINE.match(line):
+            self.pending_guid = int(m.group(2), 0)
+        elif m := _NODE_LINE.match(line):
+            self._node(m, where)
+        elif _NODE_WORD.match(line):
+            raise TopologyError(f"{where}: cannot parse node header: {line[:60]!r}")
+        elif line.startswith("["):
+            self._port(line, lineno, where)
+        elif "=" in line.split()[0]:
+            pass  # vendid=, devid=, sysimgguid=, width= and other global settings
+        else:
+            self._skip(where, "cannot parse line", line)
+
+    def _node(self, m: re.Match[str], where: str) -> None:
+        kind = _KIND_BY_WORD[m.group(1).lower()]
+        nid = m.group(3)
+        guid = self.pending_guid if self.pending_guid is not None else _guid_from_id(nid)
+        desc = m.group(4) if m.group(4) is not None else nid
+        self.current = Node(nid, kind, int(m.group(2)), desc, guid)
         try:
-            topo.add_link(Link(local, remote, width, speed))
+            self.topo.add_node(self.current)
         except TopologyError as err:
-            raise TopologyError(f"{source}:{lineno}: {err}") from None
+            raise TopologyError(f"{where}: {err}") from None
+        rest = m.group(5) or ""
+        if kind == "switch" and (lm := _SWITCH_LID.search(rest)):
+            self.topo.lids[Port(nid, 0)] = int(lm.group(1))
+        self.pending_guid = None
+
+    def _port(self, line: str, lineno: int, where: str) -> None:
+        m = _PORT_LINE.match(line)
+        current = self.current
+        if current is None:
+            what = "port line outside a node record" if m else "cannot parse port line"
+            raise TopologyError(f"{where}: {what}: {line[:60]!r}")
+        if m is None:
+            # Only this port is lost; the far end's line may still describe the link.
+            self._skip(where, "cannot parse port line", line)
+            return
+        local = Port(current.id, int(m.group(1)))
+        if not 1 <= local.num <= current.nports:
+            raise TopologyError(f"{where}: {current.id} has no port {local.num}")
+        comment = m.group(6) or ""
+        if current.kind != "switch":
+            if m.group(2) is not None:
+                self.topo.port_guids[local] = int(m.group(2), 16)
+            elif current.guid is not None:
+                self.topo.port_guids[local] = current.guid + local.num
+            if lm := _OWN_LID.match(comment):
+                self.topo.lids[local] = int(lm.group(1))
+        link_type = _link_type(comment)
+        if isinstance(link_type, str):
+            self._skip(where, f"unknown link type {link_type!r} of {local}", "")
+        self.ends.append(_End(lineno, local, Port(m.group(3), int(m.group(4))), link_type))
+
+    def _skip(self, where: str, what: str, line: str) -> None:
+        if self.strict:
+            raise TopologyError(f"{where}: {what}" + (f": {line[:60]!r}" if line else ""))
+        node = self.current
+        msg = f"{where}: {what}"
+        if node is not None:
+            msg += f" in the record of {node.id} ({node.desc!r})"
+        msg += f", skipped: {line[:80]!r}" if line else ""
+        self.topo.warnings.append(msg)
+        if len(self.topo.warnings) <= _MAX_LOGGED:
+            logger.warning("%s", msg)
+
+
+def _link_type(comment: str) -> tuple[int, str] | str | None:
+    """Width and speed named in a port line's comment, after the remote description.
+
+    Returns (width, speed), None if the comment names no link type, or the type's text if
+    the width or speed is one this module has no rate for.
+    """
+    tail = comment.rsplit('"', 1)[-1]  # the remote NodeDescription may hold anything
+    m = _LINK_TYPE.search(tail)
+    if m is None:
+        return None
+    width, speed = m.group(1).removesuffix("x"), m.group(2)
+    if not width.isdigit() or int(width) not in WIDTHS or speed not in LANE_DATA_BITS_PER_S:
+        return m.group(0)
+    return int(width), speed
+
+
+def _link_ends(topo: Topology, ends: list[_End], source: str) -> None:
+    """Make one link of the one or two port lines that describe it.
+
+    Each link usually appears twice, once from each end; its type is the first one either
+    end names, else :data:`DEFAULT_LINK_TYPE`.
+    """
+    seen: dict[Port, Port] = {}
+    first: dict[Port, _End] = {}  # by the port of the line that described the link first
+    for end in ends:
+        where = f"{source}:{end.lineno}"
+        if end.remote.node not in topo.nodes:
+            raise TopologyError(f"{where}: {end.local} links to unknown node {end.remote.node!r}")
+        back = seen.get(end.remote)
+        if back is not None:
+            if back != end.local:
+                raise TopologyError(
+                    f"{where}: {end.local} links to {end.remote}, which links to {back}"
+                )
+            known = first[end.remote]
+            if not isinstance(known.link_type, tuple) and isinstance(end.link_type, tuple):
+                known.link_type = end.link_type
+            continue  # the far end already described this link
+        if end.local in seen:
+            raise TopologyError(f"{where}: port {end.local} is described twice")
+        seen[end.local] = end.remote
+        first[end.local] = end
+    for end in first.values():
+        if isinstance(end.link_type, str):
+            raise TopologyError(
+                f"{source}:{end.lineno}: unknown link type {end.link_type!r} of "
+                f"{end.local} - {end.remote}, and the far end names no known one"
+            )
+        width, speed = end.link_type or DEFAULT_LINK_TYPE
+        try:
+            topo.add_link(Link(end.local, end.remote, width, speed))
+        except TopologyError as err:
+            raise TopologyError(f"{source}:{end.lineno}: {err}") from None
 
 
 def _guid_from_id(nid: str) -> int | None:

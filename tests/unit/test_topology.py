@@ -6,6 +6,7 @@ for the fat trees ``2;8,4;1,2`` and ``3;8,4,4;1,2,2``.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from pathlib import Path
@@ -328,9 +329,12 @@ def test_global_settings_and_comments_are_skipped() -> None:
     ("text", "line", "words"),
     [
         pytest.param(f"{SW}\nthis is garbage\n", 3, "cannot parse", id="garbage-line"),
+        pytest.param(f"{SW}\n[1 broken\n", 3, "cannot parse port line", id="bad-port-line"),
         pytest.param(f"{SW_PORT}\n{SW}\n", 1, "outside a node", id="port-before-node"),
         pytest.param(f"{SW}\n\n{SW_PORT}\n", 4, "outside a node", id="port-after-blank"),
-        pytest.param(f"{SW}\n[1 broken\n", 3, "port line", id="bad-port-line"),
+        pytest.param("[1 broken\n", 1, "cannot parse port line", id="bad-port-line-outside"),
+        pytest.param(f'{SW}\n\nSwitch 36 "S-x\n', 4, "node header", id="bad-node-header"),
+        pytest.param(f'{SW}\n\nCa two "H-x"\n', 4, "node header", id="bad-ca-header"),
         pytest.param(
             f'{SW}\n[2]\t"H-nowhere"[1]\t\t# "x" lid 5 4xEDR\n', 3, "H-nowhere", id="unknown-node"
         ),
@@ -361,6 +365,22 @@ def test_bad_input_names_source_and_line(text: str, line: int, words: str) -> No
     msg = str(info.value)
     assert f"t.net:{line}:" in msg
     assert words in msg
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{SW_PORT}\n{SW}\n",  # port line before any node
+        f"{SW}\n\n{SW_PORT}\n",  # port line after the record ended
+        "[1 broken\n",
+        f'{SW}\n\nSwitch 36 "S-x\n',  # node header
+        f'{SW}\n[2]\t"H-nowhere"[1]\t\t# "x" lid 5 4xEDR\n',  # unknown node
+        f"{SW}\n\n{SW}\n",  # node twice
+    ],
+)
+def test_structure_errors_raise_even_when_not_strict(text: str) -> None:
+    with pytest.raises(TopologyError, match=r"^t\.net:\d+: "):
+        parse_ibnetdiscover(text, "t.net", strict=False)
 
 
 def test_inconsistent_link_ends() -> None:
@@ -424,6 +444,202 @@ def test_empty_file(text: str) -> None:
 
 def test_error_message_is_one_line() -> None:
     with pytest.raises(TopologyError) as info:
-        parse_ibnetdiscover(f"{SW}\n" + "x" * 200 + "\n", "t.net")
+        parse_ibnetdiscover(f"{SW}\n\nSwitch " + "x" * 200 + "\n", "t.net")
     assert "\n" not in str(info.value)
     assert len(str(info.value)) < 150  # the bad line is shortened
+
+
+# --- strict=False: lines the parser skips, with a warning ------------------------------
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ibqos.topology"]
+
+
+def test_unknown_line_in_a_record_is_skipped_with_a_warning(caplog) -> None:
+    text = f"{SW}\nibwarn: [4177] _do_madrpc: recv failed: Connection timed out\n{SW_PORT}\n\n"
+    text += f"{CA}\n{CA_PORT}\n"
+    with caplog.at_level(logging.WARNING):
+        topo = parse_ibnetdiscover(text, "t.net", strict=False)
+    assert len(topo.links) == 1  # the port line after the bad line still counts
+    assert topo.warnings == [
+        "t.net:3: cannot parse line in the record of S-0000000000000010 ('leaf'), skipped: "
+        "'ibwarn: [4177] _do_madrpc: recv failed: Connection timed out'"
+    ]
+    assert warnings_of(caplog) == topo.warnings
+
+
+def test_unknown_line_outside_a_record(caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        topo = parse_ibnetdiscover(f"Chassis 1 (guid 0xabc)\n{GOOD}", "t.net", strict=False)
+    assert topo.warnings == ["t.net:1: cannot parse line, skipped: 'Chassis 1 (guid 0xabc)'"]
+    assert len(topo.links) == 1
+
+
+def test_bad_port_line_loses_only_that_end(caplog) -> None:
+    """The switch's line is broken, the CA's line still describes the link."""
+    with caplog.at_level(logging.WARNING):
+        topo = parse_ibnetdiscover(f"{SW}\n[1 broken\n\n{CA}\n{CA_PORT}\n", "t.net", strict=False)
+    assert topo.links == [Link(Port("H-0000000000000020", 1), Port("S-0000000000000010", 1))]
+    assert len(topo.warnings) == 1
+    assert topo.warnings[0].startswith("t.net:3: cannot parse port line in the record of S-")
+
+
+def test_many_bad_lines_are_counted_not_all_logged(caplog) -> None:
+    text = f"{SW}\n" + "junk\n" * 25 + f"{SW_PORT}\n\n{CA}\n{CA_PORT}\n"
+    with caplog.at_level(logging.WARNING):
+        topo = parse_ibnetdiscover(text, "t.net", strict=False)
+    assert len(topo.warnings) == 25
+    logged = warnings_of(caplog)
+    assert len(logged) == 11
+    assert logged[-1] == "t.net: 15 more lines skipped"
+
+
+def test_strict_by_default_tolerant_on_request() -> None:
+    text = f"{SW}\nibwarn: x\n{SW_PORT}\n\n{CA}\n{CA_PORT}\n"
+    with pytest.raises(TopologyError, match=r"^t\.net:3: cannot parse line: 'ibwarn: x'$"):
+        parse_ibnetdiscover(text, "t.net")
+    with pytest.raises(TopologyError, match=r"^t\.net:3: unknown link type '4x\?\?\?'"):
+        parse_ibnetdiscover(two_ends("4x???", "4xNDR"), "t.net")
+    assert len(parse_ibnetdiscover(text, "t.net", strict=False).links) == 1
+
+
+def test_recorded_fabrics_parse_without_warnings(fabric: tuple[str, Topology]) -> None:
+    assert fabric[1].warnings == []
+
+
+# --- real-format variants ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("comment", "expected"),
+    [
+        ('"cn0001 mlx5_0" lid 2 4xEDR', (4, "EDR")),
+        ('"cn0001 mlx5_0" lid 2 4xNDR', (4, "NDR")),
+        ('"cn0001 mlx5_0" lid 2 4xHDR', (4, "HDR")),
+        ('"cn0001 mlx5_0" lid 2 2xHDR', (2, "HDR")),
+        ('"cn0001 mlx5_0" lid 2 4xSDR', (4, "SDR")),
+        ('"cn0001 mlx5_0" lid 2 4xFDR10', (4, "FDR10")),
+        ('"cn0001 mlx5_0" lid 2 4xFDR', (4, "FDR")),
+        ('"cn0001 mlx5_0" lid 2 1xQDR', (1, "QDR")),
+        ('"cn0001 mlx5_0" lid 2 8xDDR', (8, "DDR")),
+        ('"cn0001 mlx5_0" lid 2 12xEDR', (12, "EDR")),
+        ('"cn0001 mlx5_0" lid 2 4xXDR', (4, "XDR")),
+        ('"cn0001 mlx5_0" lid 2 4xNDR s=4 w=2 v=4', (4, "NDR")),  # ibnetdiscover -f
+        ('"cn0001 4xEDR card" lid 2 2xNDR', (2, "NDR")),  # a type in the description
+        (' lid 2 lmc 0 "leaf" lid 1 4xHDR', (4, "HDR")),  # a CA port's comment
+        ('"cn0001 mlx5_0" lid 2', None),
+        ("", None),
+        ('"cn0001 mlx5_0" lid 2 4x???', "4x???"),
+        ('"cn0001 mlx5_0" lid 2 ??EDR', "??EDR"),
+        ('"cn0001 mlx5_0" lid 2 3xEDR', "3xEDR"),
+        ('"cn0001 mlx5_0" lid 2 4xZDR', "4xZDR"),
+    ],
+)
+def test_link_type_in_comment(comment: str, expected: object) -> None:
+    """A (width, speed), None for the default 4xSDR, or the unknown type's text."""
+    text = f'{SW}\n[1]\t"H-0000000000000020"[1](21) \t\t# {comment}\n\n{CA}\n'
+    if isinstance(expected, str):
+        want = re.escape(f"t.net:3: unknown link type {expected!r}")
+        with pytest.raises(TopologyError, match=want):
+            parse_ibnetdiscover(text, "t.net")
+        return
+    topo = parse_ibnetdiscover(text, "t.net")
+    assert [(x.width, x.speed) for x in topo.links] == [expected or (4, "SDR")]
+
+
+def two_ends(sw_type: str, ca_type: str) -> str:
+    return (
+        f"{SW}\n{SW_PORT.replace('4xEDR', sw_type)}\n\n{CA}\n{CA_PORT.replace('4xEDR', ca_type)}\n"
+    )
+
+
+def test_unknown_link_type_taken_from_the_far_end(caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        topo = parse_ibnetdiscover(two_ends("4x???", "4xNDR"), "t.net", strict=False)
+    assert [(x.width, x.speed) for x in topo.links] == [(4, "NDR")]
+    assert topo.warnings == [
+        "t.net:3: unknown link type '4x???' of \"S-0000000000000010\"[1] in the record of "
+        "S-0000000000000010 ('leaf')"
+    ]
+
+
+def test_unknown_link_type_at_both_ends_is_an_error() -> None:
+    with pytest.raises(TopologyError, match=r"^t\.net:3: unknown link type '\?\?EDR'"):
+        parse_ibnetdiscover(two_ends("??EDR", "??EDR"), "t.net", strict=False)
+
+
+def test_missing_link_type_taken_from_the_far_end() -> None:
+    topo = parse_ibnetdiscover(two_ends("", "2xHDR"), "t.net")
+    assert [(x.width, x.speed) for x in topo.links] == [(2, "HDR")]
+    assert topo.warnings == []
+
+
+def test_first_end_wins_when_both_name_a_type() -> None:
+    topo = parse_ibnetdiscover(two_ends("4xHDR", "4xEDR"), "t.net")
+    assert [(x.width, x.speed) for x in topo.links] == [(4, "HDR")]
+
+
+def test_grouping_ext_ports_and_remote_ca_guid() -> None:
+    """``ibnetdiscover -g`` adds [ext N]; a CA-to-CA link has "(guid) " after the remote."""
+    text = "\n".join(
+        [
+            "caguid=0x20",
+            'Ca\t1 "H-0000000000000020"\t\t# "a mlx5_0"',
+            '[1](21) \t"H-0000000000000030"[1][ext 3] (31) \t\t# lid 2 lmc 0 "b mlx5_0" '
+            "lid 3 4xHDR",
+            "",
+            "caguid=0x30",
+            'Ca\t1 "H-0000000000000030"\t\t# "b mlx5_0"',
+            '[1][ext 3](31) \t"H-0000000000000020"[1] (21) \t\t# lid 3 lmc 0 "a mlx5_0" '
+            "lid 2 4xHDR",
+            "",
+        ]
+    )
+    topo = parse_ibnetdiscover(text, "t.net")
+    assert topo.links == [
+        Link(Port("H-0000000000000020", 1), Port("H-0000000000000030", 1), 4, "HDR")
+    ]
+    assert topo.lids == {Port("H-0000000000000020", 1): 2, Port("H-0000000000000030", 1): 3}
+    assert topo.warnings == []
+
+
+def test_enhanced_port_0_and_quote_in_description() -> None:
+    text = (
+        "switchguid=0x10(10)\n"
+        'Switch\t2 "S-0000000000000010"\t\t# "MF0;sw:"Q"/U1" enhanced port 0 lid 9 lmc 0\n'
+    )
+    topo = parse_ibnetdiscover(text, "t.net")
+    node = topo.nodes["S-0000000000000010"]
+    assert node.desc == 'MF0;sw:"Q"/U1'
+    assert topo.lids == {Port(node.id, 0): 9}
+
+
+def test_router_ports_get_lids_and_guids() -> None:
+    text = (
+        f'{SW}\n[2]\t"R-0000000000000040"[1](41) \t\t# "gw" lid 4 4xEDR\n\n'
+        "rtguid=0x40\n"
+        'Rt\t1 "R-0000000000000040"\t\t# "gw"\n'
+        '[1](41) \t"S-0000000000000010"[2]\t\t# lid 4 lmc 0 "leaf" lid 1 4xEDR\n'
+    )
+    topo = parse_ibnetdiscover(text, "t.net")
+    assert topo.nodes["R-0000000000000040"].kind == "router"
+    assert topo.lids[Port("R-0000000000000040", 1)] == 4
+    assert topo.port_guids[Port("R-0000000000000040", 1)] == 0x41
+
+
+def test_components_give_switches_their_subtree(fabric: tuple[str, Topology]) -> None:
+    _, topo = fabric
+    levels = topo.switch_levels()
+    for level in range(1, max(levels.values()) + 1):
+        comp = topo.components(level, levels)
+        assert {n for n in topo.nodes if n not in comp} == {
+            s for s, lvl in levels.items() if lvl > level
+        }
+        sub = topo.subtrees(level, levels)
+        assert all(comp[c] == sub[c] for c in sub)
+        # every switch of level <= level shares the subtree of the CAs below it
+        for sw, lvl in levels.items():
+            if lvl == 1:
+                cas = [q.node for p in topo.ports(sw) if (q := topo.peer(p)) and q.node in sub]
+                assert {sub[c] for c in cas} == {comp[sw]}

@@ -1,0 +1,50 @@
+"""Counter collection: read every port's PMA counters (a sweep), then rates per port.
+
+Pipeline stage 1 of ibqos (DESIGN.md, section 3)::
+
+    Fabric.targets() ──► Backend.sweep() ──► Sweep ──► RateTracker.update() ──► rates table
+
+Backends: ``native`` (libibumad MADs, many in flight; the default), ``perfquery``
+(infiniband-diags processes) and ``replay`` (a recorded sweep series, written by
+``ibqos collect --record DIR``).
+"""
+
+from __future__ import annotations
+
+from ibqos.collect.rates import RateTracker, rows_for_json
+from ibqos.collect.sweep import Backend, Sweep, Target
+from ibqos.config import CollectConfig
+
+__all__ = ["Backend", "RateTracker", "Sweep", "Target", "make_backend", "rows_for_json"]
+
+
+def make_backend(cfg: CollectConfig) -> Backend:
+    """Open the backend *cfg* names.
+
+    Raises:
+        CollectError: it cannot work here (no MAD device, no perfquery, bad recording).
+    """
+    if cfg.backend == "perfquery":
+        from ibqos.collect.perfquery import PerfqueryBackend
+
+        return PerfqueryBackend(
+            workers=cfg.workers,
+            per_switch=cfg.per_switch,
+            xmit_wait=cfg.xmit_wait,
+            timeout_s=max(cfg.timeout_s, 1.0),  # one process reads many ports
+        )
+    if cfg.backend == "replay":
+        from ibqos.collect.replay import ReplayBackend
+
+        assert cfg.replay_path is not None  # checked by the config
+        return ReplayBackend(cfg.replay_path, loop=cfg.replay_loop)
+    from ibqos.collect.native import NativeBackend
+
+    return NativeBackend(
+        cfg.ca,
+        cfg.port,
+        window=cfg.window,
+        timeout_s=cfg.timeout_s,
+        retries=cfg.retries,
+        xmit_wait=cfg.xmit_wait,
+    )

@@ -1,0 +1,451 @@
+"""The native backend: PMA Gets through libibumad with many requests in flight.
+
+One process, no fork per port.  A sweep is a list of requests (LID, attribute, PortSelect)
+that a sliding window keeps in flight: send until *window* requests are out, then take a
+reply, match it to its request on the low 32 bits of the transaction id (the kernel owns the
+upper 32), copy its 256 bytes into one buffer, and send the next.  Requests that get no reply
+within *timeout_s* are sent again up to *retries* times, then reported for their port.  When
+every request is settled the buffer is decoded in bulk with numpy (``ibqos.mad.pma``).
+
+Each node is probed once, on first sight, with ClassPortInfo (IBA 16.1.3.1): it says
+whether PortCountersExtended (64-bit) is there, whether PortCounters has PortXmitWait and
+whether PCE also carries it.  Per-SL data counters have no capability bit, so switches are
+probed for PortXmitDataSL by trying it (status 0x000C or no reply: not supported).
+
+Window under the lab: umad2sim holds one lock while it writes a request to ibsim's datagram
+socket, and its receiver thread needs that lock to queue a reply.  With more requests out
+than a unix datagram queue holds (``net.unix.max_dgram_qlen``, 10 by default) both sides can
+block for good, so under umad2sim the window is capped below that length.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import struct
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from ibqos.collect.sweep import SWEEP_DTYPES, Sweep, Target
+from ibqos.mad import pma
+
+log = logging.getLogger("ibqos.collect")
+
+_U64_MAX = np.uint64(2**64 - 1)
+
+
+class Transport(Protocol):
+    """What the collector needs from a MAD port (``ibqos.mad.umad.UmadPort``)."""
+
+    mad_out: memoryview
+    mad_in: memoryview
+
+    def send(self, dlid: int, timeout_ms: int, sl: int = 0) -> None: ...
+
+    def recv(self, timeout_ms: int) -> int: ...
+
+    def recv_status(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """One PMA Get: to *lid*, for *attr*, with *port_select* in data byte 1."""
+
+    lid: int
+    attr: int
+    port_select: int
+
+
+@dataclass
+class Result:
+    """Replies of one batch of requests, row *i* for request *i*.
+
+    Attributes:
+        mads: (n, 256) uint8, the reply MADs (zeros where none came).
+        time_s: UNIX time each reply arrived, seconds; NaN where none did.
+        error: "" where a good reply came, else why not (one line).
+    """
+
+    mads: np.ndarray
+    time_s: np.ndarray
+    error: list[str]
+
+
+@dataclass(frozen=True)
+class NodeCaps:
+    """What a node's PMA supports (from ClassPortInfo, and probing per-SL counters).
+
+    Attributes:
+        cap_mask: PerfMgt ClassPortInfo.CapabilityMask.
+        cap_mask2: CapabilityMask2 (27 bits).
+        per_sl: PortXmitDataSL answered (switches only are probed).
+    """
+
+    cap_mask: int
+    cap_mask2: int
+    per_sl: bool = False
+
+    @property
+    def extended(self) -> bool:
+        """PortCountersExtended has at least the four 64-bit data and packet counters."""
+        return bool(self.cap_mask & (pma.CAP_EXT_WIDTH | pma.CAP_EXT_WIDTH_NOIETF))
+
+    @property
+    def xmit_wait(self) -> bool:
+        """PortCounters carries PortXmitWait."""
+        return bool(self.cap_mask & pma.CAP_XMIT_WAIT)
+
+    @property
+    def pce_xmit_wait(self) -> bool:
+        """PortCountersExtended carries PortXmitWait (no separate PortCounters needed)."""
+        return bool(self.cap_mask2 & pma.CAP2_ADDL_PCE)
+
+
+def max_dgram_qlen(path: Path = Path("/proc/sys/net/unix/max_dgram_qlen")) -> int:
+    """The kernel's unix datagram queue length (10 when it cannot be read)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 10
+
+
+def under_umad2sim() -> bool:
+    """This process talks to ibsim through umad2sim (LD_PRELOAD), not to a kernel."""
+    return "umad2sim" in os.environ.get("LD_PRELOAD", "")
+
+
+class Pipeline:
+    """Sends requests with up to *window* in flight and collects their replies.
+
+    Args:
+        transport: an open MAD port.
+        window: requests in flight at most.
+        timeout_s: seconds to wait for each reply before sending again.
+        retries: extra tries per request after a timeout or a busy reply.
+    """
+
+    def __init__(self, transport: Transport, window: int, timeout_s: float, retries: int) -> None:
+        self.transport = transport
+        self.window = max(1, window)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._tid = int.from_bytes(os.urandom(4), "big")  # start anywhere: stale replies miss
+        self.stats: dict[str, int] = {"sent": 0, "answered": 0, "retries": 0, "timeouts": 0}
+
+    def run(self, requests: Sequence[Request]) -> Result:
+        """Send every request and wait until each has a reply or has used up its tries."""
+        n = len(requests)
+        mads = np.zeros((n, pma.MAD_SIZE), dtype=np.uint8)
+        times = np.full(n, np.nan)
+        errors = [""] * n
+        done = np.zeros(n, dtype=bool)
+        tries = np.zeros(n, dtype=np.int32)
+        base = self._tid
+        self._tid = (self._tid + n + 1) & 0xFFFFFFFF
+        pending: deque[int] = deque(range(n))
+        # (deadline, index, try number) in send order; deadlines grow, so the oldest is first
+        flying: deque[tuple[float, int, int]] = deque()
+        live: dict[int, int] = {}  # index -> try number of the copy in flight
+        templates: dict[int, bytes] = {}
+        t = self.transport
+        out, inp = t.mad_out, t.mad_in
+        timeout_ms = max(1, int(self.timeout_s * 1000))
+        unpack_tid = struct.Struct(">I").unpack_from
+        pack_tid = struct.Struct(">I").pack_into
+        settled = 0
+        while settled < n:
+            while pending and len(live) < self.window:
+                i = pending.popleft()
+                req = requests[i]
+                tmpl = templates.get(req.attr)
+                if tmpl is None:
+                    tmpl = templates[req.attr] = pma.get_request(req.attr)
+                out[:] = tmpl
+                out[pma.DATA_OFFSET + 1] = req.port_select
+                pack_tid(out, pma.TID_LOW_OFFSET, (base + i) & 0xFFFFFFFF)
+                t.send(req.lid, timeout_ms)
+                tries[i] += 1
+                live[i] = int(tries[i])
+                flying.append((time.monotonic() + self.timeout_s, i, int(tries[i])))
+                self.stats["sent"] += 1
+            wait_ms = max(1, int((flying[0][0] - time.monotonic()) * 1000) + 1) if flying else 1
+            length = t.recv(wait_ms)
+            if length >= 0:
+                i = (unpack_tid(inp, pma.TID_LOW_OFFSET)[0] - base) & 0xFFFFFFFF
+                if length < pma.TID_LOW_OFFSET + 4 or i >= n or done[i]:
+                    log.debug("stray or late MAD (%d bytes) ignored", length)
+                elif t.recv_status() != 0:
+                    # the kernel (or umad2sim) hands a request back when it timed out
+                    if live.pop(i, None) is not None:
+                        settled += self._again(i, pending, tries, errors, done, "no reply")
+                else:
+                    if live.pop(i, None) is None:
+                        pending.remove(i)  # a late reply to a copy we were about to resend
+                    done[i] = True
+                    settled += 1
+                    if length < pma.MAD_SIZE:
+                        errors[i] = f"truncated reply ({length} of {pma.MAD_SIZE} bytes)"
+                    elif struct.unpack_from(">H", inp, 4)[0] & pma.STATUS_BUSY:
+                        done[i] = False
+                        settled -= 1
+                        settled += self._again(i, pending, tries, errors, done, "busy")
+                    else:
+                        mads[i] = np.frombuffer(inp, dtype=np.uint8)
+                        times[i] = time.time()
+                        self.stats["answered"] += 1
+            now = time.monotonic()
+            while flying and (flying[0][0] <= now or live.get(flying[0][1]) != flying[0][2]):
+                _, i, k = flying.popleft()
+                if live.get(i) == k:  # this copy is still unanswered: it timed out
+                    del live[i]
+                    self.stats["timeouts"] += 1
+                    settled += self._again(i, pending, tries, errors, done, "no reply")
+        return Result(mads, times, errors)
+
+    def _again(
+        self,
+        i: int,
+        pending: deque[int],
+        tries: np.ndarray,
+        errors: list[str],
+        done: np.ndarray,
+        why: str,
+    ) -> int:
+        """Queue request *i* again if it has tries left; else fail it.  Returns 1 if settled."""
+        if tries[i] <= self.retries:
+            pending.appendleft(i)
+            self.stats["retries"] += 1
+            return 0
+        errors[i] = f"{why} after {int(tries[i])} tries ({self.timeout_s:g} s each)"
+        done[i] = True
+        return 1
+
+
+class NativeBackend:
+    """Reads PMA counters itself through libibumad (the default backend).
+
+    Args:
+        ca: CA name to send from (default: the first one).
+        port: CA port number (default: the first active one).
+        window: requests in flight at most (capped under umad2sim, see the module doc).
+        timeout_s: seconds to wait for each reply before trying again.
+        retries: extra tries after a timeout or a busy reply.
+        xmit_wait: also read PortCounters for PortXmitWait where PCE does not carry it
+            (one more Get per port).
+        transport: an already open MAD port (tests); default opens ``UmadPort(ca, port)``.
+    """
+
+    name = "native"
+
+    def __init__(
+        self,
+        ca: str | None = None,
+        port: int = 0,
+        *,
+        window: int = 32,
+        timeout_s: float = 0.5,
+        retries: int = 2,
+        xmit_wait: bool = True,
+        transport: Transport | None = None,
+    ) -> None:
+        if transport is None:
+            from ibqos.mad.umad import UmadPort  # loads libibumad only when needed
+
+            transport = UmadPort(ca, port)
+        limit = max_dgram_qlen() - 2 if under_umad2sim() else window
+        if window > limit:
+            log.info("umad2sim: in-flight window %d capped at %d", window, limit)
+        self.pipeline = Pipeline(transport, min(window, max(1, limit)), timeout_s, retries)
+        self.xmit_wait = xmit_wait
+        self.caps: dict[int, NodeCaps | None] = {}  # None: ClassPortInfo failed
+        self._warned_32bit: set[int] = set()
+
+    def close(self) -> None:
+        """Close the MAD port."""
+        self.pipeline.transport.close()
+
+    def __enter__(self) -> NativeBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- capabilities ---------------------------------------------------------------
+    def probe(self, targets: Sequence[Target]) -> None:
+        """Read ClassPortInfo of every node not probed yet, then try per-SL counters on
+        the switches among them.  A node that does not answer is retried next sweep."""
+        first: dict[int, Target] = {}
+        for tg in targets:
+            if self.caps.get(tg.node_guid) is None:
+                first.setdefault(tg.node_guid, tg)
+        if not first:
+            return
+        nodes = list(first.values())
+        res = self.pipeline.run([Request(tg.lid, pma.ATTR_CLASS_PORT_INFO, 0) for tg in nodes])
+        recs = pma.decode(res.mads.tobytes(), pma.ATTR_CLASS_PORT_INFO)
+        bad = pma.check_replies(recs, pma.ATTR_CLASS_PORT_INFO)
+        caps: dict[int, NodeCaps] = {}
+        for tg, rec, err, rerr in zip(nodes, recs, bad, res.error, strict=True):
+            why = rerr or err
+            if why:
+                log.warning("%s: ClassPortInfo: %s", _where(tg), why)
+                self.caps[tg.node_guid] = None
+                continue
+            caps[tg.node_guid] = NodeCaps(
+                int(rec["cap_mask"]), int(rec["cap_mask2_resp_time"]) >> 5
+            )
+        switches = [tg for tg in nodes if tg.is_switch and tg.node_guid in caps]
+        if switches:
+            res = self.pipeline.run(
+                [Request(tg.lid, pma.ATTR_PORT_XMIT_DATA_SL, tg.port) for tg in switches]
+            )
+            recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_XMIT_DATA_SL)
+            bad = pma.check_replies(recs, pma.ATTR_PORT_XMIT_DATA_SL)
+            for tg, err, rerr in zip(switches, bad, res.error, strict=True):
+                if not (err or rerr):
+                    c = caps[tg.node_guid]
+                    caps[tg.node_guid] = NodeCaps(c.cap_mask, c.cap_mask2, per_sl=True)
+        self.caps.update(caps)
+
+    # -- sweep ----------------------------------------------------------------------
+    def sweep(self, targets: Sequence[Target]) -> Sweep:
+        """Read PortCountersExtended (or PortCounters) of every target once."""
+        started, t0 = time.time(), time.monotonic()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        stats0 = dict(self.pipeline.stats)
+        self.probe(targets)
+        requests: list[Request] = []
+        main = np.full(len(targets), -1, dtype=np.int64)  # request of each target's data
+        wait = np.full(len(targets), -1, dtype=np.int64)  # its PortCounters for XmitWait
+        for k, tg in enumerate(targets):
+            caps = self.caps.get(tg.node_guid)
+            if caps is None:
+                continue
+            if caps.extended:
+                main[k] = len(requests)
+                requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS_EXT, tg.port))
+                if self.xmit_wait and caps.xmit_wait and not caps.pce_xmit_wait:
+                    wait[k] = len(requests)
+                    requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS, tg.port))
+            else:
+                if tg.node_guid not in self._warned_32bit:
+                    self._warned_32bit.add(tg.node_guid)
+                    log.warning(
+                        "%s: no PortCountersExtended; 32-bit PortCounters saturate quickly",
+                        _where(tg),
+                    )
+                main[k] = len(requests)
+                requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS, tg.port))
+        res = self.pipeline.run(requests)
+        table = self._table(targets, requests, res, main, wait)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        stats = {k: v - stats0.get(k, 0) for k, v in self.pipeline.stats.items()}
+        stats["failed"] = int((table["error"] != "").sum())
+        for tg, err in zip(targets, table["error"], strict=True):
+            if err:
+                log.warning("%s: %s", _where(tg), err)
+        return Sweep(
+            targets=list(targets),
+            table=table,
+            backend=self.name,
+            started_s=started,
+            duration_s=time.monotonic() - t0,
+            cpu_s=(cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+            stats=stats,
+        )
+
+    def _table(
+        self,
+        targets: Sequence[Target],
+        requests: Sequence[Request],
+        res: Result,
+        main: np.ndarray,
+        wait: np.ndarray,
+    ) -> pd.DataFrame:
+        """Decode the replies in bulk into a sweep table, one row per target."""
+        n = len(targets)
+        attrs = np.array([r.attr for r in requests], dtype=np.int64)
+        errors = np.array(res.error, dtype=object) if requests else np.array([], dtype=object)
+        cols: dict[str, np.ndarray] = {
+            c: np.zeros(n, dtype=np.uint64)
+            for c in ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait")
+        }
+        missing = {c: np.ones(n, dtype=bool) for c in cols}
+        bits = np.zeros(n, dtype=np.uint8)
+        tport = np.array([t.port for t in targets], dtype=np.int64)
+        caps = [self.caps.get(t.node_guid) for t in targets]
+        has_wait = np.array([c is not None and c.xmit_wait for c in caps], dtype=np.bool_)
+        pce_wait = np.array([c is not None and c.pce_xmit_wait for c in caps], dtype=np.bool_)
+        error = np.array(["no ClassPortInfo from this node"] * n, dtype=object)
+        time_s = np.full(n, np.nan)
+        for attr, width in ((pma.ATTR_PORT_COUNTERS_EXT, 64), (pma.ATTR_PORT_COUNTERS, 32)):
+            rows = np.flatnonzero((main >= 0) & (attrs[np.maximum(main, 0)] == attr))
+            if not len(rows):
+                continue
+            idx = main[rows]
+            recs = pma.decode(res.mads[idx].tobytes(), attr)
+            why = pma.check_replies(recs, attr)
+            why = np.where(errors[idx] != "", errors[idx], why)
+            port_bad = recs["port_select"] != tport[rows]
+            why = np.where((why == "") & port_bad, "reply for another port", why)
+            good = why == ""
+            error[rows] = why
+            time_s[rows] = res.time_s[idx]
+            bits[rows[good]] = width
+            for col, field, scale in (
+                ("xmit_bytes", "xmit_data", 4),
+                ("rcv_bytes", "rcv_data", 4),
+                ("xmit_pkts", "xmit_pkts", 1),
+                ("rcv_pkts", "rcv_pkts", 1),
+            ):
+                v = recs[field].astype(np.uint64)
+                if scale != 1:  # data counters count 4-octet words; keep saturation visible
+                    v = np.where(v > _U64_MAX // np.uint64(scale), _U64_MAX, v * np.uint64(scale))
+                cols[col][rows[good]] = v[good]
+                missing[col][rows[good]] = False
+            # a 32-bit fallback reply has XmitWait where CapMask bit 12 says so; PCE where
+            # CapMask2 bit 1 does
+            ok = good & (has_wait[rows] if attr == pma.ATTR_PORT_COUNTERS else pce_wait[rows])
+            cols["xmit_wait"][rows[ok]] = recs["xmit_wait"][ok]
+            missing["xmit_wait"][rows[ok]] = False
+        rows = np.flatnonzero(wait >= 0)
+        if len(rows):
+            idx = wait[rows]
+            recs = pma.decode(res.mads[idx].tobytes(), pma.ATTR_PORT_COUNTERS)
+            why = np.where(
+                errors[idx] != "", errors[idx], pma.check_replies(recs, pma.ATTR_PORT_COUNTERS)
+            )
+            good = (why == "") & (error[rows] == "")
+            cols["xmit_wait"][rows[good]] = recs["xmit_wait"][good]
+            missing["xmit_wait"][rows[good]] = False
+            bad = (why != "") & (error[rows] == "")
+            error[rows[bad]] = ["XmitWait: " + str(w) for w in why[bad]]
+        data = {
+            "node_guid": np.array([t.node_guid for t in targets], dtype=np.uint64),
+            "port": np.array([t.port for t in targets], dtype=np.uint8),
+            "lid": np.array([t.lid for t in targets], dtype=np.uint16),
+            "time_s": time_s,
+        }
+        frame = pd.DataFrame(data)
+        for c, v in cols.items():
+            frame[c] = pd.arrays.IntegerArray(v, missing[c])
+        frame["counter_bits"] = bits
+        frame["error"] = error
+        return frame.astype(SWEEP_DTYPES)
+
+
+def _where(tg: Target) -> str:
+    return f"{tg.node_desc or f'0x{tg.node_guid:016x}'} port {tg.port} (lid {tg.lid})"
+
+
+__all__ = ["NativeBackend", "NodeCaps", "Pipeline", "Request", "Result", "Transport"]

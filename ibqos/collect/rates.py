@@ -1,0 +1,201 @@
+"""Port rates from successive sweeps: counter deltas over each port's own interval.
+
+A :class:`RateTracker` keeps the last reading of every port, keyed by (node GUID, port
+number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates table:
+
+- the delta of each counter is computed exactly in unsigned 64-bit integers, then divided
+  by the interval as float64;
+- a counter that went down was reset (OpenSM's PerfMgr clears counters at 75 %, and so do
+  ``perfquery -r`` and ``ibqueryerrors -k``; reference B.4): its delta is its new value,
+  the row says ``reset=True``, and the port's and the total reset counts go up by one;
+- the interval is the port's own: this row's ``time_s`` minus that of the port's row in
+  the previous sweep, so ports read at different moments of a long sweep are each right;
+- rates are NaN, never 0, where they are unknown: the port's first reading, a port that
+  was not read in the previous sweep (missing from it, or an error row there), a row in
+  error now, a counter the port does not have (XmitWait), or an interval that is not
+  positive.
+
+Rates table columns (``RATES_DTYPES``), one row per row of the sweep, in its order.  They
+are the stable output of ``ibqos collect`` (see :func:`rows_for_json`):
+
+================  ========  ==========================================================
+column            dtype     meaning
+================  ========  ==========================================================
+node_guid         uint64    node GUID
+node_desc         object    NodeDescription (str)
+port              uint8     port number
+lid               uint16    LID the counters were read from
+level             uint8     fat-tree level of the node (0 = CA, 1 = leaf switch, ...)
+role              object    "host", "down" or "up" (str)
+time_s            float64   UNIX time of this reading, seconds; NaN if not read
+interval_s        float64   seconds since the port's previous reading; NaN if none
+xmit_bytes_per_s  float64   bytes per second sent (PortXmitData x 4)
+rcv_bytes_per_s   float64   bytes per second received
+xmit_pkts_per_s   float64   packets per second sent
+rcv_pkts_per_s    float64   packets per second received
+xmit_wait_per_s   float64   PortXmitWait ticks per second
+reset             bool      a counter of this port went down since the previous reading
+error             object    "" or why the port was not read (str), from the sweep
+================  ========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ibqos.collect.sweep import COUNTERS, Sweep
+
+__all__ = ["RATES_DTYPES", "RATE_COLUMNS", "RateTracker", "rows_for_json"]
+
+RATES_DTYPES: dict[str, str] = {
+    "node_guid": "uint64",
+    "node_desc": "object",
+    "port": "uint8",
+    "lid": "uint16",
+    "level": "uint8",
+    "role": "object",
+    "time_s": "float64",
+    "interval_s": "float64",
+    "xmit_bytes_per_s": "float64",
+    "rcv_bytes_per_s": "float64",
+    "xmit_pkts_per_s": "float64",
+    "rcv_pkts_per_s": "float64",
+    "xmit_wait_per_s": "float64",
+    "reset": "bool",
+    "error": "object",
+}
+#: Rate column of each sweep counter.
+RATE_COLUMNS: dict[str, str] = {c: f"{c}_per_s" for c in COUNTERS}
+
+Key = tuple[int, int]
+_U64 = npt.NDArray[np.uint64]
+_BOOL = npt.NDArray[np.bool_]
+
+
+class RateTracker:
+    """Turns successive sweeps into per-port rates (see the module docstring).
+
+    Attributes:
+        resets: number of rows flagged ``reset``, per (node GUID, port).
+        total_resets: their sum.
+    """
+
+    def __init__(self) -> None:
+        self.resets: dict[Key, int] = {}
+        self.total_resets = 0
+        self._prev: pd.DataFrame | None = None  # good rows of the last sweep, by key
+
+    def update(self, sweep: Sweep) -> pd.DataFrame:
+        """Rates of *sweep* against the previous one; then remember *sweep*.
+
+        Raises:
+            ValueError: the sweep's table and targets differ in length.
+        """
+        table = sweep.table
+        if len(table) != len(sweep.targets):
+            raise ValueError(f"sweep has {len(sweep.targets)} targets but {len(table)} table rows")
+        n = len(table)
+        keys = pd.MultiIndex.from_arrays(
+            [table["node_guid"].to_numpy(np.uint64), table["port"].to_numpy(np.uint64)]
+        )
+        good = (table["error"] == "").to_numpy(bool) & table["time_s"].notna().to_numpy(bool)
+        prev = self._aligned(keys)
+        now_t = table["time_s"].to_numpy(np.float64)
+        interval = now_t - prev["time_s"].to_numpy(np.float64)
+        usable = good & prev["_seen"].to_numpy(bool) & (interval > 0)
+        interval = np.where(good & prev["_seen"].to_numpy(bool), interval, np.nan)
+        reset = np.zeros(n, dtype=bool)
+        rates: dict[str, npt.NDArray[np.float64]] = {}
+        for col in COUNTERS:
+            cur, cur_ok = _u64(table[col])
+            old, old_ok = _u64(prev[col])
+            ok = usable & cur_ok & old_ok
+            went_down = ok & (cur < old)
+            # exact in uint64, converted to float only after the subtraction; rows where
+            # cur < old wrap around in ``cur - old`` and are replaced (reset) or masked
+            delta = np.where(went_down, cur, cur - old)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = delta.astype(np.float64) / interval
+            rates[RATE_COLUMNS[col]] = np.where(ok, rate, np.nan)
+            reset |= went_down
+        guids = table["node_guid"].tolist()
+        ports = table["port"].tolist()
+        for i in np.flatnonzero(reset).tolist():
+            key = (int(guids[i]), int(ports[i]))
+            self.resets[key] = self.resets.get(key, 0) + 1
+        self.total_resets += int(reset.sum())
+        self._remember(table, keys, good)
+        targets = sweep.targets
+        out = pd.DataFrame(
+            {
+                "node_guid": table["node_guid"].to_numpy(np.uint64),
+                "node_desc": [t.node_desc for t in targets],
+                "port": table["port"].to_numpy(),
+                "lid": table["lid"].to_numpy(),
+                "level": [t.level for t in targets],
+                "role": [t.role for t in targets],
+                "time_s": now_t,
+                "interval_s": interval,
+                **rates,
+                "reset": reset,
+                "error": table["error"].astype(object).to_numpy(),
+            }
+        )
+        return out.astype(RATES_DTYPES)
+
+    def _aligned(self, keys: pd.MultiIndex) -> pd.DataFrame:
+        """The previous reading of each key, in *keys* order (``_seen`` False if none)."""
+        cols = ["time_s", *COUNTERS]
+        if self._prev is None:
+            empty = pd.DataFrame({"time_s": np.full(len(keys), np.nan)})
+            for c in COUNTERS:
+                empty[c] = pd.array([pd.NA] * len(keys), dtype="UInt64")
+            empty["_seen"] = False
+            return empty
+        aligned = self._prev[cols].reindex(keys)
+        aligned["_seen"] = self._prev["_seen"].reindex(keys, fill_value=False).to_numpy(bool)
+        return aligned.reset_index(drop=True)
+
+    def _remember(self, table: pd.DataFrame, keys: pd.MultiIndex, good: _BOOL) -> None:
+        kept = table.loc[good, ["time_s", *COUNTERS]].copy()
+        kept.index = keys[good]
+        kept = kept[~kept.index.duplicated(keep="last")]
+        kept["_seen"] = True
+        self._prev = kept
+
+
+def _u64(series: pd.Series[Any]) -> tuple[_U64, _BOOL]:
+    """Values of a UInt64 column as uint64 (0 where missing) and where they are present."""
+    present = series.notna().to_numpy(bool)
+    values = np.asarray(series.astype("UInt64").to_numpy(dtype=np.uint64, na_value=0), np.uint64)
+    return values, present
+
+
+def rows_for_json(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a rates table as JSON-safe dicts, in column order.
+
+    NaN becomes None (JSON null), ``node_guid`` a "0x%016x" string, numpy scalars plain
+    Python numbers and booleans.
+    """
+    rows: list[dict[str, Any]] = []
+    for record in df.to_dict(orient="records"):
+        rows.append({str(k): _json_value(k, v) for k, v in record.items()})
+    return rows
+
+
+def _json_value(key: Hashable, value: Any) -> Any:
+    if key == "node_guid":
+        return f"0x{int(value):016x}"
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

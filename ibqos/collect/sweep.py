@@ -1,0 +1,133 @@
+"""What every counter backend returns: one sweep of PMA counters over a list of ports.
+
+A *target* is one port whose PMA ibqos reads.  A *sweep* is one reading of every target,
+as a pandas DataFrame with one row per target, in target order.  Counters are raw
+cumulative values already converted to base units at the edge (data counters x 4, so
+bytes); rates are computed later from two sweeps (``ibqos.collect.rates``).
+
+Sweep table columns (``SWEEP_DTYPES``):
+
+=============  =========  ===============================================================
+column         dtype      meaning
+=============  =========  ===============================================================
+node_guid      uint64     node GUID of the port's node
+port           uint8      port number (switch ports 1..n, CA ports 1..n)
+lid            uint16     LID the PMA query was sent to (a switch's port-0 LID)
+time_s         float64    UNIX time the reply arrived, seconds; NaN if none did
+xmit_bytes     UInt64     PortXmitData x 4, bytes; <NA> if not read
+rcv_bytes      UInt64     PortRcvData x 4, bytes
+xmit_pkts      UInt64     PortXmitPkts, packets
+rcv_pkts       UInt64     PortRcvPkts, packets
+xmit_wait      UInt64     PortXmitWait, ticks; <NA> where the port does not support it
+counter_bits   uint8      64 (PortCountersExtended) or 32 (PortCounters fallback); 0 if failed
+error          object     "" when read, else one line saying what went wrong
+=============  =========  ===============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import pandas as pd
+
+Role = Literal["host", "down", "up"]
+
+SWEEP_DTYPES: dict[str, str] = {
+    "node_guid": "uint64",
+    "port": "uint8",
+    "lid": "uint16",
+    "time_s": "float64",
+    "xmit_bytes": "UInt64",
+    "rcv_bytes": "UInt64",
+    "xmit_pkts": "UInt64",
+    "rcv_pkts": "UInt64",
+    "xmit_wait": "UInt64",
+    "counter_bits": "uint8",
+    "error": "object",
+}
+COUNTERS = ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One port whose PMA counters are read.
+
+    Attributes:
+        node_guid: node GUID.
+        node_desc: NodeDescription of the node.
+        port: port number.
+        lid: LID to send the PMA query to: the CA port's LID, or the switch's (port 0) LID.
+        level: fat-tree level of the node: 0 for a CA, 1 for a leaf switch, then upward.
+        role: "host" (a CA port), "down" (a switch port towards a lower level or a CA) or
+            "up" (a switch port towards a higher level).
+        is_switch: the node is a switch (PortSelect selects the port; AllPortSelect may work).
+    """
+
+    node_guid: int
+    node_desc: str
+    port: int
+    lid: int
+    level: int
+    role: Role
+    is_switch: bool
+
+
+@dataclass
+class Sweep:
+    """One reading of every target.
+
+    Attributes:
+        targets: the ports read, in row order of ``table``.
+        table: the sweep table (columns above).
+        backend: name of the backend that read it.
+        started_s: UNIX time the sweep started, seconds.
+        duration_s: wall-clock length of the sweep, seconds.
+        cpu_s: CPU time the collecting process (and its children) spent on it, seconds.
+        stats: counts such as ``sent``, ``answered``, ``retries``, ``timeouts``, ``failed``.
+    """
+
+    targets: list[Target]
+    table: pd.DataFrame
+    backend: str
+    started_s: float
+    duration_s: float
+    cpu_s: float = 0.0
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> int:
+        """Number of targets that were not read."""
+        return int((self.table["error"] != "").sum())
+
+
+class Backend(Protocol):
+    """A way of reading a sweep: native MADs, perfquery processes, or a recording."""
+
+    name: str
+
+    def sweep(self, targets: Sequence[Target]) -> Sweep:
+        """Read every target once.  A port that does not answer is reported in its row's
+        ``error`` (and logged), never raised; only a backend that cannot work at all
+        (no device, no perfquery, recording exhausted) raises ``CollectError``."""
+        ...
+
+    def close(self) -> None:
+        """Release the device, worker pool or files."""
+        ...
+
+
+def empty_table(targets: Sequence[Target]) -> pd.DataFrame:
+    """A sweep table for *targets* with every counter missing and error "not read"."""
+    n = len(targets)
+    cols: dict[str, object] = {
+        "node_guid": [t.node_guid for t in targets],
+        "port": [t.port for t in targets],
+        "lid": [t.lid for t in targets],
+        "time_s": [float("nan")] * n,
+        **{c: [pd.NA] * n for c in COUNTERS},
+        "counter_bits": [0] * n,
+        "error": ["not read"] * n,
+    }
+    return pd.DataFrame(cols).astype(SWEEP_DTYPES)

@@ -1,0 +1,285 @@
+"""RateTracker: deltas, resets, gaps, per-row intervals, exact 64-bit arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ibqos.collect.rates import RATES_DTYPES, RateTracker, rows_for_json
+from ibqos.collect.sweep import COUNTERS, SWEEP_DTYPES, Sweep, Target
+
+NA = pd.NA
+NAN = float("nan")
+U64 = 2**64 - 1
+A = Target(0x0C42A10300010001, "leaf-1", 9, 3, 1, "up", True)
+B = Target(0x0C42A10301000000, "cn0001 mlx5_0", 1, 2, 0, "host", False)
+C = Target(0xFFFFFFFFFFFFFFFF, 'odd, "quoted" node', 255, 65535, 2, "down", True)
+
+
+def row(time_s, xb=0, rb=0, xp=0, rp=0, xw=0, error=""):
+    """One sweep row's readings (counters may be NA)."""
+    return {
+        "time_s": time_s,
+        "xmit_bytes": xb,
+        "rcv_bytes": rb,
+        "xmit_pkts": xp,
+        "rcv_pkts": rp,
+        "xmit_wait": xw,
+        "error": error,
+    }
+
+
+def failed(error="lid 2 port 1: perfquery timed out after 10 s"):
+    return row(NAN, NA, NA, NA, NA, NA, error)
+
+
+def sweep(readings):
+    """A Sweep of (target, row) pairs, with the dtypes backends produce."""
+    targets = [t for t, _ in readings]
+    cols = {
+        "node_guid": [t.node_guid for t in targets],
+        "port": [t.port for t in targets],
+        "lid": [t.lid for t in targets],
+        **{k: [r[k] for _, r in readings] for k in ("time_s", *COUNTERS)},
+        "counter_bits": [0 if r["error"] else 64 for _, r in readings],
+        "error": [r["error"] for _, r in readings],
+    }
+    table = pd.DataFrame(cols).astype(SWEEP_DTYPES)
+    return Sweep(targets, table, "test", started_s=0.0, duration_s=1.0)
+
+
+def expected(rows):
+    """A rates frame built by hand, with the documented dtypes and column order."""
+    return pd.DataFrame(rows, columns=list(RATES_DTYPES)).astype(RATES_DTYPES)
+
+
+def test_first_sample_has_no_rates_then_deltas_over_each_ports_interval():
+    rt = RateTracker()
+    first = rt.update(sweep([(A, row(100.0, 1000, 2000, 10, 20, 5)), (B, row(100.5, 0, 0))]))
+    exp = expected(
+        [
+            [
+                A.node_guid,
+                A.node_desc,
+                9,
+                3,
+                1,
+                "up",
+                100.0,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                False,
+                "",
+            ],
+            [
+                B.node_guid,
+                B.node_desc,
+                1,
+                2,
+                0,
+                "host",
+                100.5,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                NAN,
+                False,
+                "",
+            ],
+        ]
+    )
+    pd.testing.assert_frame_equal(first, exp)
+    # port A read 2 s later, port B 4 s later: each gets its own interval
+    second = rt.update(
+        sweep([(A, row(102.0, 3000, 2400, 30, 24, 9)), (B, row(104.5, 800, 400, 8, 4))])
+    )
+    exp = expected(
+        [
+            [
+                A.node_guid,
+                A.node_desc,
+                9,
+                3,
+                1,
+                "up",
+                102.0,
+                2.0,
+                1000.0,
+                200.0,
+                10.0,
+                2.0,
+                2.0,
+                False,
+                "",
+            ],
+            [
+                B.node_guid,
+                B.node_desc,
+                1,
+                2,
+                0,
+                "host",
+                104.5,
+                4.0,
+                200.0,
+                100.0,
+                2.0,
+                1.0,
+                0.0,
+                False,
+                "",
+            ],
+        ]
+    )
+    pd.testing.assert_frame_equal(second, exp)
+    assert rt.total_resets == 0 and rt.resets == {}
+
+
+def test_a_counter_going_down_is_a_reset():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 10_000, 10_000, 100, 100, 50)), (B, row(0.0, 5, 5, 1, 1, 0))]))
+    out = rt.update(sweep([(A, row(2.0, 400, 10_600, 4, 106, 50)), (B, row(2.0, 7, 7, 2, 2, 0))]))
+    a = out.iloc[0]
+    assert bool(a["reset"]) is True
+    assert a["xmit_bytes_per_s"] == 200.0  # the new value is the delta
+    assert a["rcv_bytes_per_s"] == 300.0  # this counter did not go down
+    assert a["xmit_pkts_per_s"] == 2.0
+    assert a["xmit_wait_per_s"] == 0.0
+    assert not out.iloc[1]["reset"]
+    assert rt.resets == {(A.node_guid, A.port): 1} and rt.total_resets == 1
+    out = rt.update(sweep([(A, row(4.0, 0, 0, 0, 0, 0)), (B, row(4.0, 0, 7, 2, 2, 0))]))
+    assert list(out["reset"]) == [True, True]
+    assert rt.resets == {(A.node_guid, A.port): 2, (B.node_guid, B.port): 1}
+    assert rt.total_resets == 3
+
+
+def test_missing_ports_give_nan_not_zero():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 100, 100)), (B, row(0.0, 100, 100))]))
+    # A fails to read, B is not in this sweep, C is new
+    out = rt.update(sweep([(A, failed()), (C, row(1.0, 5, 5))]))
+    assert out["error"].tolist() == ["lid 2 port 1: perfquery timed out after 10 s", ""]
+    for col in ("interval_s", "xmit_bytes_per_s", "rcv_pkts_per_s", "xmit_wait_per_s"):
+        assert out[col].isna().all(), col
+    assert math.isnan(out["time_s"].iat[0]) and out["time_s"].iat[1] == 1.0
+    # next sweep: A was not read in the previous one, B was not in it: still no rates;
+    # C has its first rate
+    out = rt.update(sweep([(A, row(2.0, 300, 300)), (B, row(2.0, 300, 300)), (C, row(2.0, 15, 5))]))
+    assert out["xmit_bytes_per_s"].iloc[:2].isna().all()
+    assert out["xmit_bytes_per_s"].iat[2] == 10.0
+    out = rt.update(sweep([(A, row(3.0, 400, 300)), (B, row(4.0, 500, 300)), (C, row(3.0, 15, 5))]))
+    assert out["xmit_bytes_per_s"].tolist() == [100.0, 100.0, 0.0]
+    assert not out["reset"].any()
+
+
+def test_missing_counter_gives_nan_for_that_rate_only():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 0, 0, 0, 0, NA))]))
+    out = rt.update(sweep([(A, row(1.0, 8, 8, 1, 1, NA))]))
+    assert out["xmit_bytes_per_s"].iat[0] == 8.0
+    assert math.isnan(out["xmit_wait_per_s"].iat[0])
+
+
+def test_exact_uint64_deltas_near_two_to_the_64():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, U64 - 1000, U64 - 3, 2**63, 0, 0))]))
+    out = rt.update(sweep([(A, row(1.0, U64, U64, 2**63 + 1, U64, 1))]))
+    # as floats, U64 - 1000 and U64 are the same number: the delta would be 0
+    assert float(U64 - 1000) == float(U64)
+    assert out["xmit_bytes_per_s"].iat[0] == 1000.0
+    assert out["rcv_bytes_per_s"].iat[0] == 3.0
+    assert out["xmit_pkts_per_s"].iat[0] == 1.0
+    assert out["rcv_pkts_per_s"].iat[0] == float(U64)
+    assert not out["reset"].iat[0]
+    # and a reset from near the top to a small value
+    out = rt.update(sweep([(A, row(2.0, 7, U64, 2**63 + 1, U64, 1))]))
+    assert out["xmit_bytes_per_s"].iat[0] == 7.0 and bool(out["reset"].iat[0])
+    assert out["rcv_bytes_per_s"].iat[0] == 0.0
+
+
+def test_time_that_does_not_advance_gives_no_rates():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(5.0, 0, 0))]))
+    out = rt.update(sweep([(A, row(5.0, 10, 10))]))
+    assert out["interval_s"].iat[0] == 0.0
+    assert out["xmit_bytes_per_s"].isna().all()
+    out = rt.update(sweep([(A, row(4.0, 20, 20))]))
+    assert out["interval_s"].iat[0] == -1.0 and out["xmit_bytes_per_s"].isna().all()
+
+
+def test_duplicate_ports_in_a_sweep():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 0)), (A, row(0.0, 0))]))
+    out = rt.update(sweep([(A, row(1.0, 10)), (A, row(1.0, 10))]))
+    assert out["xmit_bytes_per_s"].tolist() == [10.0, 10.0]
+
+
+def test_empty_sweep():
+    out = RateTracker().update(sweep([]))
+    pd.testing.assert_frame_equal(out, expected([]))
+
+
+def test_table_and_targets_must_match():
+    s = sweep([(A, row(0.0))])
+    s.targets.append(B)
+    with pytest.raises(ValueError, match="1 table rows"):
+        RateTracker().update(s)
+
+
+def test_rows_for_json():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 0, 0, 0, 0, NA)), (C, row(0.0))]))
+    out = rt.update(sweep([(A, row(1.0, 40, 4, 2, 1, NA)), (C, failed("lid 65535 port 255: x"))]))
+    rows = rows_for_json(out)
+    assert rows[0] == {
+        "node_guid": "0x0c42a10300010001",
+        "node_desc": "leaf-1",
+        "port": 9,
+        "lid": 3,
+        "level": 1,
+        "role": "up",
+        "time_s": 1.0,
+        "interval_s": 1.0,
+        "xmit_bytes_per_s": 40.0,
+        "rcv_bytes_per_s": 4.0,
+        "xmit_pkts_per_s": 2.0,
+        "rcv_pkts_per_s": 1.0,
+        "xmit_wait_per_s": None,
+        "reset": False,
+        "error": "",
+    }
+    assert rows[1]["node_guid"] == "0xffffffffffffffff"
+    assert rows[1]["time_s"] is None and rows[1]["xmit_bytes_per_s"] is None
+    assert rows[1]["error"] == "lid 65535 port 255: x"
+    text = json.dumps(rows, allow_nan=False)  # strict JSON: no NaN anywhere
+    assert json.loads(text) == rows
+    assert all(type(v) in (str, int, float, bool, type(None)) for r in rows for v in r.values())
+    assert type(rows[0]["reset"]) is bool and type(rows[0]["port"]) is int
+
+
+def test_rates_dtypes_are_documented():
+    import ibqos.collect.rates as mod
+
+    for col, dtype in RATES_DTYPES.items():
+        assert f"\n{col} " in mod.__doc__ and dtype in mod.__doc__
+    assert np.dtype(RATES_DTYPES["node_guid"]) == np.uint64
+
+
+def test_a_sweep_with_nothing_read_forgets_every_port():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 0))]))
+    rt.update(sweep([(A, failed())]))
+    assert rt.update(sweep([(A, row(2.0, 10))]))["xmit_bytes_per_s"].isna().all()
+    rt.update(sweep([]))
+    assert rt.update(sweep([(A, row(3.0, 20))]))["xmit_bytes_per_s"].isna().all()
+    assert rt.update(sweep([(A, row(4.0, 30))]))["xmit_bytes_per_s"].tolist() == [10.0]
