@@ -373,11 +373,14 @@ class Lab:
         host: str | None = None,
         check: bool = False,
         timeout: float = 120.0,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command attached to the lab fabric and capture its output."""
+        """Run a command attached to the lab fabric and capture its output (*stdin*: text
+        to feed it)."""
         try:
             result = subprocess.run(
                 list(argv),
+                input=stdin,
                 env=self.env(host),
                 cwd=self.paths.run,
                 capture_output=True,

@@ -1,0 +1,156 @@
+"""The native collector and ``ibqos collect`` against a real lab (ibsim + OpenSM).
+
+The collector runs where a MAD client must: in a process with the lab's environment
+(umad2sim preloaded), started here through ``lab.run``.  Its sweeps come back through
+``--record`` and the replay backend, so the same test also checks that the recording
+replays exactly and that the three backends agree on one fabric state.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+from labcheck import JOBS, MAD_BYTES, QUIET, check_against_lab, lab_values
+
+from ibqos.collect.perfquery import PerfqueryBackend
+from ibqos.collect.replay import ReplayBackend
+from ibqos.collect.sweep import SWEEP_DTYPES
+from ibqos.fabric import fabric_from_lab
+
+JSON_KEYS = {
+    "node_guid",
+    "node_desc",
+    "port",
+    "lid",
+    "level",
+    "role",
+    "xmit_bytes_per_s",
+    "rcv_bytes_per_s",
+    "xmit_wait_per_s",
+    "reset",
+}
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    path = tmp_path / "jobs.yaml"
+    path.write_text(JOBS)
+    return path
+
+
+def test_three_backends_read_the_same_fabric_state(make_lab, jobs, tmp_path):
+    lab = make_lab("2;4,2;1,2", jobs=jobs, opensm_options=QUIET)
+    lab.tick(1.0)
+    targets = fabric_from_lab(lab).targets()
+    want = lab_values(lab, targets)
+    assert want["xmit_bytes"].max() > 1e8
+    rec = tmp_path / "rec"
+    out = lab.run(
+        ["ibqos", "collect", "--record", str(rec), "--count", "1", "--interval", "0.2"],
+        check=True,
+    )
+    assert "sw-L1-0001" in out.stdout and "XMIT MB/s" in out.stdout
+
+    replay = ReplayBackend(rec)
+    sweeps = [replay.sweep(targets) for _ in range(replay.count)]
+    assert len(sweeps) == 2 and all(s.backend == "native" for s in sweeps)
+    native = sweeps[0]
+    assert native.table.dtypes.astype(str).to_dict() == SWEEP_DTYPES
+    # ClassPortInfo per node and PortXmitDataSL per switch on the first sweep; then PCE and
+    # PortCounters (XmitWait: ibsim's PCE has none) per port
+    nodes = len({t.node_guid for t in targets})
+    switches = len({t.node_guid for t in targets if t.is_switch})
+    assert sweeps[1].stats["sent"] == sweeps[1].stats["answered"] == 2 * len(targets)
+    assert native.stats["answered"] == nodes + 2 * len(targets)
+    assert native.stats["sent"] == nodes + 3 * switches + 2 * len(targets)  # 2 retries each
+    mads = sum(s.stats["sent"] for s in sweeps)
+    check_against_lab(native.table, want, mads)
+
+    with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run) as backend:
+        pq = backend.sweep(targets)
+    mads += pq.stats["mads"]
+    check_against_lab(pq.table, want, mads)
+    for col in ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts"):
+        per_mad = MAD_BYTES if col.endswith("bytes") else 1
+        diff = (native.table[col].astype("int64") - pq.table[col].astype("int64")).abs()
+        assert (diff <= per_mad * mads).all(), col
+    assert native.table["xmit_wait"].equals(pq.table["xmit_wait"])
+
+    # replayed again from disk: the same table, bit for bit
+    again = ReplayBackend(rec).sweep(targets)
+    pd.testing.assert_frame_equal(again.table, native.table, check_exact=True)
+
+
+CHILD = """
+import json, sys
+from ibqos.collect.native import NativeBackend
+from ibqos.collect.sweep import Target
+targets = [Target(*t) for t in json.load(sys.stdin)]
+with NativeBackend(timeout_s=0.2, retries=1) as nb:
+    s = nb.sweep(targets)
+print(json.dumps({"errors": s.table["error"].tolist(), "stats": s.stats,
+                  "bits": s.table["counter_bits"].tolist()}))
+"""
+
+
+def test_ports_that_fail_are_reported_and_the_sweep_goes_on(make_lab):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = fabric_from_lab(lab).targets()
+    host = next(t for t in targets if t.role == "host")
+    spine = next(t for t in targets if t.level == 2)
+    bad = [
+        host.__class__(host.node_guid, host.node_desc, 2, host.lid, 0, "host", False),
+        host.__class__(0x77, "ghost", 1, 999, 0, "host", False),
+        spine.__class__(spine.node_guid, spine.node_desc, 40, spine.lid, 2, "down", True),
+    ]
+    rows = [[*vars(t).values()] for t in [*targets[:5], *bad, *targets[5:]]]
+    proc = lab.run([sys.executable, "-c", CHILD], check=False, timeout=60, stdin=json.dumps(rows))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    errors = result["errors"]
+    # ibsim answers a CA's PMA for another port, and a switch's for a port it lacks,
+    # with status 0x1C; a LID nobody has gets no answer at all
+    assert errors[5] == "status 0x001c (invalid attribute or modifier)"
+    assert errors[6] == "no ClassPortInfo from this node"
+    assert errors[7] == "status 0x001c (invalid attribute or modifier)"
+    assert errors[:5] == [""] * 5 and set(errors[8:]) == {""}
+    assert f"{host.node_desc} port 2 (lid {host.lid})" in proc.stderr
+    assert "ghost port 1 (lid 999): ClassPortInfo: no reply after 2 tries" in proc.stderr
+    assert result["stats"]["failed"] == 3
+
+
+def test_collect_json_and_csv_are_rows_of_rates(make_lab, jobs):
+    lab = make_lab("2;4,2;1,2", jobs=jobs, opensm_options=QUIET)
+    lab.tick(0.5)
+    out = lab.run(
+        ["ibqos", "collect", "--once", "--interval", "0.3", "--format", "json"], check=True
+    )
+    rows = json.loads(out.stdout)
+    targets = fabric_from_lab(lab).targets()
+    assert len(rows) == len(targets)
+    assert all(JSON_KEYS <= set(r) for r in rows)
+    assert {r["role"] for r in rows} == {"host", "down", "up"}
+    assert {r["level"] for r in rows} == {0, 1, 2}
+    assert all(r["node_guid"].startswith("0x") and len(r["node_guid"]) == 18 for r in rows)
+    assert not any(r["reset"] for r in rows)
+    # nothing but our own MADs moves between two sweeps here: a few kB/s at most
+    assert all(0 <= r["xmit_bytes_per_s"] < 1e6 for r in rows)
+    assert all(r["xmit_wait_per_s"] == 0 for r in rows)
+
+    out = lab.run(["ibqos", "collect", "--once", "--interval", "0.1", "--format", "csv"])
+    header = out.stdout.splitlines()[0].split(",")
+    assert JSON_KEYS <= set(header) and len(out.stdout.splitlines()) == len(targets) + 1
+
+
+def test_collect_rejects_a_bad_window_in_one_line(make_lab, tmp_path):
+    lab = make_lab("1;4;1", opensm_options=QUIET)
+    cfg = tmp_path / "ibqos.yaml"
+    cfg.write_text(lab.paths.config.read_text() + "collect:\n  window: 0\n")
+    out = lab.run(["ibqos", "collect", "--once", "--config", str(cfg)])
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        f"ibqos: config: {cfg}: collect.window: expected an integer >= 1, got 0"
+    )

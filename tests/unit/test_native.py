@@ -1,0 +1,292 @@
+"""The native collector's pipeline and decoding, over a scripted PMA.
+
+``ScriptedFabric`` stands in for libibumad at the one seam the collector has (``Transport``):
+it answers each Get the way a real PMA (or ibsim, or a broken device) would, from counters
+and per-port misbehaviours given by the test.  The same collector runs against the real
+ibsim in tests/integration/test_native_backend.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+
+import numpy as np
+import pytest
+
+from ibqos.collect.native import NativeBackend, Pipeline, Request
+from ibqos.collect.sweep import SWEEP_DTYPES, Target
+from ibqos.mad import pma
+
+SWITCH_CAPS = 0x1300  # ibsim's switches: AllPortSelect, PCE, XmitWait in PortCounters
+CA_CAPS = 0x1200
+
+
+class ScriptedFabric:
+    """A Transport whose PMAs answer from ``counters[(lid, port)]``.
+
+    ``faults[(lid, port_select, attr)]`` is a list of what to do with successive requests
+    for that key: "drop", "truncate", "garble", "wrong-attr", "busy", "returned" (the kernel
+    hands the request back: timed out), "dup" (answer twice), or a status word (int).
+    """
+
+    def __init__(self, caps: dict[int, tuple[int, int]], counters: dict[tuple[int, int], int]):
+        self.caps = caps  # lid -> (CapabilityMask, CapabilityMask2)
+        self.counters = counters  # (lid, port) -> base value; counters are base + k
+        self.faults: dict[tuple[int, int, int], list[object]] = {}
+        self.per_sl: set[int] = set()  # lids that implement PortXmitDataSL
+        self.mad_out = memoryview(bytearray(pma.MAD_SIZE))
+        self.mad_in = memoryview(bytearray(pma.MAD_SIZE))
+        self.queue: deque[tuple[bytes, int]] = deque()  # (mad, umad status)
+        self.sent: list[tuple[int, int, int]] = []
+        self.max_in_flight = 0
+        self.in_flight = 0
+        self._status = 0
+
+    def send(self, dlid: int, timeout_ms: int, sl: int = 0) -> None:
+        req = bytes(self.mad_out)
+        attr = struct.unpack_from(">H", req, 16)[0]
+        port = req[pma.DATA_OFFSET + 1]
+        self.sent.append((dlid, attr, port))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        todo = self.faults.get((dlid, port, attr), [])
+        fault = todo.pop(0) if todo else None
+        if fault == "drop" or dlid not in self.caps:
+            return
+        if fault == "returned":
+            self.queue.append((req, 110))
+            return
+        if attr in (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL) and (
+            dlid not in self.per_sl
+        ):
+            fault = pma.STATUS_UNSUP_METHOD_ATTR
+        reply = bytearray(self.reply(req, dlid, attr, port))
+        reply[3] = pma.METHOD_GET_RESP
+        if isinstance(fault, int):
+            struct.pack_into(">H", reply, 4, fault)
+        elif fault == "busy":
+            struct.pack_into(">H", reply, 4, pma.STATUS_BUSY)
+        elif fault == "garble":
+            reply[1] = 0x81  # a subnet-management class
+        elif fault == "wrong-attr":
+            struct.pack_into(">H", reply, 16, pma.ATTR_PORT_COUNTERS)
+        elif fault == "truncate":
+            reply = reply[:100]
+        self.queue.append((bytes(reply), 0))
+        if fault == "dup":
+            self.queue.append((bytes(reply), 0))
+
+    def reply(self, req: bytes, lid: int, attr: int, port: int) -> bytes:
+        mad = bytearray(req)
+        d = pma.DATA_OFFSET
+        if attr == pma.ATTR_CLASS_PORT_INFO:
+            cap, cap2 = self.caps[lid]
+            struct.pack_into(">HI", mad, d + 2, cap, (cap2 << 5) | 18)
+            return bytes(mad)
+        base = self.counters.get((lid, port))
+        if base is None:  # no such port: what ibsim does
+            struct.pack_into(">H", mad, 4, pma.STATUS_INVALID_FIELD)
+            return bytes(mad)
+        if attr == pma.ATTR_PORT_COUNTERS_EXT:
+            struct.pack_into(">4Q", mad, d + 8, base, base + 1, base + 2, base + 3)
+            struct.pack_into(">Q", mad, d + 168, base + 4)
+        elif attr == pma.ATTR_PORT_COUNTERS:
+            small = base & 0xFFFFFFFF
+            struct.pack_into(">5I", mad, d + 24, small, small + 1, small + 2, small + 3, 7)
+        return bytes(mad)
+
+    def recv(self, timeout_ms: int) -> int:
+        if not self.queue:
+            return -1  # the collector's own deadlines do the rest
+        mad, self._status = self.queue.popleft()
+        self.in_flight -= 1
+        self.mad_in[: len(mad)] = mad
+        return len(mad)
+
+    def recv_status(self) -> int:
+        return self._status
+
+    def close(self) -> None:
+        pass
+
+
+def switch(lid: int, port: int, guid: int = 0x100) -> Target:
+    return Target(guid + lid, f"sw{lid}", port, lid, 1, "down", True)
+
+
+def ca(lid: int, guid: int = 0x200) -> Target:
+    return Target(guid + lid, f"cn{lid} mlx5_0", 1, lid, 0, "host", False)
+
+
+def backend(fab: ScriptedFabric, **kw: object) -> NativeBackend:
+    opts: dict[object, object] = {"timeout_s": 0.01, "retries": 1, "window": 4}
+    opts.update(kw)
+    return NativeBackend(transport=fab, **opts)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fab() -> ScriptedFabric:
+    counters = {(1, p): p * 1000 for p in range(1, 5)}
+    counters[(2, 1)] = 2**62  # x4 does not fit in 64 bits: saturates
+    counters[(3, 1)] = 555
+    return ScriptedFabric({1: (SWITCH_CAPS, 0), 2: (CA_CAPS, 0), 3: (CA_CAPS, 0)}, counters)
+
+
+def test_a_sweep_reads_64_bit_counters_and_xmit_wait(fab: ScriptedFabric) -> None:
+    targets = [switch(1, p) for p in range(1, 5)] + [ca(3)]
+    s = backend(fab).sweep(targets)
+    t = s.table
+    assert t.dtypes.astype(str).to_dict() == SWEEP_DTYPES
+    assert (t["error"] == "").all() and (t["counter_bits"] == 64).all()
+    assert t["xmit_bytes"].tolist() == [4000, 8000, 12000, 16000, 4 * 555]
+    assert t["rcv_bytes"].tolist() == [4004, 8004, 12004, 16004, 4 * 556]
+    assert t["rcv_pkts"].tolist() == [1003, 2003, 3003, 4003, 558]
+    assert t["xmit_wait"].tolist() == [7] * 5  # from PortCounters: PCE has no XmitWait here
+    assert t["time_s"].notna().all()
+    # ClassPortInfo per node, PortXmitDataSL per switch, then PCE + PortCounters per port
+    attrs = [a for _, a, _ in fab.sent]
+    assert attrs.count(pma.ATTR_CLASS_PORT_INFO) == 2
+    assert attrs.count(pma.ATTR_PORT_XMIT_DATA_SL) == 1
+    assert attrs.count(pma.ATTR_PORT_COUNTERS_EXT) == 5
+    assert attrs.count(pma.ATTR_PORT_COUNTERS) == 5
+    assert s.stats["sent"] == len(fab.sent) and s.stats["failed"] == 0
+
+
+def test_capabilities_are_probed_once(fab: ScriptedFabric) -> None:
+    nb = backend(fab, xmit_wait=False)
+    nb.sweep([switch(1, 1), ca(3)])
+    fab.sent.clear()
+    s = nb.sweep([switch(1, 1), ca(3)])
+    assert [a for _, a, _ in fab.sent] == [pma.ATTR_PORT_COUNTERS_EXT] * 2
+    assert s.table["xmit_wait"].isna().all()  # not asked for
+    assert nb.caps[0x101] is not None and not nb.caps[0x101].per_sl
+
+
+def test_per_sl_support_is_found_by_trying(fab: ScriptedFabric) -> None:
+    fab.per_sl.add(1)
+    nb = backend(fab)
+    nb.sweep([switch(1, 1)])
+    caps = nb.caps[0x101]
+    assert caps is not None and caps.per_sl
+
+
+def test_pce_with_xmit_wait_needs_no_port_counters(fab: ScriptedFabric) -> None:
+    fab.caps[1] = (SWITCH_CAPS, pma.CAP2_ADDL_PCE >> 0)
+    s = backend(fab).sweep([switch(1, 2)])
+    assert pma.ATTR_PORT_COUNTERS not in [a for _, a, _ in fab.sent]
+    assert s.table["xmit_wait"].tolist() == [2000 + 4]
+
+
+def test_without_pce_32_bit_counters_are_used_with_a_warning(
+    fab: ScriptedFabric, caplog: pytest.LogCaptureFixture
+) -> None:
+    fab.caps[3] = (0x1000, 0)  # XmitWait, no PortCountersExtended
+    with caplog.at_level(logging.WARNING, "ibqos.collect"):
+        s = backend(fab).sweep([ca(3)])
+    assert s.table["counter_bits"].tolist() == [32]
+    assert s.table["xmit_bytes"].tolist() == [4 * 555]
+    assert s.table["xmit_wait"].tolist() == [7]
+    assert "no PortCountersExtended" in caplog.text and "cn3 mlx5_0" in caplog.text
+
+
+def test_saturated_words_stay_saturated_in_bytes(fab: ScriptedFabric) -> None:
+    s = backend(fab).sweep([ca(2)])
+    assert s.table["xmit_bytes"].tolist() == [2**64 - 1]
+    assert s.table["xmit_pkts"].tolist() == [2**62 + 2]
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("truncate", "truncated reply (100 of 256 bytes)"),
+        ("garble", "not a PerfMgt MAD (class 0x81)"),
+        ("wrong-attr", "reply for attribute 0x0012, asked 0x001d"),
+        (pma.STATUS_UNSUP_METHOD_ATTR, "status 0x000c (method/attribute not supported)"),
+        (pma.STATUS_INVALID_FIELD, "status 0x001c (invalid attribute or modifier)"),
+    ],
+)
+def test_a_bad_reply_fails_its_port_only(
+    fab: ScriptedFabric, caplog: pytest.LogCaptureFixture, fault: object, error: str
+) -> None:
+    fab.faults[(1, 2, pma.ATTR_PORT_COUNTERS_EXT)] = [fault]
+    with caplog.at_level(logging.WARNING, "ibqos.collect"):
+        s = backend(fab).sweep([switch(1, p) for p in range(1, 5)])
+    assert s.table["error"].tolist() == ["", error, "", ""]
+    assert s.table["xmit_bytes"].isna().tolist() == [False, True, False, False]
+    assert s.table["counter_bits"].tolist() == [64, 0, 64, 64]
+    assert f"sw1 port 2 (lid 1): {error}" in caplog.text
+    assert s.failed == 1
+
+
+def test_no_reply_is_retried_then_reported(fab: ScriptedFabric) -> None:
+    fab.faults[(1, 1, pma.ATTR_PORT_COUNTERS_EXT)] = ["drop"]
+    fab.faults[(1, 2, pma.ATTR_PORT_COUNTERS_EXT)] = ["drop", "drop"]
+    fab.faults[(1, 3, pma.ATTR_PORT_COUNTERS_EXT)] = ["returned", "returned"]
+    fab.faults[(1, 4, pma.ATTR_PORT_COUNTERS_EXT)] = ["busy"]
+    s = backend(fab).sweep([switch(1, p) for p in range(1, 5)])
+    assert s.table["error"].tolist() == [
+        "",
+        "no reply after 2 tries (0.01 s each)",
+        "no reply after 2 tries (0.01 s each)",
+        "",
+    ]
+    assert s.table["xmit_bytes"].tolist()[0] == 4000
+    assert s.stats["timeouts"] == 3  # port 1 once, port 2 twice; returned ones are not waited
+    assert s.stats["retries"] == 1 + 1 + 1 + 1
+
+
+def test_unknown_lid_fails_the_node_without_stopping_the_sweep(fab: ScriptedFabric) -> None:
+    s = backend(fab).sweep([ca(9), ca(3)])
+    assert s.table["error"].tolist() == ["no ClassPortInfo from this node", ""]
+
+
+def test_duplicates_and_strays_are_ignored(fab: ScriptedFabric) -> None:
+    fab.faults[(1, 1, pma.ATTR_PORT_COUNTERS_EXT)] = ["dup"]
+    pipe = Pipeline(fab, window=2, timeout_s=0.01, retries=0)
+    stray = bytearray(pma.get_request(pma.ATTR_PORT_COUNTERS_EXT, 1, 0xDEAD))
+    stray[3] = pma.METHOD_GET_RESP
+    fab.queue.append((bytes(stray), 0))
+    fab.in_flight += 1
+    reqs = [Request(1, pma.ATTR_PORT_COUNTERS_EXT, p) for p in (1, 2, 3)]
+    res = pipe.run(reqs)
+    assert res.error == ["", "", ""]
+    recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_COUNTERS_EXT)
+    assert recs["xmit_data"].tolist() == [1000, 2000, 3000]
+    assert pipe.stats["answered"] == 3
+
+
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_the_window_bounds_requests_in_flight(fab: ScriptedFabric, window: int) -> None:
+    pipe = Pipeline(fab, window=window, timeout_s=0.5, retries=0)
+    reqs = [Request(1, pma.ATTR_PORT_COUNTERS_EXT, 1 + i % 4) for i in range(50)]
+    # the scripted PMA answers at once, so hold replies back to fill the window
+    real_recv = fab.recv
+    held: deque[int] = deque()
+
+    def slow_recv(timeout_ms: int) -> int:
+        held.append(1)
+        return real_recv(timeout_ms) if len(held) % 2 == 0 else -1
+
+    fab.recv = slow_recv  # type: ignore[method-assign]
+    res = pipe.run(reqs)
+    assert res.error == [""] * 50
+    assert fab.max_in_flight == window
+    tids = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_COUNTERS_EXT)["tid_low"]
+    assert len(set(tids.tolist())) == 50  # one transaction id per request
+
+
+def test_replies_are_matched_on_the_low_32_bits(fab: ScriptedFabric) -> None:
+    pipe = Pipeline(fab, window=4, timeout_s=0.5, retries=0)
+    real_send = fab.send
+
+    def kernel_send(dlid: int, timeout_ms: int, sl: int = 0) -> None:
+        fab.mad_out[8:12] = b"\xab\xcd\x00\x07"  # the kernel owns the upper 32 bits
+        real_send(dlid, timeout_ms, sl)
+
+    fab.send = kernel_send  # type: ignore[method-assign]
+    res = pipe.run([Request(1, pma.ATTR_PORT_COUNTERS_EXT, p) for p in (4, 3)])
+    recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_COUNTERS_EXT)
+    assert recs["xmit_data"].tolist() == [4000, 3000]
+    assert np.isfinite(res.time_s).all()
