@@ -9,7 +9,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,8 @@ import click
 import yaml
 
 from ibqos import __version__
-from ibqos.collect import RateTracker, make_backend
+from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
-from ibqos.collect.replay import SweepRecorder
 from ibqos.config import BACKENDS, find_config, load_config
 from ibqos.errors import IbqosError, LabError, TopologyError
 from ibqos.fabric import fabric_from_config, fabric_from_file
@@ -161,36 +159,17 @@ def collect(
         cfg = replace(cfg, backend=backend)
     if window is not None:
         cfg = replace(cfg, window=window)
-    fabric = fabric_from_file(topology) if topology else fabric_from_config(config)
-    targets = fabric.targets()
-    tables = 1 if once else count
+    if topology is not None:
+        fabric, discover = fabric_from_file(topology), None
+    else:
+        fabric = fabric_from_config(config)
+        refresh = config.fabric.refresh_s
+        discover = (lambda: fabric_from_config(config)) if refresh > 0 else None
     pause = interval if interval is not None else (1.0 if once else cfg.interval_s)
-    recorder = SweepRecorder(record_dir) if record_dir is not None else None
-    tracker = RateTracker()
-    source = make_backend(cfg)
-    try:
-        printed, first, last_s = 0, True, 0.0
-        while tables is None or printed < tables:
-            if not first and cfg.backend != "replay":
-                time.sleep(max(0.0, pause - last_s))  # sweeps start one interval apart
-            sweep = source.sweep(targets)
-            last_s = sweep.duration_s
-            logger.info(
-                "sweep: %d ports in %.3f s (%s), %d failed",
-                len(targets),
-                sweep.duration_s,
-                sweep.backend,
-                sweep.failed,
-            )
-            if recorder is not None:
-                recorder.record(sweep)
-            rates = tracker.update(sweep)
-            if not first:
-                click.echo(render(rates, fmt), nl=False)
-                printed += 1
-            first = False
-    finally:
-        source.close()
+    with Collector(
+        cfg, fabric, discover=discover, refresh_s=config.fabric.refresh_s, record=record_dir
+    ) as collector:
+        collector.run(1 if once else count, pause, lambda r: click.echo(render(r, fmt), nl=False))
 
 
 # -- lab -------------------------------------------------------------------------------

@@ -52,11 +52,14 @@ class FabricConfig:
         path: the file for source "file".
         root_guids: GUIDs of the top-level switches, for fabrics where levels cannot be
             inferred from the leaves (like OpenSM's ftree root_guid_file); empty: infer.
+        refresh_s: seconds between two reads of the topology while collecting, to notice
+            ports that vanish or appear (0: never read it again).
     """
 
     source: str = "ibnetdiscover"
     path: Path | None = None
     root_guids: tuple[int, ...] = ()
+    refresh_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def parse_config(data: object, source: str) -> Config:
 
 
 def _fabric(value: object, source: str, lab: LabConfig | None) -> FabricConfig:
-    raw = _mapping(value, source, "fabric", ("source", "path", "root_guids"))
+    raw = _mapping(value, source, "fabric", ("source", "path", "root_guids", "refresh_s"))
     # a lab's config reads the lab's own discovery unless told otherwise
     kind = _choice(
         raw.get("source", "lab" if lab else "ibnetdiscover"),
@@ -192,7 +195,8 @@ def _fabric(value: object, source: str, lab: LabConfig | None) -> FabricConfig:
         isinstance(g, int) and not isinstance(g, bool) and 0 < g < 2**64 for g in guids
     ):
         raise ConfigError(f"{source}: fabric.root_guids: expected a list of GUIDs (integers)")
-    return FabricConfig(kind, path, tuple(guids))
+    refresh = _number(raw.get("refresh_s", FabricConfig.refresh_s), source, "fabric.refresh_s", 0)
+    return FabricConfig(kind, path, tuple(guids), refresh)
 
 
 def _collect(value: object, source: str) -> CollectConfig:

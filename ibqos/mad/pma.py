@@ -16,8 +16,10 @@ import struct
 
 import numpy as np
 
+from ibqos.errors import MadError
+
 MAD_SIZE = 256
-#: PerfMgt attribute data start inside the MAD (IBA 16.1.1: 40 reserved bytes after the header).
+#: PerfMgt attribute data start inside the MAD (IBA 16.1: 40 reserved bytes after the header).
 DATA_OFFSET = 64
 
 BASE_VERSION = 1
@@ -39,7 +41,7 @@ ATTR_PORT_RCV_DATA_SL = 0x0037
 
 ALL_PORTS = 0xFF
 
-#: ClassPortInfo.CapabilityMask bits of the PerfMgt class (IBA 16.1.3.1, table 247).
+#: ClassPortInfo.CapabilityMask bits of the PerfMgt class (IBA 16.1.3.1).
 CAP_ALL_PORT_SELECT = 1 << 8
 CAP_EXT_WIDTH = 1 << 9  # PortCountersExtended with all eight counters
 CAP_EXT_WIDTH_NOIETF = 1 << 10  # PortCountersExtended data/packet counters only
@@ -47,7 +49,7 @@ CAP_XMIT_WAIT = 1 << 12
 #: CapabilityMask2 bit: PortCountersExtended also carries the 64-bit error counters and XmitWait.
 CAP2_ADDL_PCE = 1 << 1
 
-#: MAD status values (IBA 13.4.7, table 114): bits 4:2 hold the invalid-field code.
+#: MAD status values (IBA 13.4.7): bits 4:2 hold the invalid-field code.
 STATUS_BUSY = 0x0001
 STATUS_UNSUP_METHOD_ATTR = 0x000C
 STATUS_INVALID_FIELD = 0x001C
@@ -153,7 +155,7 @@ PORT_COUNTERS_EXT_DTYPE = _dtype(
     ]
 )
 
-#: PortXmitDataSL / PortRcvDataSL (IBA 16.1.4.13/14, A13.6): sixteen 32-bit counters.
+#: PortXmitDataSL / PortRcvDataSL (IBA annex A13.6.4): sixteen 32-bit counters.
 PORT_DATA_SL_DTYPE = np.dtype(
     {
         "names": [*(f[0] for f in _HEADER), "data_sl"],
@@ -163,7 +165,7 @@ PORT_DATA_SL_DTYPE = np.dtype(
     }
 )
 
-#: PortVLXmitWaitCounters (IBA 16.1.4.10): sixteen 16-bit counters.
+#: PortVLXmitWaitCounters (IBA 16.1.4): sixteen 16-bit counters.
 PORT_VL_XMIT_WAIT_DTYPE = np.dtype(
     {
         "names": [*(f[0] for f in _HEADER), "vl_xmit_wait"],
@@ -187,9 +189,20 @@ def decode(buf: bytes | bytearray | memoryview | np.ndarray, attr_id: int) -> np
     """View *buf* (a whole number of 256-byte MADs) as records of *attr_id*'s layout.
 
     No bytes are copied; fields read big-endian.  Check ``method``, ``status`` and
-    ``attr_id`` of each record before trusting its counters (``check_replies``).
+    ``attr_id`` of each record before trusting its counters (``check_replies``).  A PCE
+    ``xmit_wait`` is only meaningful with CapabilityMask2 bit 1 (ibsim leaves those bytes
+    uninitialised).
+
+    Raises:
+        MadError: *buf* is not a whole number of MADs, or the attribute has no layout here.
     """
-    return np.frombuffer(buf, dtype=DTYPE_BY_ATTR[attr_id])
+    dtype = DTYPE_BY_ATTR.get(attr_id)
+    if dtype is None:
+        raise MadError(f"no bulk layout for attribute 0x{attr_id:04x}")
+    size = np.asarray(buf).nbytes if isinstance(buf, np.ndarray) else len(memoryview(buf).cast("B"))
+    if size % MAD_SIZE:
+        raise MadError(f"{size} bytes is not a whole number of {MAD_SIZE}-byte MADs")
+    return np.frombuffer(buf, dtype=dtype)
 
 
 def check_replies(records: np.ndarray, attr_id: int) -> np.ndarray:

@@ -17,6 +17,7 @@ import pytest
 
 from ibqos.collect.native import NativeBackend, Pipeline, Request
 from ibqos.collect.sweep import SWEEP_DTYPES, Target
+from ibqos.errors import MadError
 from ibqos.mad import pma
 
 SWITCH_CAPS = 0x1300  # ibsim's switches: AllPortSelect, PCE, XmitWait in PortCounters
@@ -290,3 +291,10 @@ def test_replies_are_matched_on_the_low_32_bits(fab: ScriptedFabric) -> None:
     recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_COUNTERS_EXT)
     assert recs["xmit_data"].tolist() == [4000, 3000]
     assert np.isfinite(res.time_s).all()
+
+
+def test_bulk_decoding_rejects_partial_mads_and_unknown_attributes() -> None:
+    with pytest.raises(MadError, match="300 bytes is not a whole number of 256-byte MADs"):
+        pma.decode(bytes(300), pma.ATTR_PORT_COUNTERS_EXT)
+    with pytest.raises(MadError, match="no bulk layout for attribute 0x0099"):
+        pma.decode(bytes(256), 0x99)
