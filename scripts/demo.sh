@@ -60,5 +60,19 @@ print(f"model time {truth['time_s']:.1f} s, {truth['ticks']} ticks, "
       f"{truth['lines_last_tick']} PerformanceSet lines in the last tick")
 PY
 
+say "every port at once: ibqos collect (native collector: PerfMgt Gets through libibumad, many in flight)"
+"$IBQOS" lab run "$NAME" -- ibqos collect --once --interval 1 --format csv \
+  >"$IBQOS_LAB_ROOT/ports.csv" 2>/dev/null
+.venv/bin/python - "$IBQOS_LAB_ROOT/ports.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+busy = sorted(rows, key=lambda r: -float(r["xmit_bytes_per_s"] or 0))[:8]
+print(f"{len(rows)} ports read; the busiest:")
+print(f"{'node':<16} {'port':>4} {'level':>5} {'role':<5} {'xmit GB/s':>10} {'rcv GB/s':>10}")
+for r in busy:
+    x, y = float(r["xmit_bytes_per_s"]) / 1e9, float(r["rcv_bytes_per_s"]) / 1e9
+    print(f"{r['node_desc']:<16} {r['port']:>4} {r['level']:>5} {r['role']:<5} {x:10.2f} {y:10.2f}")
+PY
+
 say "lab down"
 "$IBQOS" lab down "$NAME"
