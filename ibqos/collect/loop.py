@@ -19,7 +19,8 @@ from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep
 from ibqos.config import CollectConfig
 from ibqos.errors import IbqosError
-from ibqos.fabric import Fabric, diff_fabrics
+from ibqos.fabric import Fabric
+from ibqos.fabric_diff import diff_fabrics
 
 log = logging.getLogger("ibqos.collect")
 

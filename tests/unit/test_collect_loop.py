@@ -55,7 +55,7 @@ def test_a_vanished_link_is_noticed_and_its_ports_dropped(
     after = "\n".join(
         line for line in text.splitlines() if not (CN0001_LINK in line and line.startswith("["))
     )
-    after = after.replace("[1](c42a10301000001) \t\"S-", "#")
+    after = after.replace('[1](c42a10301000001) \t"S-', "#")
     cfg = CollectConfig(backend="replay", replay_path=tmp_path / "rec")
     with caplog.at_level(logging.WARNING, "ibqos.collect"):
         with Collector(

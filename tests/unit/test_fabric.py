@@ -19,14 +19,12 @@ from ibqos.collect.sweep import Target
 from ibqos.errors import TopologyError
 from ibqos.fabric import (
     Fabric,
-    FabricChange,
-    PortChange,
-    diff_fabrics,
     fabric_from_file,
     fabric_from_ibnetdiscover,
     fabric_from_lab,
     fabric_from_text,
 )
+from ibqos.fabric_diff import FabricChange, PortChange, diff_fabrics
 from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.topology import Link, Node, Port, Topology, format_ibnetdiscover
 
