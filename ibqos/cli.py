@@ -72,13 +72,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
     )
 
 
-@cli.command("config")
-@click.option(
+_config_option = click.option(
     "--config",
     "path",
     type=click.Path(path_type=Path),
     help="Config file (default: $IBQOS_CONFIG, then /etc/ibqos/ibqos.yaml).",
 )
+
+
+@cli.command("config")
+@_config_option
 def show_config(path: Path | None) -> None:
     """Validate the ibqos configuration and print it as loaded."""
     config = load_config(find_config(path))
@@ -99,12 +102,7 @@ def show_config(path: Path | None) -> None:
 
 # -- collect ---------------------------------------------------------------------------
 @cli.command("collect")
-@click.option(
-    "--config",
-    "path",
-    type=click.Path(path_type=Path),
-    help="Config file (default: $IBQOS_CONFIG, then /etc/ibqos/ibqos.yaml).",
-)
+@_config_option
 @click.option("--backend", type=click.Choice(BACKENDS), help="Override collect.backend.")
 @click.option(
     "--replay",

@@ -86,7 +86,7 @@ def get_request(attr_id: int, port_select: int = 0, tid: int = 0) -> bytes:
 TID_LOW_OFFSET = 12
 
 
-def _dtype(fields: list[tuple[str, str, int]]) -> np.dtype[np.void]:
+def _dtype(fields: list[tuple[str, str | tuple[str, int], int]]) -> np.dtype[np.void]:
     """A structured dtype over whole 256-byte MADs; offsets are absolute MAD bytes."""
     return np.dtype(
         {
@@ -98,7 +98,7 @@ def _dtype(fields: list[tuple[str, str, int]]) -> np.dtype[np.void]:
     )
 
 
-_HEADER = [
+_HEADER: list[tuple[str, str | tuple[str, int], int]] = [
     ("base_version", "u1", 0),
     ("mgmt_class", "u1", 1),
     ("class_version", "u1", 2),
@@ -156,24 +156,10 @@ PORT_COUNTERS_EXT_DTYPE = _dtype(
 )
 
 #: PortXmitDataSL / PortRcvDataSL (IBA annex A13.6.4): sixteen 32-bit counters.
-PORT_DATA_SL_DTYPE = np.dtype(
-    {
-        "names": [*(f[0] for f in _HEADER), "data_sl"],
-        "formats": [*(f[1] for f in _HEADER), (">u4", 16)],
-        "offsets": [*(f[2] for f in _HEADER), DATA_OFFSET + 4],
-        "itemsize": MAD_SIZE,
-    }
-)
+PORT_DATA_SL_DTYPE = _dtype([*_HEADER, ("data_sl", (">u4", 16), DATA_OFFSET + 4)])
 
 #: PortVLXmitWaitCounters (IBA 16.1.4): sixteen 16-bit counters.
-PORT_VL_XMIT_WAIT_DTYPE = np.dtype(
-    {
-        "names": [*(f[0] for f in _HEADER), "vl_xmit_wait"],
-        "formats": [*(f[1] for f in _HEADER), (">u2", 16)],
-        "offsets": [*(f[2] for f in _HEADER), DATA_OFFSET + 4],
-        "itemsize": MAD_SIZE,
-    }
-)
+PORT_VL_XMIT_WAIT_DTYPE = _dtype([*_HEADER, ("vl_xmit_wait", (">u2", 16), DATA_OFFSET + 4)])
 
 DTYPE_BY_ATTR: dict[int, np.dtype[np.void]] = {
     ATTR_CLASS_PORT_INFO: CLASS_PORT_INFO_DTYPE,
