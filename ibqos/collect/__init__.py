@@ -31,7 +31,8 @@ def make_backend(cfg: CollectConfig) -> Backend:
             workers=cfg.workers,
             per_switch=cfg.per_switch,
             xmit_wait=cfg.xmit_wait,
-            timeout_s=max(cfg.timeout_s, 1.0),  # one process reads many ports
+            # one process reads many ports, and each starts a MAD client: seconds, not a reply
+            timeout_s=max(cfg.timeout_s, 10.0),
         )
     if cfg.backend == "replay":
         from ibqos.collect.replay import ReplayBackend

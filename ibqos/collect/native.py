@@ -101,6 +101,11 @@ class NodeCaps:
         return bool(self.cap_mask & (pma.CAP_EXT_WIDTH | pma.CAP_EXT_WIDTH_NOIETF))
 
     @property
+    def all_port_select(self) -> bool:
+        """PortSelect 0xFF sums all ports (switches; not used by sweeps, which need each port)."""
+        return bool(self.cap_mask & pma.CAP_ALL_PORT_SELECT)
+
+    @property
     def xmit_wait(self) -> bool:
         """PortCounters carries PortXmitWait."""
         return bool(self.cap_mask & pma.CAP_XMIT_WAIT)

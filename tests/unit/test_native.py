@@ -162,7 +162,11 @@ def test_capabilities_are_probed_once(fab: ScriptedFabric) -> None:
     s = nb.sweep([switch(1, 1), ca(3)])
     assert [a for _, a, _ in fab.sent] == [pma.ATTR_PORT_COUNTERS_EXT] * 2
     assert s.table["xmit_wait"].isna().all()  # not asked for
-    assert nb.caps[0x101] is not None and not nb.caps[0x101].per_sl
+    caps = nb.caps[0x101]
+    assert caps is not None and not caps.per_sl
+    assert caps.extended and caps.all_port_select and caps.xmit_wait and not caps.pce_xmit_wait
+    ca_caps = nb.caps[0x203]
+    assert ca_caps is not None and not ca_caps.all_port_select
 
 
 def test_per_sl_support_is_found_by_trying(fab: ScriptedFabric) -> None:
