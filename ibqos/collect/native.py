@@ -43,12 +43,15 @@ _U64_MAX = np.uint64(2**64 - 1)
 
 
 class Transport(Protocol):
-    """What the collector needs from a MAD port (``ibqos.mad.umad.UmadPort``)."""
+    """What the collector needs from a MAD port (``ibqos.mad.umad.UmadPort``): request
+    buffers are a header of ``hdr`` bytes then the 256-byte MAD."""
 
-    mad_out: memoryview
+    hdr: int
     mad_in: memoryview
 
-    def send(self, dlid: int, timeout_ms: int, sl: int = 0) -> None: ...
+    def address(self, bufs: np.ndarray, lids: np.ndarray) -> None: ...
+
+    def send_at(self, addr: int, timeout_ms: int) -> None: ...
 
     def recv(self, timeout_ms: int) -> int: ...
 
@@ -150,41 +153,48 @@ class Pipeline:
     def run(self, requests: Sequence[Request]) -> Result:
         """Send every request and wait until each has a reply or has used up its tries."""
         n = len(requests)
-        mads = np.zeros((n, pma.MAD_SIZE), dtype=np.uint8)
-        times = np.full(n, np.nan)
-        errors = [""] * n
-        done = np.zeros(n, dtype=bool)
-        tries = np.zeros(n, dtype=np.int32)
+        t = self.transport
         base = self._tid
         self._tid = (self._tid + n + 1) & 0xFFFFFFFF
+        # every request buffer is built at once with numpy; the loop only sends addresses
+        size = t.hdr + pma.MAD_SIZE
+        bufs = np.zeros((n, size), dtype=np.uint8)
+        attrs = np.array([r.attr for r in requests], dtype=np.int64)
+        for attr in np.unique(attrs):
+            bufs[attrs == attr, t.hdr :] = np.frombuffer(pma.get_request(int(attr)), np.uint8)
+        bufs[:, t.hdr + pma.DATA_OFFSET + 1] = [r.port_select for r in requests]
+        tids = ((base + np.arange(n, dtype=np.uint64)) & 0xFFFFFFFF).astype(">u4")
+        at = t.hdr + pma.TID_LOW_OFFSET
+        bufs[:, at : at + 4] = tids.view(np.uint8).reshape(n, 4)
+        t.address(bufs, np.array([r.lid for r in requests], dtype=np.int64))
+        first = bufs.ctypes.data
+
+        replies = bytearray(n * pma.MAD_SIZE)
+        times = [float("nan")] * n
+        errors = [""] * n
+        done = [False] * n
+        tries = [0] * n
         pending: deque[int] = deque(range(n))
         # (deadline, index, try number) in send order; deadlines grow, so the oldest is first
         flying: deque[tuple[float, int, int]] = deque()
         live: dict[int, int] = {}  # index -> try number of the copy in flight
-        templates: dict[int, bytes] = {}
-        t = self.transport
-        out, inp = t.mad_out, t.mad_in
-        timeout_ms = max(1, int(self.timeout_s * 1000))
+        inp = t.mad_in
+        send_at, recv, monotonic, now_s = t.send_at, t.recv, time.monotonic, time.time
+        timeout_s, window = self.timeout_s, self.window
+        timeout_ms = max(1, int(timeout_s * 1000))
         unpack_tid = struct.Struct(">I").unpack_from
-        pack_tid = struct.Struct(">I").pack_into
+        stats = self.stats
         settled = 0
         while settled < n:
-            while pending and len(live) < self.window:
+            while pending and len(live) < window:
                 i = pending.popleft()
-                req = requests[i]
-                tmpl = templates.get(req.attr)
-                if tmpl is None:
-                    tmpl = templates[req.attr] = pma.get_request(req.attr)
-                out[:] = tmpl
-                out[pma.DATA_OFFSET + 1] = req.port_select
-                pack_tid(out, pma.TID_LOW_OFFSET, (base + i) & 0xFFFFFFFF)
-                t.send(req.lid, timeout_ms)
-                tries[i] += 1
-                live[i] = int(tries[i])
-                flying.append((time.monotonic() + self.timeout_s, i, int(tries[i])))
-                self.stats["sent"] += 1
-            wait_ms = max(1, int((flying[0][0] - time.monotonic()) * 1000) + 1) if flying else 1
-            length = t.recv(wait_ms)
+                send_at(first + i * size, timeout_ms)
+                k = tries[i] = tries[i] + 1
+                live[i] = k
+                flying.append((monotonic() + timeout_s, i, k))
+                stats["sent"] += 1
+            wait_ms = max(1, int((flying[0][0] - monotonic()) * 1000) + 1) if flying else 1
+            length = recv(wait_ms)
             if length >= 0:
                 i = (unpack_tid(inp, pma.TID_LOW_OFFSET)[0] - base) & 0xFFFFFFFF
                 if length < pma.TID_LOW_OFFSET + 4 or i >= n or done[i]:
@@ -193,37 +203,46 @@ class Pipeline:
                     # the kernel (or umad2sim) hands a request back when it timed out
                     if live.pop(i, None) is not None:
                         settled += self._again(i, pending, tries, errors, done, "no reply")
+                elif length < pma.MAD_SIZE:
+                    self._settle(i, live, pending)
+                    errors[i] = f"truncated reply ({length} of {pma.MAD_SIZE} bytes)"
+                    done[i] = True
+                    settled += 1
+                elif inp[5] & pma.STATUS_BUSY:
+                    self._settle(i, live, pending)
+                    settled += self._again(i, pending, tries, errors, done, "busy")
                 else:
                     if live.pop(i, None) is None:
                         pending.remove(i)  # a late reply to a copy we were about to resend
+                    replies[i * pma.MAD_SIZE : (i + 1) * pma.MAD_SIZE] = inp
+                    times[i] = now_s()
                     done[i] = True
                     settled += 1
-                    if length < pma.MAD_SIZE:
-                        errors[i] = f"truncated reply ({length} of {pma.MAD_SIZE} bytes)"
-                    elif struct.unpack_from(">H", inp, 4)[0] & pma.STATUS_BUSY:
-                        done[i] = False
-                        settled -= 1
-                        settled += self._again(i, pending, tries, errors, done, "busy")
-                    else:
-                        mads[i] = np.frombuffer(inp, dtype=np.uint8)
-                        times[i] = time.time()
-                        self.stats["answered"] += 1
-            now = time.monotonic()
-            while flying and (flying[0][0] <= now or live.get(flying[0][1]) != flying[0][2]):
-                _, i, k = flying.popleft()
-                if live.get(i) == k:  # this copy is still unanswered: it timed out
-                    del live[i]
-                    self.stats["timeouts"] += 1
-                    settled += self._again(i, pending, tries, errors, done, "no reply")
-        return Result(mads, times, errors)
+                    stats["answered"] += 1
+            if flying and flying[0][0] <= monotonic():
+                now = monotonic()
+                while flying and flying[0][0] <= now:
+                    _, i, k = flying.popleft()
+                    if live.get(i) == k:  # this copy is still unanswered: it timed out
+                        del live[i]
+                        stats["timeouts"] += 1
+                        settled += self._again(i, pending, tries, errors, done, "no reply")
+        mads = np.frombuffer(replies, dtype=np.uint8).reshape(n, pma.MAD_SIZE)
+        return Result(mads, np.array(times, dtype=np.float64), errors)
+
+    @staticmethod
+    def _settle(i: int, live: dict[int, int], pending: deque[int]) -> None:
+        """Take request *i* out of flight (or out of the queue, if its copy timed out)."""
+        if live.pop(i, None) is None:
+            pending.remove(i)
 
     def _again(
         self,
         i: int,
         pending: deque[int],
-        tries: np.ndarray,
+        tries: list[int],
         errors: list[str],
-        done: np.ndarray,
+        done: list[bool],
         why: str,
     ) -> int:
         """Queue request *i* again if it has tries left; else fail it.  Returns 1 if settled."""
@@ -231,7 +250,7 @@ class Pipeline:
             pending.appendleft(i)
             self.stats["retries"] += 1
             return 0
-        errors[i] = f"{why} after {int(tries[i])} tries ({self.timeout_s:g} s each)"
+        errors[i] = f"{why} after {tries[i]} tries ({self.timeout_s:g} s each)"
         done[i] = True
         return 1
 

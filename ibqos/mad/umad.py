@@ -15,7 +15,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
 from typing import Any
+
+import numpy as np
 
 from ibqos.errors import CollectError
 from ibqos.mad.pma import CLASS_VERSION, MAD_SIZE, PERF_CLASS, QP1_QKEY
@@ -84,25 +87,38 @@ class UmadPort:
         self.recv_buf = ctypes.create_string_buffer(self.size)
         self.send_addr = ctypes.addressof(self.send_buf)
         self.recv_addr = ctypes.addressof(self.recv_buf)
-        #: the MAD to send next and the MAD last received, as writable/readable bytes
-        self.mad_out = memoryview(
-            (ctypes.c_char * MAD_SIZE).from_buffer(self.send_buf, self.hdr)
-        ).cast("B")
+        #: the MAD last received
         self.mad_in = memoryview(
             (ctypes.c_char * MAD_SIZE).from_buffer(self.recv_buf, self.hdr)
         ).cast("B")
+        self._hdr_in = memoryview(self.recv_buf).cast("B")[: self.hdr]
         self._len = ctypes.c_int(self.size)
         self._len_ref = ctypes.byref(self._len)
+        self._umad_send = self.lib.umad_send
+        self._lid_at = self._find_lid_offset()
 
-    def _first_ca(self) -> str:
-        names = (ctypes.c_char * CA_NAME_LEN * MAX_CAS)()
-        n = self.lib.umad_get_cas_names(names, MAX_CAS)
-        if n <= 0:
-            raise CollectError("no InfiniBand device found (umad_get_cas_names)")
-        return names[0].value.decode()
+    def _find_lid_offset(self) -> int:
+        """Where ``umad_set_addr`` puts the destination LID in the header (big-endian), so
+        request buffers can be addressed in bulk without one library call per request."""
+        heads = []
+        for lid in (0x1234, 0xABCD):
+            self.lib.umad_set_addr(self.send_addr, lid, 1, 0, QP1_QKEY)
+            heads.append(bytes(self.send_buf)[: self.hdr])
+        diff = [i for i in range(self.hdr) if heads[0][i] != heads[1][i]]
+        if len(diff) != 2 or heads[0][diff[0] : diff[0] + 2] != b"\x12\x34":
+            raise CollectError(f"{LIBRARY}: unexpected ib_user_mad address layout")
+        return diff[0]
 
-    def send(self, dlid: int, timeout_ms: int, sl: int = 0) -> None:
-        """Send the MAD in ``mad_out`` to QP1 of *dlid*.
+    def address(self, bufs: np.ndarray, lids: np.ndarray) -> None:
+        """Write the umad header of every request buffer: row *i* of *bufs* (n x
+        ``size`` bytes, the MAD after ``hdr`` header bytes) goes to QP1 of ``lids[i]``."""
+        self.lib.umad_set_addr(self.send_addr, 0, 1, 0, QP1_QKEY)
+        bufs[:, : self.hdr] = np.frombuffer(bytes(self.send_buf)[: self.hdr], dtype=np.uint8)
+        bufs[:, self._lid_at] = lids >> 8
+        bufs[:, self._lid_at + 1] = lids & 0xFF
+
+    def send_at(self, addr: int, timeout_ms: int) -> None:
+        """Send the request buffer (header and MAD) at memory address *addr*.
 
         *timeout_ms* goes to the kernel, which then keeps the request to match its reply
         (with 0 the kernel drops the reply as unsolicited); retries are ours, so the kernel
@@ -111,10 +127,16 @@ class UmadPort:
         Raises:
             CollectError: the device refused the send.
         """
-        self.lib.umad_set_addr(self.send_addr, dlid, 1, sl, QP1_QKEY)
-        rc = self.lib.umad_send(self.fd, self.agent, self.send_addr, MAD_SIZE, timeout_ms, 0)
+        rc = self._umad_send(self.fd, self.agent, addr, MAD_SIZE, timeout_ms, 0)
         if rc < 0:
-            raise CollectError(f"umad_send to lid {dlid}: {os.strerror(-rc)}")
+            raise CollectError(f"umad_send: {os.strerror(-rc)}")
+
+    def _first_ca(self) -> str:
+        names = (ctypes.c_char * CA_NAME_LEN * MAX_CAS)()
+        n = self.lib.umad_get_cas_names(names, MAX_CAS)
+        if n <= 0:
+            raise CollectError("no InfiniBand device found (umad_get_cas_names)")
+        return names[0].value.decode()
 
     def recv(self, timeout_ms: int) -> int:
         """Wait up to *timeout_ms* for one MAD into ``mad_in``.
@@ -136,8 +158,9 @@ class UmadPort:
         raise CollectError(f"umad_recv on {self.ca}: {os.strerror(-rc)}")
 
     def recv_status(self) -> int:
-        """The umad status of the last received buffer (0, or an errno such as ETIMEDOUT)."""
-        return int(self.lib.umad_status(self.recv_addr))
+        """The umad status of the last received buffer (0, or an errno such as ETIMEDOUT):
+        ``ib_user_mad.status``, the second 32-bit word, read without a library call."""
+        return int.from_bytes(self._hdr_in[4:8], sys.byteorder)
 
     def close(self) -> None:
         """Unregister the agent and close the port (idempotent)."""

@@ -8,6 +8,7 @@ ibsim in tests/integration/test_native_backend.py.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import struct
 from collections import deque
@@ -37,7 +38,7 @@ class ScriptedFabric:
         self.counters = counters  # (lid, port) -> base value; counters are base + k
         self.faults: dict[tuple[int, int, int], list[object]] = {}
         self.per_sl: set[int] = set()  # lids that implement PortXmitDataSL
-        self.mad_out = memoryview(bytearray(pma.MAD_SIZE))
+        self.hdr = 64
         self.mad_in = memoryview(bytearray(pma.MAD_SIZE))
         self.queue: deque[tuple[bytes, int]] = deque()  # (mad, umad status)
         self.sent: list[tuple[int, int, int]] = []
@@ -45,8 +46,14 @@ class ScriptedFabric:
         self.in_flight = 0
         self._status = 0
 
-    def send(self, dlid: int, timeout_ms: int, sl: int = 0) -> None:
-        req = bytes(self.mad_out)
+    def address(self, bufs: np.ndarray, lids: np.ndarray) -> None:
+        bufs[:, 28] = lids >> 8  # where libibumad keeps it, though any place would do here
+        bufs[:, 29] = lids & 0xFF
+
+    def send_at(self, addr: int, timeout_ms: int) -> None:
+        raw = ctypes.string_at(addr, self.hdr + pma.MAD_SIZE)
+        dlid = int.from_bytes(raw[28:30], "big")
+        req = raw[self.hdr :]
         attr = struct.unpack_from(">H", req, 16)[0]
         port = req[pma.DATA_OFFSET + 1]
         self.sent.append((dlid, attr, port))
@@ -284,13 +291,14 @@ def test_the_window_bounds_requests_in_flight(fab: ScriptedFabric, window: int) 
 
 def test_replies_are_matched_on_the_low_32_bits(fab: ScriptedFabric) -> None:
     pipe = Pipeline(fab, window=4, timeout_s=0.5, retries=0)
-    real_send = fab.send
+    real_send = fab.send_at
 
-    def kernel_send(dlid: int, timeout_ms: int, sl: int = 0) -> None:
-        fab.mad_out[8:12] = b"\xab\xcd\x00\x07"  # the kernel owns the upper 32 bits
-        real_send(dlid, timeout_ms, sl)
+    def kernel_send(addr: int, timeout_ms: int) -> None:
+        # the kernel owns the upper 32 bits of the transaction id
+        ctypes.memmove(addr + fab.hdr + 8, b"\xab\xcd\x00\x07", 4)
+        real_send(addr, timeout_ms)
 
-    fab.send = kernel_send  # type: ignore[method-assign]
+    fab.send_at = kernel_send  # type: ignore[method-assign]
     res = pipe.run([Request(1, pma.ATTR_PORT_COUNTERS_EXT, p) for p in (4, 3)])
     recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_COUNTERS_EXT)
     assert recs["xmit_data"].tolist() == [4000, 3000]
