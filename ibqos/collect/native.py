@@ -152,21 +152,29 @@ class Pipeline:
 
     def run(self, requests: Sequence[Request]) -> Result:
         """Send every request and wait until each has a reply or has used up its tries."""
-        n = len(requests)
+        return self.run_arrays(
+            np.array([r.lid for r in requests], dtype=np.int64),
+            np.array([r.attr for r in requests], dtype=np.int64),
+            np.array([r.port_select for r in requests], dtype=np.int64),
+        )
+
+    def run_arrays(self, lids: np.ndarray, attrs: np.ndarray, ports: np.ndarray) -> Result:
+        """``run`` for requests given as arrays: request *i* is a Get of ``attrs[i]`` to
+        ``lids[i]`` with PortSelect ``ports[i]``."""
+        n = len(lids)
         t = self.transport
         base = self._tid
         self._tid = (self._tid + n + 1) & 0xFFFFFFFF
         # every request buffer is built at once with numpy; the loop only sends addresses
         size = t.hdr + pma.MAD_SIZE
         bufs = np.zeros((n, size), dtype=np.uint8)
-        attrs = np.array([r.attr for r in requests], dtype=np.int64)
         for attr in np.unique(attrs):
             bufs[attrs == attr, t.hdr :] = np.frombuffer(pma.get_request(int(attr)), np.uint8)
-        bufs[:, t.hdr + pma.DATA_OFFSET + 1] = [r.port_select for r in requests]
+        bufs[:, t.hdr + pma.DATA_OFFSET + 1] = ports
         tids = ((base + np.arange(n, dtype=np.uint64)) & 0xFFFFFFFF).astype(">u4")
         at = t.hdr + pma.TID_LOW_OFFSET
         bufs[:, at : at + 4] = tids.view(np.uint8).reshape(n, 4)
-        t.address(bufs, np.array([r.lid for r in requests], dtype=np.int64))
+        t.address(bufs, lids)
         first = bufs.ctypes.data
 
         replies = bytearray(n * pma.MAD_SIZE)
@@ -183,16 +191,17 @@ class Pipeline:
         timeout_s, window = self.timeout_s, self.window
         timeout_ms = max(1, int(timeout_s * 1000))
         unpack_tid = struct.Struct(">I").unpack_from
-        stats = self.stats
-        settled = 0
+        sent = answered = timeouts = settled = 0
         while settled < n:
-            while pending and len(live) < window:
-                i = pending.popleft()
-                send_at(first + i * size, timeout_ms)
-                k = tries[i] = tries[i] + 1
-                live[i] = k
-                flying.append((monotonic() + timeout_s, i, k))
-                stats["sent"] += 1
+            if pending and len(live) < window:
+                deadline = monotonic() + timeout_s
+                while pending and len(live) < window:
+                    i = pending.popleft()
+                    send_at(first + i * size, timeout_ms)
+                    k = tries[i] = tries[i] + 1
+                    live[i] = k
+                    flying.append((deadline, i, k))
+                    sent += 1
             wait_ms = max(1, int((flying[0][0] - monotonic()) * 1000) + 1) if flying else 1
             length = recv(wait_ms)
             if length >= 0:
@@ -218,15 +227,18 @@ class Pipeline:
                     times[i] = now_s()
                     done[i] = True
                     settled += 1
-                    stats["answered"] += 1
+                    answered += 1
             if flying and flying[0][0] <= monotonic():
                 now = monotonic()
                 while flying and flying[0][0] <= now:
                     _, i, k = flying.popleft()
                     if live.get(i) == k:  # this copy is still unanswered: it timed out
                         del live[i]
-                        stats["timeouts"] += 1
+                        timeouts += 1
                         settled += self._again(i, pending, tries, errors, done, "no reply")
+        self.stats["sent"] += sent
+        self.stats["answered"] += answered
+        self.stats["timeouts"] += timeouts
         mads = np.frombuffer(replies, dtype=np.uint8).reshape(n, pma.MAD_SIZE)
         return Result(mads, np.array(times, dtype=np.float64), errors)
 
@@ -293,6 +305,8 @@ class NativeBackend:
         self.xmit_wait = xmit_wait
         self.caps: dict[int, NodeCaps | None] = {}  # None: ClassPortInfo failed
         self._warned_32bit: set[int] = set()
+        self._caps_gen = 0  # bumped when caps change: cached request plans go stale
+        self._cached: _Plan | None = None
 
     def close(self) -> None:
         """Close the MAD port."""
@@ -340,6 +354,7 @@ class NativeBackend:
                     c = caps[tg.node_guid]
                     caps[tg.node_guid] = NodeCaps(c.cap_mask, c.cap_mask2, per_sl=True)
         self.caps.update(caps)
+        self._caps_gen += 1
 
     # -- sweep ----------------------------------------------------------------------
     def sweep(self, targets: Sequence[Target]) -> Sweep:
@@ -348,30 +363,9 @@ class NativeBackend:
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         stats0 = dict(self.pipeline.stats)
         self.probe(targets)
-        requests: list[Request] = []
-        main = np.full(len(targets), -1, dtype=np.int64)  # request of each target's data
-        wait = np.full(len(targets), -1, dtype=np.int64)  # its PortCounters for XmitWait
-        for k, tg in enumerate(targets):
-            caps = self.caps.get(tg.node_guid)
-            if caps is None:
-                continue
-            if caps.extended:
-                main[k] = len(requests)
-                requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS_EXT, tg.port))
-                if self.xmit_wait and caps.xmit_wait and not caps.pce_xmit_wait:
-                    wait[k] = len(requests)
-                    requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS, tg.port))
-            else:
-                if tg.node_guid not in self._warned_32bit:
-                    self._warned_32bit.add(tg.node_guid)
-                    log.warning(
-                        "%s: no PortCountersExtended; 32-bit PortCounters saturate quickly",
-                        _where(tg),
-                    )
-                main[k] = len(requests)
-                requests.append(Request(tg.lid, pma.ATTR_PORT_COUNTERS, tg.port))
-        res = self.pipeline.run(requests)
-        table = self._table(targets, requests, res, main, wait)
+        plan = self._plan(targets)
+        res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports)
+        table = self._table(plan, res)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         stats = {k: v - stats0.get(k, 0) for k, v in self.pipeline.stats.items()}
         stats["failed"] = int((table["error"] != "").sum())
@@ -388,29 +382,67 @@ class NativeBackend:
             stats=stats,
         )
 
-    def _table(
-        self,
-        targets: Sequence[Target],
-        requests: Sequence[Request],
-        res: Result,
-        main: np.ndarray,
-        wait: np.ndarray,
-    ) -> pd.DataFrame:
-        """Decode the replies in bulk into a sweep table, one row per target."""
+    def _plan(self, targets: Sequence[Target]) -> _Plan:
+        """The requests of a sweep of *targets*, kept while the targets and what is known
+        of the nodes stay the same (a sweep loop passes the same list every time)."""
+        key = (id(targets), len(targets), self._caps_gen)
+        if self._cached is not None and self._cached.key == key:
+            return self._cached
         n = len(targets)
-        attrs = np.array([r.attr for r in requests], dtype=np.int64)
-        errors = np.array(res.error, dtype=object) if requests else np.array([], dtype=object)
+        lids: list[int] = []
+        attrs: list[int] = []
+        ports: list[int] = []
+        main = np.full(n, -1, dtype=np.int64)  # request of each target's counters
+        wait = np.full(n, -1, dtype=np.int64)  # its PortCounters, for XmitWait
+        caps = [self.caps.get(t.node_guid) for t in targets]
+        for k, (tg, c) in enumerate(zip(targets, caps, strict=True)):
+            if c is None:
+                continue
+            main[k] = len(lids)
+            lids.append(tg.lid)
+            ports.append(tg.port)
+            if c.extended:
+                attrs.append(pma.ATTR_PORT_COUNTERS_EXT)
+                if self.xmit_wait and c.xmit_wait and not c.pce_xmit_wait:
+                    wait[k] = len(lids)
+                    lids.append(tg.lid)
+                    ports.append(tg.port)
+                    attrs.append(pma.ATTR_PORT_COUNTERS)
+            else:
+                attrs.append(pma.ATTR_PORT_COUNTERS)
+                if tg.node_guid not in self._warned_32bit:
+                    self._warned_32bit.add(tg.node_guid)
+                    log.warning(
+                        "%s: no PortCountersExtended; 32-bit PortCounters saturate quickly",
+                        _where(tg),
+                    )
+        self._cached = _Plan(
+            key=key,
+            lids=np.array(lids, dtype=np.int64),
+            attrs=np.array(attrs, dtype=np.int64),
+            ports=np.array(ports, dtype=np.int64),
+            main=main,
+            wait=wait,
+            node_guid=np.array([t.node_guid for t in targets], dtype=np.uint64),
+            port=np.array([t.port for t in targets], dtype=np.uint8),
+            lid=np.array([t.lid for t in targets], dtype=np.uint16),
+            has_wait=np.array([c is not None and c.xmit_wait for c in caps], dtype=np.bool_),
+            pce_wait=np.array([c is not None and c.pce_xmit_wait for c in caps], dtype=np.bool_),
+        )
+        return self._cached
+
+    def _table(self, plan: _Plan, res: Result) -> pd.DataFrame:
+        """Decode the replies in bulk into a sweep table, one row per target."""
+        n = len(plan.main)
+        main, wait, attrs = plan.main, plan.wait, plan.attrs
+        errors = np.array(res.error, dtype=object)
         cols: dict[str, np.ndarray] = {
             c: np.zeros(n, dtype=np.uint64)
             for c in ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait")
         }
         missing = {c: np.ones(n, dtype=bool) for c in cols}
         bits = np.zeros(n, dtype=np.uint8)
-        tport = np.array([t.port for t in targets], dtype=np.int64)
-        caps = [self.caps.get(t.node_guid) for t in targets]
-        has_wait = np.array([c is not None and c.xmit_wait for c in caps], dtype=np.bool_)
-        pce_wait = np.array([c is not None and c.pce_xmit_wait for c in caps], dtype=np.bool_)
-        error = np.array(["no ClassPortInfo from this node"] * n, dtype=object)
+        error = np.full(n, "no ClassPortInfo from this node", dtype=object)
         time_s = np.full(n, np.nan)
         for attr, width in ((pma.ATTR_PORT_COUNTERS_EXT, 64), (pma.ATTR_PORT_COUNTERS, 32)):
             rows = np.flatnonzero((main >= 0) & (attrs[np.maximum(main, 0)] == attr))
@@ -420,7 +452,7 @@ class NativeBackend:
             recs = pma.decode(res.mads[idx].tobytes(), attr)
             why = pma.check_replies(recs, attr)
             why = np.where(errors[idx] != "", errors[idx], why)
-            port_bad = recs["port_select"] != tport[rows]
+            port_bad = recs["port_select"] != plan.port[rows]
             why = np.where((why == "") & port_bad, "reply for another port", why)
             good = why == ""
             error[rows] = why
@@ -439,7 +471,8 @@ class NativeBackend:
                 missing[col][rows[good]] = False
             # a 32-bit fallback reply has XmitWait where CapMask bit 12 says so; PCE where
             # CapMask2 bit 1 does
-            ok = good & (has_wait[rows] if attr == pma.ATTR_PORT_COUNTERS else pce_wait[rows])
+            has = plan.has_wait if attr == pma.ATTR_PORT_COUNTERS else plan.pce_wait
+            ok = good & has[rows]
             cols["xmit_wait"][rows[ok]] = recs["xmit_wait"][ok]
             missing["xmit_wait"][rows[ok]] = False
         rows = np.flatnonzero(wait >= 0)
@@ -454,18 +487,32 @@ class NativeBackend:
             missing["xmit_wait"][rows[good]] = False
             bad = (why != "") & (error[rows] == "")
             error[rows[bad]] = ["XmitWait: " + str(w) for w in why[bad]]
-        data = {
-            "node_guid": np.array([t.node_guid for t in targets], dtype=np.uint64),
-            "port": np.array([t.port for t in targets], dtype=np.uint8),
-            "lid": np.array([t.lid for t in targets], dtype=np.uint16),
-            "time_s": time_s,
-        }
-        frame = pd.DataFrame(data)
+        frame = pd.DataFrame(
+            {"node_guid": plan.node_guid, "port": plan.port, "lid": plan.lid, "time_s": time_s}
+        )
         for c, v in cols.items():
             frame[c] = pd.arrays.IntegerArray(v, missing[c])
         frame["counter_bits"] = bits
         frame["error"] = error
         return frame.astype(SWEEP_DTYPES)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A sweep's requests (``lids``/``attrs``/``ports``), where each target's replies are
+    (``main``, ``wait``: request index or -1), and per-target columns."""
+
+    key: tuple[int, int, int]
+    lids: np.ndarray
+    attrs: np.ndarray
+    ports: np.ndarray
+    main: np.ndarray
+    wait: np.ndarray
+    node_guid: np.ndarray
+    port: np.ndarray
+    lid: np.ndarray
+    has_wait: np.ndarray
+    pce_wait: np.ndarray
 
 
 def _where(tg: Target) -> str:
