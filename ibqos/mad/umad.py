@@ -95,6 +95,7 @@ class UmadPort:
         self._len = ctypes.c_int(self.size)
         self._len_ref = ctypes.byref(self._len)
         self._umad_send = self.lib.umad_send
+        self._umad_recv = self.lib.umad_recv
         self._lid_at = self._find_lid_offset()
 
     def _find_lid_offset(self) -> int:
@@ -150,9 +151,10 @@ class UmadPort:
             CollectError: the device failed.
         """
         self._len.value = self.size
-        rc = int(self.lib.umad_recv(self.fd, self.recv_addr, self._len_ref, timeout_ms))
+        rc: int = self._umad_recv(self.fd, self.recv_addr, self._len_ref, timeout_ms)
         if rc >= 0:
-            return max(0, min(MAD_SIZE, self._len.value))  # umad_recv gives the MAD length
+            n: int = self._len.value  # umad_recv gives the MAD length
+            return n if 0 <= n <= MAD_SIZE else (0 if n < 0 else MAD_SIZE)
         if -rc in (errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR):
             return -1
         raise CollectError(f"umad_recv on {self.ca}: {os.strerror(-rc)}")
