@@ -1,6 +1,6 @@
 # The two commands of the README:  make demo  and  make test.
 # Each sets the machine up first (scripts/setup.sh is idempotent).
-.PHONY: setup demo test lint typecheck unit bench
+.PHONY: setup demo test lint typecheck unit bench bench-collect
 
 VENV := .venv/bin
 
@@ -25,3 +25,6 @@ unit: setup
 
 bench: setup
 	$(VENV)/python scripts/bench_lab.py
+
+bench-collect: setup
+	$(VENV)/python scripts/bench_collect.py
