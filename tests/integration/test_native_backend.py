@@ -12,8 +12,7 @@ import json
 import sys
 
 import pandas as pd
-import pytest
-from labcheck import JOBS, MAD_BYTES, QUIET, check_against_lab, lab_values
+from labcheck import MAD_BYTES, QUIET, check_against_lab, lab_values
 
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.replay import ReplayBackend
@@ -32,13 +31,6 @@ JSON_KEYS = {
     "xmit_wait_per_s",
     "reset",
 }
-
-
-@pytest.fixture
-def jobs(tmp_path):
-    path = tmp_path / "jobs.yaml"
-    path.write_text(JOBS)
-    return path
 
 
 def test_three_backends_read_the_same_fabric_state(make_lab, jobs, tmp_path):

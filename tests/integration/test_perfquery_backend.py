@@ -16,10 +16,8 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 from labcheck import (
     HOLD_SLOT,
-    JOBS,
     MAD_BYTES,
     QUIET,
     check_against_lab,
@@ -31,13 +29,6 @@ from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import RateTracker
 from ibqos.collect.replay import ReplayBackend, SweepRecorder
 from ibqos.collect.sweep import SWEEP_DTYPES, Target
-
-
-@pytest.fixture
-def jobs(tmp_path):
-    path = tmp_path / "jobs.yaml"
-    path.write_text(JOBS)
-    return path
 
 
 def test_both_modes_read_what_the_lab_wrote(make_lab, jobs, tmp_path):
