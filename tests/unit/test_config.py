@@ -1,0 +1,74 @@
+"""Config sections of collection: every bad value is named by its key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ibqos.config import CollectConfig, FabricConfig, parse_config
+from ibqos.errors import ConfigError
+
+
+def test_defaults() -> None:
+    cfg = parse_config({}, "c.yaml")
+    assert cfg.collect == CollectConfig()
+    assert cfg.fabric == FabricConfig(source="ibnetdiscover")
+    assert (cfg.collect.backend, cfg.collect.window, cfg.collect.timeout_s) == ("native", 32, 0.5)
+
+
+def test_a_lab_config_reads_the_lab_fabric_by_default() -> None:
+    cfg = parse_config({"lab": {"name": "l1", "dir": "/tmp/labs/l1"}}, "c.yaml")
+    assert cfg.fabric.source == "lab"
+
+
+def test_values_are_read() -> None:
+    cfg = parse_config(
+        {
+            "fabric": {"source": "file", "path": "/f.txt", "root_guids": [1, 2], "refresh_s": 0},
+            "collect": {
+                "backend": "replay",
+                "replay_path": "/rec",
+                "replay_loop": True,
+                "interval_s": 2.5,
+                "window": 8,
+                "retries": 0,
+                "xmit_wait": False,
+                "ca": "mlx5_1",
+                "port": 2,
+            },
+        },
+        "c.yaml",
+    )
+    assert cfg.fabric == FabricConfig("file", Path("/f.txt"), (1, 2), 0.0)
+    c = cfg.collect
+    assert (c.backend, c.replay_path, c.replay_loop) == ("replay", Path("/rec"), True)
+    assert (c.interval_s, c.window, c.retries, c.xmit_wait) == (2.5, 8, 0, False)
+    assert (c.ca, c.port) == ("mlx5_1", 2)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"collect": {"backend": "snmp"}}, "collect.backend: expected one of native, perfquery"),
+        ({"collect": {"window": 0}}, "collect.window: expected an integer >= 1, got 0"),
+        ({"collect": {"window": 2.5}}, "collect.window: expected an integer >= 1, got 2.5"),
+        ({"collect": {"timeout_s": "fast"}}, "collect.timeout_s: expected a number"),
+        ({"collect": {"retries": -1}}, "collect.retries: expected an integer >= 0"),
+        ({"collect": {"xmit_wait": "yes"}}, "collect.xmit_wait: expected true or false"),
+        ({"collect": {"interval_s": True}}, "collect.interval_s: expected a number"),
+        ({"collect": {"windw": 4}}, "collect.windw: unknown key"),
+        ({"collect": {"backend": "replay"}}, "collect.replay_path: required"),
+        ({"fabric": {"source": "file"}}, "fabric.path: required when fabric.source is file"),
+        ({"fabric": {"source": "lab"}}, "fabric.source: 'lab' needs a lab section"),
+        ({"fabric": {"source": "sa"}}, "fabric.source: expected one of ibnetdiscover, file, lab"),
+        ({"fabric": {"root_guids": "0x1"}}, "fabric.root_guids: expected a list of GUIDs"),
+        ({"fabric": {"refresh_s": -1}}, "fabric.refresh_s: expected a number >= 0"),
+        ({"collect": []}, "collect: expected a mapping"),
+    ],
+)
+def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc, "c.yaml")
+    assert str(err.value).startswith("c.yaml: ")
+    assert message in str(err.value)
