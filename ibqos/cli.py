@@ -19,7 +19,7 @@ import yaml
 from ibqos import __version__
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
-from ibqos.config import BACKENDS, find_config, load_config
+from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
 from ibqos.errors import IbqosError, LabError, TopologyError
 from ibqos.fabric import fabric_from_config, fabric_from_file
 from ibqos.jobs import PATTERNS, parse_jobs
@@ -101,6 +101,16 @@ def show_config(path: Path | None) -> None:
 
 
 # -- collect ---------------------------------------------------------------------------
+def _load_or_defaults(path: Path | None) -> Config:
+    """The config, or the defaults when none was named and the default file is absent:
+    ``ibqos collect`` also serves as a debug tool on hosts where ibqos is not set up."""
+    found = find_config(path)
+    if path is None and "IBQOS_CONFIG" not in os.environ and not found.exists():
+        logger.debug("no %s: using the default configuration", found)
+        return parse_config({}, "defaults")
+    return load_config(found)
+
+
 @cli.command("collect")
 @_config_option
 @click.option("--backend", type=click.Choice(BACKENDS), help="Override collect.backend.")
@@ -147,7 +157,7 @@ def collect(
     Rates need two sweeps, so the first table comes one interval after the start.  JSON
     output is a list of rows per table (one line each); docs/collect.md lists the keys.
     """
-    config = load_config(find_config(path))
+    config = _load_or_defaults(path)
     cfg = config.collect
     if replay_dir is not None:
         cfg = replace(cfg, backend="replay", replay_path=replay_dir)

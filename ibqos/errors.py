@@ -20,8 +20,10 @@ class IbqosError(Exception):
     def __str__(self) -> str:
         msg = super().__str__()
         cause = self.__cause__
-        if cause is not None and str(cause) and str(cause) not in msg:
-            msg = f"{msg}: {cause}"
+        # an OSError's own text repeats the file name; its strerror is what adds news
+        text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause or "")
+        if text and text not in msg:
+            msg = f"{msg}: {text}"
         return " ".join(msg.split())  # one line, whatever the cause printed
 
 

@@ -26,6 +26,9 @@ def make_backend(cfg: CollectConfig) -> Backend:
     """
     if cfg.backend == "perfquery":
         from ibqos.collect.perfquery import PerfqueryBackend
+        from ibqos.mad.umad import check_mad_device
+
+        check_mad_device()  # one line now, not one warning per perfquery process
 
         return PerfqueryBackend(
             workers=cfg.workers,

@@ -37,9 +37,13 @@ import numpy as np
 import pandas as pd
 
 from ibqos.collect.sweep import Sweep, Target
+from ibqos.errors import CollectError
 from ibqos.mad import pma
 
 log = logging.getLogger("ibqos.collect")
+
+#: sweeps between two tries of a node whose ClassPortInfo did not answer
+REPROBE_SWEEPS = 10
 
 _U64_MAX = np.uint64(2**64 - 1)
 
@@ -162,26 +166,34 @@ class Pipeline:
 
     def run_arrays(self, lids: np.ndarray, attrs: np.ndarray, ports: np.ndarray) -> Result:
         """``run`` for requests given as arrays: request *i* is a Get of ``attrs[i]`` to
-        ``lids[i]`` with PortSelect ``ports[i]``."""
+        ``lids[i]`` with PortSelect ``ports[i]``.
+
+        Each try of a request has its own transaction id, ``base + (try - 1) * n + i``: a
+        kernel refuses a Get whose id matches one it still waits on, and a late reply or a
+        late "timed out" must be told apart from the copy sent after it.
+        """
         n = len(lids)
         t = self.transport
+        tries_max = self.retries + 1
         base = self._tid
-        self._tid = (self._tid + n + 1) & 0xFFFFFFFF
+        self._tid = (self._tid + n * tries_max + 1) & 0xFFFFFFFF
         # every request buffer is built at once with numpy; the loop only sends addresses
         size = t.hdr + pma.MAD_SIZE
         bufs = np.zeros((n, size), dtype=np.uint8)
         for attr in np.unique(attrs):
             bufs[attrs == attr, t.hdr :] = np.frombuffer(pma.get_request(int(attr)), np.uint8)
         bufs[:, t.hdr + pma.DATA_OFFSET + 1] = ports
-        tids = ((base + np.arange(n, dtype=np.uint64)) & 0xFFFFFFFF).astype(">u4")
         at = t.hdr + pma.TID_LOW_OFFSET
+        tids = ((base + np.arange(n, dtype=np.uint64)) & 0xFFFFFFFF).astype(">u4")
         bufs[:, at : at + 4] = tids.view(np.uint8).reshape(n, 4)
         t.address(bufs, lids)
         first = bufs.ctypes.data
+        view = bufs.reshape(-1).data  # to give a resent copy its own id
 
         replies = bytearray(n * pma.MAD_SIZE)
         times = [float("nan")] * n
         errors = [""] * n
+        why = ["no reply"] * n  # what a request's last try got, for its error
         done = [False] * n
         tries = [0] * n
         pending: deque[int] = deque(range(n))
@@ -193,37 +205,48 @@ class Pipeline:
         timeout_s, window = self.timeout_s, self.window
         timeout_ms = max(1, int(timeout_s * 1000))
         unpack_tid = struct.Struct(">I").unpack_from
-        sent = answered = timeouts = settled = turns = 0
+        pack_tid = struct.Struct(">I").pack_into
+        sent = answered = timeouts = settled = turns = refused = 0
         while settled < n:
             if pending and len(live) < window:
                 deadline = monotonic() + timeout_s
                 while pending and len(live) < window:
                     i = pending.popleft()
-                    send_at(first + i * size, timeout_ms)
                     k = tries[i] = tries[i] + 1
+                    if k > 1:
+                        pack_tid(view, i * size + at, (base + (k - 1) * n + i) & 0xFFFFFFFF)
+                    try:
+                        send_at(first + i * size, timeout_ms)
+                    except CollectError as err:  # this request only, unless the device is gone
+                        refused += 1
+                        if refused > 16 and not answered:
+                            raise
+                        errors[i], done[i] = f"not sent: {err}", True
+                        settled += 1
+                        continue
                     live[i] = k
                     flying.append((deadline, i, k))
                     sent += 1
             length = recv(timeout_ms)
             if length >= 0:
-                i = (unpack_tid(inp, pma.TID_LOW_OFFSET)[0] - base) & 0xFFFFFFFF
-                if length < pma.TID_LOW_OFFSET + 4 or i >= n or done[i]:
+                off = (unpack_tid(inp, pma.TID_LOW_OFFSET)[0] - base) & 0xFFFFFFFF
+                i, k = off % n if n else 0, off // n + 1 if n else 0
+                if length < pma.TID_LOW_OFFSET + 4 or k > tries_max or done[i]:
                     log.debug("stray or late MAD (%d bytes) ignored", length)
                 elif t.recv_status() != 0:
                     # the kernel (or umad2sim) hands a request back when it timed out
-                    if live.pop(i, None) is not None:
-                        settled += self._again(i, pending, tries, errors, done, "no reply")
+                    if live.get(i) == k:
+                        del live[i]
+                        settled += self._again(i, pending, tries, errors, done, why[i])
                 elif length < pma.MAD_SIZE:
                     self._settle(i, live, pending)
                     errors[i] = f"truncated reply ({length} of {pma.MAD_SIZE} bytes)"
                     done[i] = True
                     settled += 1
                 elif inp[5] & pma.STATUS_BUSY:
-                    self._settle(i, live, pending)
-                    settled += self._again(i, pending, tries, errors, done, "busy")
+                    why[i] = "busy"  # its deadline sends it again, not at once: back off
                 else:
-                    if live.pop(i, None) is None:
-                        pending.remove(i)  # a late reply to a copy we were about to resend
+                    self._settle(i, live, pending)  # a late reply of an earlier try is good too
                     replies[i * pma.MAD_SIZE : (i + 1) * pma.MAD_SIZE] = inp
                     times[i] = now_s()
                     done[i] = True
@@ -239,7 +262,7 @@ class Pipeline:
                     if live.get(i) == k:  # this copy is still unanswered: it timed out
                         del live[i]
                         timeouts += 1
-                        settled += self._again(i, pending, tries, errors, done, "no reply")
+                        settled += self._again(i, pending, tries, errors, done, why[i])
         self.stats["sent"] += sent
         self.stats["answered"] += answered
         self.stats["timeouts"] += timeouts
@@ -248,8 +271,8 @@ class Pipeline:
 
     @staticmethod
     def _settle(i: int, live: dict[int, int], pending: deque[int]) -> None:
-        """Take request *i* out of flight (or out of the queue, if its copy timed out)."""
-        if live.pop(i, None) is None:
+        """Take request *i* out of flight, or out of the queue if it was waiting for a retry."""
+        if live.pop(i, None) is None and i in pending:
             pending.remove(i)
 
     def _again(
@@ -311,6 +334,8 @@ class NativeBackend:
         self._warned_32bit: set[int] = set()
         self._caps_gen = 0  # bumped when caps change: cached request plans go stale
         self._cached: _Plan | None = None
+        self._sweeps = 0
+        self._failed_at: dict[int, int] = {}  # node GUID -> sweep its ClassPortInfo failed
 
     def close(self) -> None:
         """Close the MAD port."""
@@ -325,11 +350,16 @@ class NativeBackend:
     # -- capabilities ---------------------------------------------------------------
     def probe(self, targets: Sequence[Target]) -> None:
         """Read ClassPortInfo of every node not probed yet, then try per-SL counters on
-        the switches among them.  A node that does not answer is retried next sweep."""
+        the switches among them.  A node that does not answer is tried again after
+        ``REPROBE_SWEEPS`` sweeps (each try costs it ``retries`` timeouts)."""
+        self._sweeps += 1
         first: dict[int, Target] = {}
         for tg in targets:
-            if self.caps.get(tg.node_guid) is None:
+            if tg.node_guid not in self.caps:
                 first.setdefault(tg.node_guid, tg)
+            elif self.caps[tg.node_guid] is None:
+                if self._sweeps - self._failed_at.get(tg.node_guid, 0) >= REPROBE_SWEEPS:
+                    first.setdefault(tg.node_guid, tg)
         if not first:
             return
         nodes = list(first.values())
@@ -342,6 +372,7 @@ class NativeBackend:
             if why:
                 log.warning("%s: ClassPortInfo: %s", _where(tg), why)
                 self.caps[tg.node_guid] = None
+                self._failed_at[tg.node_guid] = self._sweeps
                 continue
             caps[tg.node_guid] = NodeCaps(
                 int(rec["cap_mask"]), int(rec["cap_mask2_resp_time"]) >> 5
@@ -357,8 +388,9 @@ class NativeBackend:
                 if not (err or rerr):
                     c = caps[tg.node_guid]
                     caps[tg.node_guid] = NodeCaps(c.cap_mask, c.cap_mask2, per_sl=True)
-        self.caps.update(caps)
-        self._caps_gen += 1
+        if caps:  # the request plan changes only when a node gains capabilities
+            self.caps.update(caps)
+            self._caps_gen += 1
 
     # -- sweep ----------------------------------------------------------------------
     def sweep(self, targets: Sequence[Target]) -> Sweep:
@@ -389,6 +421,8 @@ class NativeBackend:
     def _plan(self, targets: Sequence[Target]) -> _Plan:
         """The requests of a sweep of *targets*, kept while the targets and what is known
         of the nodes stay the same (a sweep loop passes the same list every time)."""
+        # the plan holds the list itself, so its id cannot be reused while cached; a list
+        # changed in place must be passed as a new list (Collector does so)
         key = (id(targets), len(targets), self._caps_gen)
         if self._cached is not None and self._cached.key == key:
             return self._cached
@@ -422,6 +456,7 @@ class NativeBackend:
                     )
         self._cached = _Plan(
             key=key,
+            targets=targets,
             lids=np.array(lids, dtype=np.int64),
             attrs=np.array(attrs, dtype=np.int64),
             ports=np.array(ports, dtype=np.int64),
@@ -489,8 +524,12 @@ class NativeBackend:
             good = (why == "") & (error[rows] == "")
             cols["xmit_wait"][rows[good]] = recs["xmit_wait"][good]
             missing["xmit_wait"][rows[good]] = False
-            bad = (why != "") & (error[rows] == "")
-            error[rows[bad]] = ["XmitWait: " + str(w) for w in why[bad]]
+            # the data counters of these rows stand; only XmitWait stays unknown
+            lost = (why != "") & (error[rows] == "")
+            for r, w in zip(rows[lost], why[lost], strict=True):
+                log.warning(
+                    "lid %d port %d: XmitWait (PortCounters): %s", plan.lid[r], plan.port[r], w
+                )
         # every column already has its SWEEP_DTYPES dtype: no astype copy of the frame
         return pd.DataFrame(
             {
@@ -512,6 +551,7 @@ class _Plan:
     (``main``, ``wait``: request index or -1), and per-target columns."""
 
     key: tuple[int, int, int]
+    targets: Sequence[Target]
     lids: np.ndarray
     attrs: np.ndarray
     ports: np.ndarray

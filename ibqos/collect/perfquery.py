@@ -80,6 +80,8 @@ _IBERROR = re.compile(r"^\S+: iberror: ")
 #: 12), PortCountersExtended with the unicast/multicast packets when CapMask bit 9 is set.
 _REQUIRED = ("PortSelect", "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")
 _REQUIRED_BASIC = ("PortXmitWait",)
+#: what perfquery/libibmad print when this host has no usable MAD port (recorded here)
+NO_DEVICE = ("can't open UMAD port", "iberror: failed: Failed to open")
 _REQUIRED_IETF = (
     "PortUnicastXmitPkts",
     "PortUnicastRcvPkts",
@@ -293,6 +295,14 @@ class PerfqueryBackend:
         missing = next((r.exec_error for r in results if r.exec_error), "")
         if missing:
             raise CollectError(f"cannot run {self.binary}: {missing}")
+        messages = [m for r in results for m in r.errors.values()]
+        if (
+            targets
+            and len(messages) >= len(targets)
+            and all(any(x in m for x in NO_DEVICE) for m in messages)
+        ):
+            # every process failed to open the local MAD port: no device here, not a port
+            raise CollectError(messages[0])
         table = _table(targets, groups, results, self.xmit_wait)
         stats = {
             "sent": sum(r.processes for r in results),
@@ -470,11 +480,9 @@ def _table(
             if not wait:
                 continue
             basic = res.basic.get(port)
-            if basic is not None:
-                if basic.cap_mask & CAP_XMIT_WAIT:
-                    cols["xmit_wait"][i] = basic.fields["PortXmitWait"]
-            else:
-                cols["error"][i] = res.errors.get(port, f"lid {group.lid} port {port}: not read")
+            # without PortCounters only XmitWait stays unknown (the failure is logged)
+            if basic is not None and basic.cap_mask & CAP_XMIT_WAIT:
+                cols["xmit_wait"][i] = basic.fields["PortXmitWait"]
     return pd.DataFrame(cols).astype(SWEEP_DTYPES)
 
 

@@ -16,6 +16,8 @@ import ctypes
 import errno
 import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ from ibqos.errors import CollectError
 from ibqos.mad.pma import CLASS_VERSION, MAD_SIZE, PERF_CLASS, QP1_QKEY
 
 LIBRARY = "libibumad.so.3"
+UMAD_SYSFS = Path("/sys/class/infiniband_mad/abi_version")
 CA_NAME_LEN = 20  # UMAD_CA_NAME_LEN
 MAX_CAS = 32  # UMAD_MAX_DEVICES
 
@@ -55,6 +58,22 @@ def _load() -> ctypes.CDLL:
     return lib
 
 
+def check_mad_device(env: Mapping[str, str] | None = None) -> None:
+    """Fail early, in one line, where no MAD device can work: libibumad would make up a CA
+    name and print its own warnings first.  Under umad2sim (in *env*, default this
+    process's environment) the simulator is the device.
+
+    Raises:
+        CollectError: no ``/sys/class/infiniband_mad`` (no HCA, or ib_umad not loaded).
+    """
+    preload = (os.environ if env is None else env).get("LD_PRELOAD", "")
+    if "umad2sim" not in preload and not UMAD_SYSFS.exists():
+        raise CollectError(
+            f"no InfiniBand MAD device: {UMAD_SYSFS} is missing (no HCA, or the ib_umad "
+            "module is not loaded)"
+        )
+
+
 class UmadPort:
     """One open umad port with one PerfMgt (class 0x04) agent registered.
 
@@ -67,16 +86,18 @@ class UmadPort:
     """
 
     def __init__(self, ca: str | None = None, port: int = 0) -> None:
+        check_mad_device()
         self.lib = _load()
         if self.lib.umad_init() < 0:
             raise CollectError("umad_init failed: no InfiniBand MAD support (ib_umad module?)")
         self.ca = ca or self._first_ca()
         self.fd = self.lib.umad_open_port(self.ca.encode(), port)
         if self.fd < 0:
-            raise CollectError(
-                f"cannot open umad port {self.ca}/{port}: {os.strerror(-self.fd)}"
-                " (needs read/write access to /dev/infiniband/umad*)"
+            why = os.strerror(ctypes.get_errno() or -self.fd)
+            hint = (
+                " (needs read/write access to /dev/infiniband/umad*)" if "ermission" in why else ""
             )
+            raise CollectError(f"cannot open umad port {self.ca}/{port}: {why}{hint}")
         self.agent = self.lib.umad_register(self.fd, PERF_CLASS, CLASS_VERSION, 0, None)
         if self.agent < 0:
             self.lib.umad_close_port(self.fd)
@@ -129,8 +150,8 @@ class UmadPort:
             CollectError: the device refused the send.
         """
         rc = self._umad_send(self.fd, self.agent, addr, MAD_SIZE, timeout_ms, 0)
-        if rc < 0:
-            raise CollectError(f"umad_send: {os.strerror(-rc)}")
+        if rc < 0:  # libibumad says -EIO for every failure; errno has the cause
+            raise CollectError(f"umad_send: {os.strerror(ctypes.get_errno() or -rc)}")
 
     def _first_ca(self) -> str:
         names = (ctypes.c_char * CA_NAME_LEN * MAX_CAS)()
@@ -150,12 +171,14 @@ class UmadPort:
         Raises:
             CollectError: the device failed.
         """
-        self._len.value = self.size
+        self._len.value = MAD_SIZE  # in: room for the MAD after the header; out: its length
         rc: int = self._umad_recv(self.fd, self.recv_addr, self._len_ref, timeout_ms)
         if rc >= 0:
             n: int = self._len.value  # umad_recv gives the MAD length
             return n if 0 <= n <= MAD_SIZE else (0 if n < 0 else MAD_SIZE)
         if -rc in (errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR):
+            return -1
+        if ctypes.get_errno() == errno.EINTR:  # a signal: libibumad reports it as -EIO
             return -1
         raise CollectError(f"umad_recv on {self.ca}: {os.strerror(-rc)}")
 

@@ -334,7 +334,7 @@ def test_load_missing_file(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "nope.yaml"
     with pytest.raises(JobsError) as info:
         load_jobs(path)
-    assert str(info.value).startswith(f"{path}: cannot read job file: [Errno 2]")
+    assert str(info.value).startswith(f"{path}: cannot read job file: No such file or directory")
     assert isinstance(info.value.__cause__, FileNotFoundError)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from ibqos.collect.native import NativeBackend, Pipeline, Request
 from ibqos.collect.sweep import SWEEP_DTYPES, Target
-from ibqos.errors import MadError
+from ibqos.errors import CollectError, MadError
 from ibqos.mad import pma
 
 SWITCH_CAPS = 0x1300  # ibsim's switches: AllPortSelect, PCE, XmitWait in PortCounters
@@ -42,6 +42,10 @@ class ScriptedFabric:
         self.mad_in = memoryview(bytearray(pma.MAD_SIZE))
         self.queue: deque[tuple[bytes, int]] = deque()  # (mad, umad status)
         self.sent: list[tuple[int, int, int]] = []
+        self.sent_tids: list[tuple[int, int, int, int]] = []
+        self.kernel = False  # refuse a Get whose transaction id is still outstanding
+        self.outstanding: set[int] = set()
+        self.refuse: set[tuple[int, int]] = set()  # (lid, port) whose sends fail
         self.max_in_flight = 0
         self.in_flight = 0
         self._status = 0
@@ -56,12 +60,17 @@ class ScriptedFabric:
         req = raw[self.hdr :]
         attr = struct.unpack_from(">H", req, 16)[0]
         port = req[pma.DATA_OFFSET + 1]
+        tid = struct.unpack_from(">Q", req, 8)[0]
+        if (dlid, port) in self.refuse or (self.kernel and tid in self.outstanding):
+            raise CollectError("umad_send: Invalid argument")
         self.sent.append((dlid, attr, port))
+        self.sent_tids.append((dlid, attr, port, tid))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         todo = self.faults.get((dlid, port, attr), [])
         fault = todo.pop(0) if todo else None
         if fault == "drop" or dlid not in self.caps:
+            self.outstanding.add(tid)
             return
         if fault == "returned":
             self.queue.append((req, 110))
@@ -245,8 +254,33 @@ def test_no_reply_is_retried_then_reported(fab: ScriptedFabric) -> None:
         "",
     ]
     assert s.table["xmit_bytes"].tolist()[0] == 4000
-    assert s.stats["timeouts"] == 3  # port 1 once, port 2 twice; returned ones are not waited
+    # port 1 once, port 2 twice, port 4 (busy: retried at its deadline, not at once) once;
+    # requests handed back as timed out are not waited for
+    assert s.stats["timeouts"] == 4
     assert s.stats["retries"] == 1 + 1 + 1 + 1
+
+
+def test_busy_to_the_end_says_busy(fab: ScriptedFabric) -> None:
+    fab.faults[(1, 1, pma.ATTR_PORT_COUNTERS_EXT)] = ["busy", "busy"]
+    s = backend(fab).sweep([switch(1, 1), switch(1, 2)])
+    assert s.table["error"].tolist() == ["busy after 2 tries (0.01 s each)", ""]
+
+
+def test_each_try_has_its_own_transaction_id(fab: ScriptedFabric) -> None:
+    # a kernel refuses a Get whose id it still waits on; a dropped request stays waited on
+    fab.kernel = True
+    fab.faults[(1, 2, pma.ATTR_PORT_COUNTERS_EXT)] = ["drop", "drop"]
+    s = backend(fab, retries=2).sweep([switch(1, p) for p in range(1, 5)])
+    assert s.table["error"].tolist() == ["", "", "", ""]
+    tids = [tid for lid, attr, port, tid in fab.sent_tids if (attr, port) == (0x1D, 2)]
+    assert len(tids) == 3 and len(set(tids)) == 3
+
+
+def test_a_refused_send_fails_its_port_only(fab: ScriptedFabric) -> None:
+    fab.refuse.add((1, 3))
+    s = backend(fab).sweep([switch(1, p) for p in range(1, 5)])
+    assert s.table["error"].tolist()[2] == "not sent: umad_send: Invalid argument"
+    assert s.table["error"].tolist()[:2] == ["", ""] and s.failed == 1
 
 
 def test_unknown_lid_fails_the_node_without_stopping_the_sweep(fab: ScriptedFabric) -> None:
