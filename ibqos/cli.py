@@ -21,7 +21,7 @@ from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
 from ibqos.errors import IbqosError, LabError, TopologyError
-from ibqos.fabric import fabric_from_config, fabric_from_file
+from ibqos.fabric import Fabric, fabric_from_config, fabric_from_file
 from ibqos.jobs import PATTERNS, parse_jobs
 from ibqos.lab import manage
 from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
@@ -167,8 +167,12 @@ def collect(
         cfg = replace(cfg, backend=backend)
     if window is not None:
         cfg = replace(cfg, window=window)
+    roots = config.fabric.root_guids or None
+    fabric: Fabric | None
     if topology is not None:
-        fabric, discover = fabric_from_file(topology), None
+        fabric, discover = fabric_from_file(topology, root_guids=roots), None
+    elif cfg.backend == "replay":
+        fabric, discover = None, None  # the recording names its ports
     else:
         fabric = fabric_from_config(config)
         refresh = config.fabric.refresh_s

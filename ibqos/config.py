@@ -8,6 +8,7 @@ do not pass silently.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -209,7 +210,9 @@ def _collect(value: object, source: str) -> CollectConfig:
         interval_s=_number(raw.get("interval_s", d.interval_s), source, "collect.interval_s", 0.01),
         xmit_wait=_bool(raw.get("xmit_wait", d.xmit_wait), source, "collect.xmit_wait"),
         ca=None if ca is None else _str(ca, source, "collect.ca"),
-        port=int(_number(raw.get("port", d.port), source, "collect.port", 0, integer=True)),
+        port=int(
+            _number(raw.get("port", d.port), source, "collect.port", 0, integer=True, maximum=254)
+        ),
         window=int(_number(raw.get("window", d.window), source, "collect.window", 1, integer=True)),
         timeout_s=_number(raw.get("timeout_s", d.timeout_s), source, "collect.timeout_s", 0.001),
         retries=int(
@@ -234,15 +237,23 @@ def _choice(value: object, source: str, key: str, allowed: tuple[str, ...]) -> s
 
 
 def _number(
-    value: object, source: str, key: str, minimum: float, *, integer: bool = False
+    value: object,
+    source: str,
+    key: str,
+    minimum: float,
+    *,
+    integer: bool = False,
+    maximum: float = math.inf,
 ) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if ok and integer:
-        ok = isinstance(value, int)
-    if not ok or float(value) < minimum:  # type: ignore[arg-type]
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if integer and not isinstance(number, int):
+        number = None
+    # NaN and infinity are numbers to YAML (.nan, .inf), never sensible here
+    if number is None or not math.isfinite(number) or not minimum <= number <= maximum:
         kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{source}: {key}: expected {kind} >= {minimum:g}, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+        upper = f" and <= {maximum:g}" if maximum != math.inf else ""
+        raise ConfigError(f"{source}: {key}: expected {kind} >= {minimum:g}{upper}, got {value!r}")
+    return float(number)
 
 
 def _bool(value: object, source: str, key: str) -> bool:

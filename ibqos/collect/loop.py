@@ -15,7 +15,7 @@ import pandas as pd
 
 from ibqos.collect import make_backend
 from ibqos.collect.rates import RateTracker
-from ibqos.collect.replay import SweepRecorder
+from ibqos.collect.replay import RecordingExhausted, SweepRecorder
 from ibqos.collect.sweep import Sweep
 from ibqos.config import CollectConfig
 from ibqos.errors import IbqosError
@@ -30,7 +30,7 @@ class Collector:
 
     Args:
         cfg: the ``collect`` config section.
-        fabric: the topology at start.
+        fabric: the topology at start; None for a replay of its recorded ports.
         discover: reads the topology again (e.g. runs ibnetdiscover); None: never.
         refresh_s: seconds between two reads of the topology.
         record: also write every sweep into this directory.
@@ -39,7 +39,7 @@ class Collector:
     def __init__(
         self,
         cfg: CollectConfig,
-        fabric: Fabric,
+        fabric: Fabric | None,
         *,
         discover: Callable[[], Fabric] | None = None,
         refresh_s: float = 300.0,
@@ -47,7 +47,7 @@ class Collector:
     ) -> None:
         self.cfg = cfg
         self.fabric = fabric
-        self.targets = fabric.targets()
+        self.targets = fabric.targets() if fabric is not None else []
         self.discover = discover
         self.refresh_s = refresh_s
         self.recorder = SweepRecorder(record) if record is not None else None
@@ -85,6 +85,8 @@ class Collector:
     def _maybe_rediscover(self) -> None:
         if self.discover is None or time.monotonic() - self._seen_s < self.refresh_s:
             return
+        if self.fabric is None:
+            return
         self._seen_s = time.monotonic()
         try:
             new = self.discover()
@@ -101,13 +103,17 @@ class Collector:
     ) -> None:
         """Sweep every *interval_s* seconds (from sweep start to sweep start) and pass each
         rates table after the first sweep to *emit*; stop after *tables* tables (None:
-        never).  A replay goes as fast as it can: its times come from the recording."""
+        never).  A replay goes as fast as it can, since its times come from the recording,
+        and ends quietly with the recording."""
         printed = 0
         started = time.monotonic()
-        self.step()
-        while tables is None or printed < tables:
-            if self.cfg.backend != "replay":
-                time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
-            started = time.monotonic()
-            emit(self.step())
-            printed += 1
+        try:
+            self.step()
+            while tables is None or printed < tables:
+                if self.cfg.backend != "replay":
+                    time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+                started = time.monotonic()
+                emit(self.step())
+                printed += 1
+        except RecordingExhausted as end:
+            log.info("%s", end)

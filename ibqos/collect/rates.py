@@ -12,8 +12,9 @@ number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates tab
   the previous sweep, so ports read at different moments of a long sweep are each right;
 - rates are NaN, never 0, where they are unknown: the port's first reading, a port that
   was not read in the previous sweep (missing from it, or an error row there), a row in
-  error now, a counter the port does not have (XmitWait), or an interval that is not
-  positive.
+  error now, a counter the port does not have (XmitWait), an interval that is not
+  positive, or a counter stuck at its maximum (PMA counters saturate instead of wrapping:
+  a 32-bit PortXmitData after 16 GiB), which is logged once per port and counter.
 
 Rates table columns (``RATES_DTYPES``), one row per row of the sweep, in its order.  They
 are the stable output of ``ibqos collect`` (see :func:`rows_for_json`):
@@ -41,6 +42,7 @@ error             object    "" or why the port was not read (str), from the swee
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Hashable
 from typing import Any
@@ -50,6 +52,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from ibqos.collect.sweep import COUNTERS, Sweep
+
+log = logging.getLogger("ibqos.collect")
 
 __all__ = ["RATES_DTYPES", "RATE_COLUMNS", "RateTracker", "rows_for_json"]
 
@@ -87,6 +91,7 @@ class RateTracker:
     """
 
     def __init__(self) -> None:
+        self._stuck: set[tuple[int, int, str]] = set()  # (GUID, port, counter) warned about
         self.resets: dict[Key, int] = {}
         self.total_resets = 0
         self._prev: pd.DataFrame | None = None  # good rows of the last sweep, by key
@@ -112,10 +117,14 @@ class RateTracker:
         interval = np.where(good & prev["_seen"].to_numpy(bool), interval, np.nan)
         reset = np.zeros(n, dtype=bool)
         rates: dict[str, npt.NDArray[np.float64]] = {}
+        narrow = (table["counter_bits"] == 32).to_numpy(bool)
         for col in COUNTERS:
             cur, cur_ok = _u64(table[col])
             old, old_ok = _u64(prev[col])
-            ok = usable & cur_ok & old_ok
+            stuck = cur_ok & _saturated(col, cur, narrow)
+            if stuck.any():
+                self._warn_stuck(table, col, stuck)
+            ok = usable & cur_ok & old_ok & ~stuck
             went_down = ok & (cur < old)
             # exact in uint64, converted to float only after the subtraction; rows where
             # cur < old wrap around in ``cur - old`` and are replaced (reset) or masked
@@ -149,6 +158,20 @@ class RateTracker:
         )
         return out.astype(RATES_DTYPES)
 
+    def _warn_stuck(self, table: pd.DataFrame, col: str, stuck: _BOOL) -> None:
+        """Log once per port and counter that it is stuck at its maximum."""
+        guids = table["node_guid"].to_numpy(np.uint64)
+        ports = table["port"].to_numpy(np.int64)
+        for i in np.flatnonzero(stuck).tolist():
+            key = (int(guids[i]), int(ports[i]), col)
+            if key not in self._stuck:
+                self._stuck.add(key)
+                log.warning(
+                    "0x%016x port %d: %s is stuck at its maximum (PMA counters saturate; "
+                    "something must clear them): no rate until it is reset",
+                    *key,
+                )
+
     def _aligned(self, keys: pd.MultiIndex) -> pd.DataFrame:
         """The previous reading of each key, in *keys* order (``_seen`` False if none)."""
         cols = ["time_s", *COUNTERS]
@@ -168,6 +191,21 @@ class RateTracker:
         kept = kept[~kept.index.duplicated(keep="last")]
         kept["_seen"] = True
         self._prev = kept
+
+
+_U32_MAX = np.uint64(2**32 - 1)
+_U64_MAX = np.uint64(2**64 - 1)
+
+
+def _saturated(col: str, cur: _U64, narrow: _BOOL) -> _BOOL:
+    """Counters at the value a PMA counter sticks at (IBA 16.1.3.5: counters do not wrap):
+    the top of 64 bits, of 32 bits for PortCounters rows (data x 4, in bytes), and of 32
+    bits for XmitWait, which only PortCounters carries on most PMAs."""
+    top32 = _U32_MAX * np.uint64(4) if col.endswith("bytes") else _U32_MAX
+    stuck: _BOOL = cur == _U64_MAX
+    if col == "xmit_wait":
+        return np.asarray(stuck | (cur == _U32_MAX), dtype=np.bool_)
+    return np.asarray(stuck | (narrow & (cur == top32)), dtype=np.bool_)
 
 
 def _u64(series: pd.Series[Any]) -> tuple[_U64, _BOOL]:

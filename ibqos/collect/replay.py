@@ -135,14 +135,18 @@ class SweepRecorder:
         return path
 
 
+class RecordingExhausted(CollectError):
+    """A replay reached the end of its recording: the normal end of a replay."""
+
+
 class ReplayBackend:
     """Returns the sweeps of a recording, in order, as a counter backend.
 
     Args:
         directory: the recording.
-        loop: start over after the last sweep instead of failing.  The counters then go
-            back to their first values, which a rate tracker sees as a reset, and the
-            times go back too (no rates for that sweep).
+        loop: start over after the last sweep instead of stopping.  The counters then go
+            back to their first values and the times go back too, so the first sweep of
+            each new pass gives no rates (its interval is not positive).
 
     Targets: given none, a sweep is returned as recorded.  Given targets, its rows are
     those targets in their order, matched to recorded rows by (node GUID, port); a
@@ -170,12 +174,13 @@ class ReplayBackend:
         """The next recorded sweep (see the class docstring for *targets*).
 
         Raises:
-            CollectError: the recording is exhausted, or the sweep's file is missing or
-                garbled (naming the file, line and column).
+            RecordingExhausted: every sweep was returned (and *loop* is off).
+            CollectError: the sweep's file is missing or garbled (naming the file, line
+                and column).
         """
         if self._next >= len(self._sweeps):
             if not self.loop or not self._sweeps:
-                raise CollectError(
+                raise RecordingExhausted(
                     f"recording {self.dir} exhausted after {len(self._sweeps)} sweeps"
                 )
             self._next = 0

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from ibqos.cli import cli
 from ibqos.collect.loop import Collector
 from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep, empty_table
@@ -66,3 +69,22 @@ def test_a_vanished_link_is_noticed_and_its_ports_dropped(
     assert len(collector.targets) == before - 2
     assert len(rates) == before - 2
     assert "fabric changed" in caplog.text and "2 ports gone" in caplog.text
+
+
+def test_collect_replays_a_recording_without_a_fabric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fabric = fabric_from_text(DATA.read_text(), str(DATA))
+    recorded(tmp_path / "rec", fabric, 3)
+    monkeypatch.setenv("IBQOS_CONFIG", str(tmp_path / "ibqos.yaml"))
+    (tmp_path / "ibqos.yaml").write_text("fabric:\n  source: ibnetdiscover\n")  # never run
+    with caplog.at_level(logging.INFO, "ibqos.collect"):
+        result = CliRunner().invoke(
+            cli, ["collect", "--replay", str(tmp_path / "rec"), "--format", "json"]
+        )
+    assert result.exit_code == 0, result.output
+    tables = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(tables) == 2  # three sweeps, then the recording ends: a normal end
+    assert all(len(t) == len(fabric.targets()) for t in tables)
+    assert {r["xmit_bytes_per_s"] for t in tables for r in t} == {1e6}
+    assert "exhausted after 3 sweeps" in caplog.text

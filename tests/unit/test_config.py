@@ -65,6 +65,9 @@ def test_values_are_read() -> None:
         ({"fabric": {"root_guids": "0x1"}}, "fabric.root_guids: expected a list of GUIDs"),
         ({"fabric": {"refresh_s": -1}}, "fabric.refresh_s: expected a number >= 0"),
         ({"collect": []}, "collect: expected a mapping"),
+        ({"collect": {"interval_s": float("nan")}}, "collect.interval_s: expected a number"),
+        ({"collect": {"timeout_s": float("inf")}}, "collect.timeout_s: expected a number"),
+        ({"collect": {"port": 999}}, "collect.port: expected an integer >= 0 and <= 254"),
     ],
 )
 def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:

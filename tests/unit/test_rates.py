@@ -193,18 +193,41 @@ def test_missing_counter_gives_nan_for_that_rate_only():
 def test_exact_uint64_deltas_near_two_to_the_64():
     rt = RateTracker()
     rt.update(sweep([(A, row(0.0, U64 - 1000, U64 - 3, 2**63, 0, 0))]))
-    out = rt.update(sweep([(A, row(1.0, U64, U64, 2**63 + 1, U64, 1))]))
-    # as floats, U64 - 1000 and U64 are the same number: the delta would be 0
-    assert float(U64 - 1000) == float(U64)
-    assert out["xmit_bytes_per_s"].iat[0] == 1000.0
-    assert out["rcv_bytes_per_s"].iat[0] == 3.0
+    out = rt.update(sweep([(A, row(1.0, U64 - 1, U64 - 2, 2**63 + 1, U64 - 1, 1))]))
+    # as floats, U64 - 1000 and U64 - 1 are the same number: the delta would be 0
+    assert float(U64 - 1000) == float(U64 - 1)
+    assert out["xmit_bytes_per_s"].iat[0] == 999.0
+    assert out["rcv_bytes_per_s"].iat[0] == 1.0
     assert out["xmit_pkts_per_s"].iat[0] == 1.0
-    assert out["rcv_pkts_per_s"].iat[0] == float(U64)
+    assert out["rcv_pkts_per_s"].iat[0] == float(U64 - 1)
     assert not out["reset"].iat[0]
     # and a reset from near the top to a small value
-    out = rt.update(sweep([(A, row(2.0, 7, U64, 2**63 + 1, U64, 1))]))
+    out = rt.update(sweep([(A, row(2.0, 7, U64 - 2, 2**63 + 1, U64 - 1, 1))]))
     assert out["xmit_bytes_per_s"].iat[0] == 7.0 and bool(out["reset"].iat[0])
     assert out["rcv_bytes_per_s"].iat[0] == 0.0
+
+
+def test_a_counter_stuck_at_its_maximum_has_no_rate(caplog):
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, U64 - 10, 5, 5, 5, 2**32 - 2))]))
+    with caplog.at_level("WARNING", "ibqos.collect"):
+        out = rt.update(sweep([(A, row(1.0, U64, 6, 6, 6, 2**32 - 1))]))
+        rt.update(sweep([(A, row(2.0, U64, 7, 7, 7, 2**32 - 1))]))
+    # PMA counters stick at the top instead of wrapping: the delta is unknown, not 10
+    assert math.isnan(out["xmit_bytes_per_s"].iat[0])
+    assert math.isnan(out["xmit_wait_per_s"].iat[0])  # XmitWait is 32 bits
+    assert out["rcv_bytes_per_s"].iat[0] == 1.0
+    assert caplog.text.count("xmit_bytes is stuck at its maximum") == 1  # once per port
+
+
+def test_a_stuck_32_bit_data_counter_has_no_rate():
+    rt = RateTracker()
+    top = 4 * (2**32 - 1)  # PortXmitData saturated, in bytes
+    first, second = sweep([(A, row(0.0, top - 40))]), sweep([(A, row(1.0, top))])
+    for s in (first, second):
+        s.table["counter_bits"] = pd.Series([32], dtype="uint8")
+    rt.update(first)
+    assert math.isnan(rt.update(second)["xmit_bytes_per_s"].iat[0])
 
 
 def test_time_that_does_not_advance_gives_no_rates():
