@@ -17,7 +17,8 @@ import pytest
 from ibqos.errors import LabError
 from ibqos.jobs import Job
 from ibqos.lab.routes import Router, parse_lft_dump
-from ibqos.lab.traffic import TrafficModel, comm_seconds, traffic_matrix
+from ibqos.lab.traffic import TrafficModel, comm_seconds
+from ibqos.patterns import traffic_matrix
 from ibqos.topology import Node, Port, Topology, parse_ibnetdiscover
 
 DATA = Path(__file__).parent.parent / "data"
