@@ -349,6 +349,15 @@ def _is_job_file(path: pathlib.Path) -> bool:
     return path.suffix.lower() in _SUFFIXES and not path.name.startswith(".") and path.is_file()
 
 
+def job_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """The job files of a directory, in the order :func:`load_jobs` reads them.
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
+    return sorted(p for p in directory.iterdir() if _is_job_file(p))
+
+
 def load_jobs(path: pathlib.Path) -> tuple[Job, ...]:
     """Load a job file, or every job file in a directory.
 
@@ -360,7 +369,7 @@ def load_jobs(path: pathlib.Path) -> tuple[Job, ...]:
         JobsError: a file is unreadable or not valid YAML/JSON, or the jobs are invalid.
     """
     try:
-        files = sorted(p for p in path.iterdir() if _is_job_file(p)) if path.is_dir() else [path]
+        files = job_files(path) if path.is_dir() else [path]
     except OSError as err:
         raise JobsError(f"{path}: cannot list job directory") from err
     problems = _Problems()

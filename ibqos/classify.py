@@ -1,0 +1,380 @@
+"""Per-job utilization, intensity and class: the "classify" stage of the pipeline.
+
+DESIGN.md, "Characterization: per-level utilization": for job *j* and fat-tree level *l*,
+``avail[j, l]`` is the uplink capacity of the level-*l* subtrees holding *j*'s nodes,
+``util[j, l] = rate[j, l] / avail[j, l]``, and the job's intensity is the largest
+``util[j, l]`` over the levels *l* >= 1, where jobs share links.  The intensity is smoothed
+over time (EWMA) and sorted into classes (``low``, ``moderate``, ``high``) with hysteresis.
+
+- :class:`Capacities` holds the per-fabric tables, built once per fabric, and
+  :func:`available` / :meth:`Capacities.available` give ``avail[j, l]`` for every level.
+- :func:`utilization` divides the attributed rates by it, :func:`intensity` takes the max.
+- :class:`Classifier` keeps each job's smoothed intensity and class across cycles.
+
+Levels with no available bandwidth.  The top level's subtree is the whole fabric and has no
+uplinks, so nothing crosses upward there; a subtree whose uplinks are all down cannot send
+anything out either.  ``avail`` is 0.0 for those levels and :func:`utilization` leaves them
+out (the ratio is undefined and nothing is shared there), so they never decide the class.
+
+Everything here is pure: no I/O, no clock (times are passed in, in seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    from ibqos.fabric import Fabric, PortKey
+    from ibqos.jobmap import MappedJob
+
+Class = Literal["low", "moderate", "high"]
+#: Intensity classes, lightest first; the index is the class's rank.
+CLASSES: tuple[Class, ...] = get_args(Class)
+
+
+# -- available bandwidth ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """Per-fabric tables for ``avail[j, l]``; build once per fabric with :meth:`from_fabric`.
+
+    Attributes:
+        height: the fabric's top level.
+        host_capacity: capacity of every CA port, bytes per second (one direction), by
+            (node GUID, port).
+        subtree_of: for level *l* >= 1, at index ``l - 1``: the level-*l* subtree id of
+            every CA port, by (node GUID, port) (the subtree of the port's CA).
+        subtree_capacity: for level *l* >= 1, at index ``l - 1``: the level-*l* uplink
+            capacity of every subtree, bytes per second (0.0 at the top level and for a
+            subtree whose uplinks are all down).
+    """
+
+    height: int
+    host_capacity: Mapping[PortKey, float]
+    subtree_of: tuple[Mapping[PortKey, int], ...]
+    subtree_capacity: tuple[Mapping[int, float], ...]
+
+    @classmethod
+    def from_fabric(cls, fabric: Fabric) -> Capacities:
+        """Build the tables of *fabric* (one walk of its nodes and ports per level)."""
+        hosts = {
+            key: fp.capacity_bytes_per_s for key, fp in fabric.ports.items() if fp.role == "host"
+        }
+        node_of = {key: fabric.ports[key].node_id for key in hosts}
+        subtree_of: list[dict[PortKey, int]] = []
+        capacity: list[dict[int, float]] = []
+        for level in range(1, fabric.height + 1):
+            # What Fabric.subtree_uplink_capacity_bytes_per_s and Topology.subtrees compute,
+            # from one walk of the components instead of two: the walk is most of the time
+            # (about 0.3 s per level for 80k ports).
+            comp = fabric.topo.components(level, fabric.levels)
+            subtree_of.append({key: comp[node] for key, node in node_of.items()})
+            totals = dict.fromkeys(comp.values(), 0.0)
+            for fp in fabric.uplinks(level):
+                totals[comp[fp.node_id]] += fp.capacity_bytes_per_s
+            capacity.append(totals)
+        return cls(fabric.height, hosts, tuple(subtree_of), tuple(capacity))
+
+    def available(self, ports: Iterable[PortKey]) -> dict[int, float]:
+        """``avail[j, l]`` for a job owning the CA *ports*, bytes per second, by level.
+
+        Level 0 is the sum of the ports' capacities (injection); level *l* >= 1 is the sum of
+        the level-*l* uplink capacities of the distinct level-*l* subtrees holding the ports.
+        Every level 0..height is present; the top level is 0.0 (it has no uplinks).  Ports
+        the fabric does not have as CA ports are skipped: a job map may be one cycle behind
+        a fabric change.
+        """
+        known = [key for key in dict.fromkeys(ports) if key in self.host_capacity]
+        out = {0: sum((self.host_capacity[key] for key in known), 0.0)}
+        for level, (subtree_of, capacity) in enumerate(
+            zip(self.subtree_of, self.subtree_capacity, strict=True), start=1
+        ):
+            held = {subtree_of[key] for key in known}
+            out[level] = sum((capacity[s] for s in held), 0.0)
+        return out
+
+
+def available(fabric: Fabric | Capacities, job: MappedJob) -> dict[int, float]:
+    """``avail[j, l]`` of *job*, bytes per second, by level 0..height.
+
+    Pass a :class:`Capacities` built once when classifying many jobs; passing a
+    :class:`~ibqos.fabric.Fabric` builds the tables on every call.  See
+    :meth:`Capacities.available`.
+    """
+    caps = fabric if isinstance(fabric, Capacities) else Capacities.from_fabric(fabric)
+    return caps.available(job.ports)
+
+
+def utilization(
+    rate_by_level: Mapping[int, float], avail_by_level: Mapping[int, float]
+) -> dict[int, float]:
+    """``util[j, l] = rate[j, l] / avail[j, l]`` (a fraction, 1.0 = all of it), by level.
+
+    Args:
+        rate_by_level: bytes per second the job sends across each level.
+        avail_by_level: bytes per second available to it at each level (:func:`available`).
+
+    Returns:
+        One entry per level of *rate_by_level* with ``avail > 0``; levels without available
+        bandwidth (the top level, cut-off subtrees) are left out: nothing crosses there.
+    """
+    return {
+        level: rate / avail
+        for level, rate in rate_by_level.items()
+        if (avail := avail_by_level.get(level, 0.0)) > 0.0
+    }
+
+
+def intensity(util_by_level: Mapping[int, float]) -> tuple[float, int | None]:
+    """A job's intensity and the level that gives it.
+
+    The intensity is the largest utilization over the levels >= 1 (shared links).  Only when
+    there is no such level (a single-switch fabric, whose one level has no uplinks) does
+    level 0, the injection, decide: jobs then share no link, and their injection still tells
+    bursty from streaming jobs.  Ties go to the lowest level.
+
+    Returns:
+        (intensity, level), or (0.0, None) for an empty mapping.
+
+    Raises:
+        ValueError: a utilization is negative, NaN or infinite.
+    """
+    for level, value in util_by_level.items():
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"level {level}: utilization {value!r} is not a finite value >= 0")
+    shared = {lvl: v for lvl, v in util_by_level.items() if lvl >= 1}
+    pool = shared or dict(util_by_level)
+    if not pool:
+        return 0.0, None
+    level = min(pool, key=lambda lvl: (-pool[lvl], lvl))
+    return pool[level], level
+
+
+# -- classes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """How intensities become classes.
+
+    The bounds are fractions of the bandwidth available to the job at its busiest shared
+    level (``util``, 1.0 = all of it).  The defaults follow the method (DESIGN.md section 1):
+
+    - ``moderate = 0.1``: below a tenth of what it can reach, a job is one of the light,
+      bursty jobs the method groups on shared lanes and favours with weight.  Ten of them
+      together still fit on the links they share, and the queueing one adds for others is
+      small (an M/M/1 queue at load 0.1 waits about 0.1 of a packet time).
+    - ``high = 0.4``: two such jobs on the same uplinks load them to 80 %, where queueing
+      delay is several packet times (4 at M/M/1 load 0.8) and congestion spreads; they need
+      lanes of their own.  It is below 0.5 (two jobs filling a link) because the average
+      over a subtree's uplinks understates the busiest link under static routing, and the
+      average over a cycle understates the bursts.
+    - ``hysteresis = 0.2``: 20 % either side of a bound (up past 0.12 and 0.48, down
+      under 0.08 and 0.32); the two bands stay apart, and it is wider than the
+      cycle-to-cycle noise left after smoothing.
+    - ``tau_s = 60``: a minute, several sweep cycles and longer than the compute/communicate
+      iterations of typical jobs, so the class follows the job's phase mix, not its bursts;
+      a lasting change shows after about one ``tau_s`` (63 % of a step).
+    - ``min_hold_s = 0``: the planner holds its own plan changes for a minimum time (reading
+      :attr:`JobClass.since_s`); a positive value holds classes here as well, e.g. to keep
+      a profile's prior class while the average warms up.
+
+    Attributes:
+        moderate: lowest intensity of class ``moderate`` (fraction, > 0).
+        high: lowest intensity of class ``high`` (fraction, > ``moderate``).
+        hysteresis: fractional margin around each bound: to move up into a class the
+            smoothed intensity must exceed ``bound * (1 + hysteresis)``; to move down out of
+            one it must fall below ``bound * (1 - hysteresis)``.  In [0, 1).
+        tau_s: EWMA time constant, seconds (0 = no smoothing).
+        min_hold_s: seconds a class is kept at least before it may change again.
+
+    Raises:
+        ValueError: the values are out of range or out of order.
+    """
+
+    moderate: float = 0.1
+    high: float = 0.4
+    hysteresis: float = 0.2
+    tau_s: float = 60.0
+    min_hold_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("moderate", "high", "hysteresis", "tau_s", "min_hold_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+        if not 0 < self.moderate < self.high:
+            raise ValueError(
+                f"moderate, high: expected 0 < moderate < high,"
+                f" got {self.moderate!r}, {self.high!r}"
+            )
+        if not self.hysteresis < 1:
+            raise ValueError(f"hysteresis: expected a fraction < 1, got {self.hysteresis!r}")
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """Lower bound of each class above ``low``, in :data:`CLASSES` order."""
+        return (self.moderate, self.high)
+
+
+def class_of(value: float, thresholds: Thresholds) -> Class:
+    """The class of an intensity without hysteresis (for a job with no class yet)."""
+    rank = sum(1 for bound in thresholds.bounds if value >= bound)
+    return CLASSES[rank]
+
+
+def next_class(current: Class, value: float, thresholds: Thresholds) -> Class:
+    """The class after *current* for the smoothed intensity *value*, with hysteresis.
+
+    It moves up while *value* exceeds the next class's bound times ``1 + hysteresis``
+    (possibly several classes at once); otherwise down while *value* is below the current
+    class's bound times ``1 - hysteresis``; otherwise it stays.
+    """
+    bounds = (0.0, *thresholds.bounds)  # bounds[k]: lowest intensity of CLASSES[k]
+    h = thresholds.hysteresis
+    rank = CLASSES.index(current)
+    start = rank
+    while rank + 1 < len(CLASSES) and value > bounds[rank + 1] * (1 + h):
+        rank += 1
+    if rank == start:
+        while rank > 0 and value < bounds[rank] * (1 - h):
+            rank -= 1
+    return CLASSES[rank]
+
+
+def _as_class(name: str) -> Class:
+    for cls in CLASSES:
+        if name == cls:
+            return cls
+    raise ValueError(f"prior: expected one of {', '.join(CLASSES)}, got {name!r}")
+
+
+@dataclass(frozen=True)
+class JobClass:
+    """One job's classification after an update.
+
+    Attributes:
+        job_id: the job.
+        intensity: this sample's intensity (max utilization over levels >= 1, a fraction).
+        level: the level that gave *intensity*, None if no level was given.
+        smoothed: the EWMA of the intensity (a fraction).
+        cls: the class.
+        since_s: when *cls* started, seconds (the clock of the ``now_s`` passed in).
+        held_s: how long *cls* has been held at this update, seconds.
+        changed: *cls* differs from the previous update's; on a job's first update, True
+            only when the sample moved it out of its *prior* class.
+    """
+
+    job_id: str
+    intensity: float
+    level: int | None
+    smoothed: float
+    cls: Class
+    since_s: float
+    held_s: float
+    changed: bool
+
+
+@dataclass
+class _State:
+    smoothed: float
+    cls: Class
+    since_s: float
+    last_s: float
+    result: JobClass | None = None
+
+
+class Classifier:
+    """Keeps each job's smoothed intensity and class across cycles.
+
+    Args:
+        thresholds: bounds, hysteresis, time constant; may be replaced (``classifier.
+            thresholds = ...``) on a config reload, and the jobs keep their state.
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = Thresholds() if thresholds is None else thresholds
+        self._jobs: dict[str, _State] = {}
+
+    def update(
+        self,
+        job_id: str,
+        util_by_level: Mapping[int, float],
+        now_s: float,
+        prior: str | None = None,
+    ) -> JobClass:
+        """Add one sample of a job's utilization and return its classification.
+
+        The EWMA weight of the new sample is ``1 - exp(-dt / tau_s)``, with *dt* the seconds
+        since the job's previous sample, so irregular cycles weigh by time; a job's first
+        sample initialises the average.  A sample not later than the previous one does not
+        move the average (*dt* <= 0 counts as 0).
+
+        Args:
+            job_id: the job.
+            util_by_level: :func:`utilization` of the job, by level.
+            now_s: time of the sample, seconds (any monotonic clock, the same for all calls).
+            prior: for a job seen for the first time, the class to start in (e.g. its
+                expected class from a profile); the first sample then moves it only past
+                the hysteresis margins.  Ignored for a known job.  Without it the first
+                class is the plain band of the first sample.
+
+        Raises:
+            ValueError: *prior* is not a class name, or a utilization is negative or not
+                finite.
+        """
+        th = self.thresholds
+        value, level = intensity(util_by_level)
+        state = self._jobs.get(job_id)
+        if state is None:
+            start = class_of(value, th) if prior is None else _as_class(prior)
+            state = _State(smoothed=value, cls=start, since_s=now_s, last_s=now_s)
+            self._jobs[job_id] = state
+            cls = start if prior is None else next_class(start, value, th)
+        else:
+            dt = max(0.0, now_s - state.last_s)
+            alpha = 1.0 if th.tau_s == 0 else 1.0 - math.exp(-dt / th.tau_s)
+            state.smoothed += alpha * (value - state.smoothed)
+            state.last_s = max(state.last_s, now_s)
+            cls = next_class(state.cls, state.smoothed, th)
+        changed = cls != state.cls and now_s - state.since_s >= th.min_hold_s
+        if changed:
+            state.cls, state.since_s = cls, now_s
+        state.result = JobClass(
+            job_id=job_id,
+            intensity=value,
+            level=level,
+            smoothed=state.smoothed,
+            cls=state.cls,
+            since_s=state.since_s,
+            held_s=max(0.0, now_s - state.since_s),
+            changed=changed,
+        )
+        return state.result
+
+    def get(self, job_id: str) -> JobClass | None:
+        """The job's latest classification, None for a job never updated (or forgotten)."""
+        state = self._jobs.get(job_id)
+        return None if state is None else state.result
+
+    def forget(self, job_id: str) -> None:
+        """Drop an ended job's state (nothing happens for an unknown job)."""
+        self._jobs.pop(job_id, None)
+
+    def prune(self, running_ids: Collection[str]) -> list[str]:
+        """Drop the state of every job not in *running_ids*; return the dropped ids."""
+        running = set(running_ids)
+        gone = [job_id for job_id in self._jobs if job_id not in running]
+        for job_id in gone:
+            del self._jobs[job_id]
+        return gone
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
