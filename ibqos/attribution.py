@@ -94,16 +94,12 @@ class Attributor:
         self.subtree_of: dict[int, dict[int, int]] = {}
         self.up_ports: dict[int, tuple[list[tuple[int, int]], np.ndarray]] = {}
         for lvl in self.levels:
-            comp = topo.components(lvl, fabric.levels)
+            comp = fabric.components(lvl)
             self.subtree_of[lvl] = {
                 g: comp[n.id] for n in topo.cas() if (g := guid_of[n.id]) is not None
             }
-            keys, ids = [], []
-            for key, fp in fabric.ports.items():
-                if fp.is_switch and fp.level == lvl and fp.role == "up":
-                    keys.append(key)
-                    ids.append(comp[fp.node_id])
-            self.up_ports[lvl] = (keys, np.array(ids, dtype=np.int64))
+            up = [(fp.key, comp[fp.node_id]) for fp in fabric.uplinks(lvl) if fp.key is not None]
+            self.up_ports[lvl] = ([k for k, _ in up], np.array([c for _, c in up], dtype=np.int64))
 
     def attribute(self, rates: pd.DataFrame, jobs: Sequence[MappedJob]) -> Attribution:
         """Per job and level, the bytes/s it sends (see the module docstring).

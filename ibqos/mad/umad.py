@@ -49,7 +49,6 @@ def _load() -> ctypes.CDLL:
         "umad_set_addr": (c_int, [c_void_p, c_int, c_int, c_int, c_int]),
         "umad_send": (c_int, [c_int, c_int, c_void_p, c_int, c_int, c_int]),
         "umad_recv": (c_int, [c_int, c_void_p, ctypes.POINTER(c_int), c_int]),
-        "umad_status": (c_int, [c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
