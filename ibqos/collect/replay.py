@@ -240,14 +240,19 @@ def _uint_text(value: Any) -> str:
 
 
 # -- reading --------------------------------------------------------------------------
-def _load_index(path: Path) -> list[dict[str, Any]]:
-    """The sweep entries of a recording's index, checked."""
+def _read_text(path: Path, missing: str) -> str:
+    """A recording file's text; *missing* says what its absence means."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CollectError(f"{path}: not found: {path.parent} is not a sweep recording") from None
+        raise CollectError(f"{path}: not found{missing}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise CollectError(f"{path}: cannot read: {err}") from err
+
+
+def _load_index(path: Path) -> list[dict[str, Any]]:
+    """The sweep entries of a recording's index, checked."""
+    text = _read_text(path, f": {path.parent} is not a sweep recording")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -292,12 +297,7 @@ def _check_entry(entry: Any, where: str) -> None:
 
 
 def _read_sweep(path: Path, entry: dict[str, Any]) -> Sweep:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CollectError(f"{path}: not found (listed in {INDEX})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CollectError(f"{path}: cannot read: {err}") from err
+    text = _read_text(path, f" (listed in {INDEX})")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)

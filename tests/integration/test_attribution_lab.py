@@ -17,7 +17,7 @@ from ibqos.attribution import Attributor
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import RateTracker
 from ibqos.fabric import fabric_from_lab
-from ibqos.jobmap import MappedJob
+from ibqos.jobmap import MappedJob, map_jobs
 
 JOBS_2 = """jobs:
   - {id: a2a, nodes: "cn[0001-0003,0009-0011]", pattern: all-to-all,
@@ -53,15 +53,9 @@ def errors(lab, dt=1.0):
         rates = tracker.update(backend.sweep(targets))
     # the model moved dt seconds of traffic between the sweeps: bytes / dt, not / wall time
     rates["xmit_bytes_per_s"] = rates["xmit_bytes_per_s"] * rates["interval_s"] / dt
-    by_host: dict[str, list[tuple[int, int]]] = {}
-    for key, fp in fabric.ports.items():
-        if not fp.is_switch:
-            by_host.setdefault(fp.node_desc.split()[0], []).append(key)
     truth = lab.truth()["jobs"]
-    mapped = [
-        MappedJob(load.job, tuple(k for h in load.job.nodes for k in by_host[h]), load.job.nodes)
-        for load in lab.model.jobs.values()  # the jobs the model runs
-    ]
+    mapped, warnings = map_jobs([load.job for load in lab.model.jobs.values()], fabric)
+    assert not warnings
     result = Attributor(fabric).attribute(rates, mapped)
     # the same without profiles: jobs that declare no pattern get the gravity prior
     blind = [MappedJob(replace(mj.job, pattern=""), mj.ports, mj.hosts) for mj in mapped]

@@ -10,14 +10,10 @@ import pandas as pd
 
 from ibqos.attribution import Attributor
 from ibqos.fabric import Fabric, fabric_from_file
-from ibqos.jobmap import MappedJob
+from ibqos.jobmap import MappedJob, host_ports
 from ibqos.jobs import Job
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
-
-
-def host_ports(fabric: Fabric) -> dict[str, tuple[int, int]]:
-    return {fp.node_desc.split()[0]: key for key, fp in fabric.ports.items() if not fp.is_switch}
 
 
 def job(jid: str, nodes: list[str], pattern: str = "") -> Job:
@@ -45,7 +41,7 @@ def leaf_up_ports(fabric: Fabric, leaf_desc: str) -> list[tuple[int, int]]:
 
 def setup() -> tuple[Fabric, dict[str, tuple[int, int]]]:
     fabric = fabric_from_file(DATA)
-    return fabric, host_ports(fabric)
+    return fabric, {host: keys[0] for host, keys in host_ports(fabric).items()}
 
 
 def test_level_0_is_the_hosts_and_subtree_totals_are_split_exactly() -> None:
