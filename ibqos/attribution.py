@@ -24,7 +24,7 @@ level measured; ibsim has none, so this version always estimates shared subtrees
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -166,7 +166,9 @@ class Attributor:
                 continue
             m = self._matrices.get(mj.job)
             if m is None:
-                m = traffic_matrix(mj.job)
+                # only the matrix's shape matters here; a pattern without a rate gets one
+                shaped = mj.job if mj.job.has_rates else replace(mj.job, rate_bytes_per_s=1.0)
+                m = traffic_matrix(shaped)
             cache[mj.job] = out[j] = m
         self._matrices = cache  # ended jobs drop out
         return out

@@ -173,9 +173,9 @@ class Thresholds:
     - ``tau_s = 60``: a minute, several sweep cycles and longer than the compute/communicate
       iterations of typical jobs, so the class follows the job's phase mix, not its bursts;
       a lasting change shows after about one ``tau_s`` (63 % of a step).
-    - ``min_hold_s = 0``: the planner holds its own plan changes for a minimum time (reading
-      :attr:`JobClass.since_s`); a positive value holds classes here as well, e.g. to keep
-      a profile's prior class while the average warms up.
+
+    Holding a class change for a minimum time is the planner's (``LaneConfig.min_hold_s``,
+    read from :attr:`JobClass.since_s`): the class here follows the smoothed intensity.
 
     Attributes:
         moderate: lowest intensity of class ``moderate`` (fraction, > 0).
@@ -184,7 +184,6 @@ class Thresholds:
             smoothed intensity must exceed ``bound * (1 + hysteresis)``; to move down out of
             one it must fall below ``bound * (1 - hysteresis)``.  In [0, 1).
         tau_s: EWMA time constant, seconds (0 = no smoothing).
-        min_hold_s: seconds a class is kept at least before it may change again.
 
     Raises:
         ValueError: the values are out of range or out of order.
@@ -194,10 +193,9 @@ class Thresholds:
     high: float = 0.4
     hysteresis: float = 0.2
     tau_s: float = 60.0
-    min_hold_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("moderate", "high", "hysteresis", "tau_s", "min_hold_s"):
+        for name in ("moderate", "high", "hysteresis", "tau_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
@@ -335,7 +333,7 @@ class Classifier:
             state.smoothed += alpha * (value - state.smoothed)
             state.last_s = max(state.last_s, now_s)
             cls = next_class(state.cls, state.smoothed, th)
-        changed = cls != state.cls and now_s - state.since_s >= th.min_hold_s
+        changed = cls != state.cls
         if changed:
             state.cls, state.since_s = cls, now_s
         state.result = JobClass(

@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,18 @@ from ibqos import __version__
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
+from ibqos.decide import Decider
 from ibqos.errors import IbqosError, LabError, TopologyError
 from ibqos.fabric import Fabric, fabric_from_config, fabric_from_file
+from ibqos.hostnames import HostMatcher
+from ibqos.jobmap import FileJobSource
 from ibqos.jobs import PATTERNS, parse_jobs
 from ibqos.lab import manage
 from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
 from ibqos.lab.xgft import build_xgft, parse_xgft
+from ibqos.lanes import resolve_lanes
+from ibqos.plan_output import FORMATS as PLAN_FORMATS
+from ibqos.plan_output import render as render_plan
 from ibqos.topology import LANE_DATA_BITS_PER_S, WIDTHS, parse_ibnetdiscover
 
 logger = logging.getLogger(__name__)
@@ -88,16 +95,30 @@ def show_config(path: Path | None) -> None:
     out = {
         "source": config.source,
         "opensm": {k: str(v) if v is not None else None for k, v in vars(config.opensm).items()},
-        "jobs": {"source": config.jobs.source, "path": str(config.jobs.path)},
+        "jobs": {
+            "source": config.jobs.source,
+            "path": str(config.jobs.path),
+            "host_pattern": config.jobs.host_pattern,
+        },
     }
-    for section in ("fabric", "collect"):
-        out[section] = {
-            k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
-            for k, v in vars(getattr(config, section)).items()
-        }
+    for section in ("fabric", "collect", "classify"):
+        out[section] = _plain(vars(getattr(config, section)))
+    lanes = _plain(vars(config.lanes.base))
+    out["lanes"] = {k: "auto" if k in config.lanes.auto else v for k, v in lanes.items()}
     if config.lab is not None:
         out["lab"] = {"name": config.lab.name, "dir": str(config.lab.dir)}
     click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """Config values as YAML scalars and lists (paths as text, tuples as lists)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Path):
+            return str(v)
+        return [plain(x) for x in v] if isinstance(v, tuple) else v
+
+    return {k: plain(v) for k, v in values.items()}
 
 
 # -- collect ---------------------------------------------------------------------------
@@ -182,6 +203,76 @@ def collect(
         cfg, fabric, discover=discover, refresh_s=config.fabric.refresh_s, record=record_dir
     ) as collector:
         collector.run(1 if once else count, pause, lambda r: click.echo(render(r, fmt), nl=False))
+
+
+# -- plan ------------------------------------------------------------------------------
+@cli.command("plan")
+@_config_option
+@click.option(
+    "--replay",
+    "replay_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Plan on this recording's first two sweeps instead of the live fabric.",
+)
+@click.option(
+    "--topology",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Read the fabric from this ibnetdiscover file instead of fabric.source.",
+)
+@click.option(
+    "--jobs",
+    "jobs_path",
+    type=click.Path(path_type=Path),
+    help="Job file or directory instead of jobs.path.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    help="Seconds between the two sweeps (default: collect.interval_s).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(PLAN_FORMATS), default="table", show_default=True
+)
+def plan_command(
+    path: Path | None,
+    replay_dir: Path | None,
+    topology: Path | None,
+    jobs_path: Path | None,
+    interval: float | None,
+    fmt: str,
+) -> None:
+    """Run one collection + plan cycle and print jobs and lanes; change nothing.
+
+    Two sweeps one interval apart give the rates; each job's traffic per fat-tree level,
+    utilization, class, SL and VL follow, then the lanes (VL, weight, SLs, jobs).  The
+    JSON layout is documented in docs/plan.md.
+    """
+    config = _load_or_defaults(path)
+    cfg = config.collect
+    if replay_dir is not None:
+        cfg = replace(cfg, backend="replay", replay_path=replay_dir)
+    roots = config.fabric.root_guids or None
+    if topology is not None:
+        fabric = fabric_from_file(topology, root_guids=roots)
+    elif cfg.backend == "replay" and config.fabric.source == "ibnetdiscover":
+        raise click.UsageError(
+            "a replay needs the fabric it was recorded on: --topology FILE or fabric.source"
+        )
+    else:
+        fabric = fabric_from_config(config)
+    jobs = FileJobSource(jobs_path or config.jobs.path).jobs()  # a bad job file fails first
+    lanes, notes = resolve_lanes(config, fabric, read_ports=cfg.backend != "replay")
+    for note in notes:
+        logger.info("%s", note)
+    decider = Decider(fabric, lanes, config.classify, HostMatcher(config.jobs.host_pattern))
+    pause = interval if interval is not None else cfg.interval_s
+    with Collector(cfg, fabric) as collector:
+        collector.step()  # rates need two sweeps: the first is the baseline
+        if cfg.backend != "replay":
+            time.sleep(pause)
+        rates = collector.step()
+    decision = decider.decide(rates, jobs, time.time())
+    click.echo(render_plan(decision, fmt), nl=False)
 
 
 # -- lab -------------------------------------------------------------------------------
@@ -422,7 +513,7 @@ def lab_job_add(
         item["name"] = app
     if user:
         item["user"] = user
-    new = parse_jobs({"jobs": [item]}, "command line")
+    new = parse_jobs({"jobs": [item]}, "command line", traffic=True)
     jobs = manage.edit_jobs(name, root=root or default_root(), add=new)
     click.echo(f"lab {name}: job {job_id} added ({len(jobs)} jobs)")
 

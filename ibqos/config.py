@@ -17,7 +17,11 @@ from typing import Any
 
 import yaml
 
+from ibqos.classify import CLASSES, Thresholds
 from ibqos.errors import ConfigError
+from ibqos.hostnames import DEFAULT_HOST_PATTERN, HostMatcher
+from ibqos.planner import LaneConfig
+from ibqos.weights import WEIGHT_LAWS
 
 DEFAULT_PATH = Path("/etc/ibqos/ibqos.yaml")
 JOB_SOURCES = ("file",)
@@ -37,10 +41,37 @@ class OpenSMConfig:
 
 @dataclass(frozen=True)
 class JobsConfig:
-    """Where running jobs come from."""
+    """Where running jobs come from, and how their hosts are found on the fabric.
+
+    Attributes:
+        source: "file" (a job file or a directory of them, ``docs/jobs.md``).
+        path: the file or directory.
+        host_pattern: regular expression with one group that finds the host name in a
+            CA's NodeDescription (default: its first word).
+    """
 
     source: str = "file"
     path: Path = Path("/etc/ibqos/jobs.yaml")
+    host_pattern: str = DEFAULT_HOST_PATTERN
+
+
+#: ``lanes`` keys that may be ``auto``: read from the fabric (PortInfo) or OpenSM's config
+AUTO_LANE_KEYS = ("data_vls", "vlarb_low_cap", "vlarb_high_cap", "mtu", "routing_engine")
+
+
+@dataclass(frozen=True)
+class LanesConfig:
+    """The ``lanes`` section: what the planner may use (``ibqos.planner.LaneConfig``).
+
+    Attributes:
+        base: the values given, defaults for the rest.
+        auto: keys of :data:`AUTO_LANE_KEYS` to read at run time: data VLs, arbitration
+            caps and MTU from the ports' PortInfo, the routing engine from opensm.conf;
+            their values in *base* are only fallbacks.
+    """
+
+    base: LaneConfig = field(default_factory=LaneConfig)
+    auto: tuple[str, ...] = AUTO_LANE_KEYS
 
 
 @dataclass(frozen=True)
@@ -112,6 +143,8 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     collect: CollectConfig = field(default_factory=CollectConfig)
+    classify: Thresholds = field(default_factory=Thresholds)
+    lanes: LanesConfig = field(default_factory=LanesConfig)
     lab: LabConfig | None = None
 
 
@@ -142,11 +175,13 @@ def load_config(path: Path) -> Config:
 
 def parse_config(data: object, source: str) -> Config:
     """Validate a loaded document (see :func:`load_config`)."""
-    top = _mapping(data, source, "", ("opensm", "jobs", "fabric", "collect", "lab"))
+    top = _mapping(
+        data, source, "", ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "lab")
+    )
     osm = _mapping(
         top.get("opensm", {}), source, "opensm", ("conf", "policy_file", "log", "pid_file")
     )
-    jobs = _mapping(top.get("jobs", {}), source, "jobs", ("source", "path"))
+    jobs = _mapping(top.get("jobs", {}), source, "jobs", ("source", "path", "host_pattern"))
     d_osm, d_jobs = OpenSMConfig(), JobsConfig()
     job_source = _str(jobs.get("source", d_jobs.source), source, "jobs.source")
     if job_source not in JOB_SOURCES:
@@ -170,9 +205,15 @@ def parse_config(data: object, source: str) -> Config:
             log=_path(osm.get("log", d_osm.log), source, "opensm.log"),
             pid_file=None if pid is None else _path(pid, source, "opensm.pid_file"),
         ),
-        jobs=JobsConfig(job_source, _path(jobs.get("path", d_jobs.path), source, "jobs.path")),
+        jobs=JobsConfig(
+            job_source,
+            _path(jobs.get("path", d_jobs.path), source, "jobs.path"),
+            _host_pattern(jobs.get("host_pattern", d_jobs.host_pattern), source),
+        ),
         fabric=_fabric(top.get("fabric", {}), source, lab),
         collect=_collect(top.get("collect", {}), source),
+        classify=_classify(top.get("classify", {}), source),
+        lanes=_lanes(top.get("lanes", {}), source),
         lab=lab,
     )
 
@@ -230,10 +271,129 @@ def _collect(value: object, source: str) -> CollectConfig:
     return cfg
 
 
-def _choice(value: object, source: str, key: str, allowed: tuple[str, ...]) -> str:
+def _host_pattern(value: object, source: str) -> str:
+    pattern = _str(value, source, "jobs.host_pattern")
+    try:
+        HostMatcher(pattern)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: jobs.host_pattern: {err}") from err
+    return pattern
+
+
+def _classify(value: object, source: str) -> Thresholds:
+    d = Thresholds()
+    raw = _mapping(value, source, "classify", ("moderate", "high", "hysteresis", "tau_s"))
+    values = {
+        key: _number(raw.get(key, getattr(d, key)), source, f"classify.{key}", 0)
+        for key in ("moderate", "high", "hysteresis", "tau_s")
+    }
+    try:
+        return Thresholds(**values)
+    except ValueError as err:  # its message starts with the key name(s)
+        raise ConfigError(f"{source}: classify.{err}") from err
+
+
+def _lanes(value: object, source: str) -> LanesConfig:
+    d = LaneConfig()
+    keys = tuple(f for f in LaneConfig.__dataclass_fields__)
+    raw = _mapping(value, source, "lanes", keys)
+    got: dict[str, Any] = {}
+    auto: list[str] = []
+    for key in AUTO_LANE_KEYS:
+        if raw.get(key, "auto") == "auto":
+            auto.append(key)
+    where = f"{source}: lanes"
+
+    def integer(key: str, low: int, high: int) -> int:
+        return int(_number(raw[key], source, f"lanes.{key}", low, integer=True, maximum=high))
+
+    def sl_list(key: str, high: int) -> tuple[int, ...]:
+        items = raw[key]
+        if not isinstance(items, list) or not all(
+            type(x) is int and 0 <= x <= high for x in items
+        ):
+            raise ConfigError(f"{where}.{key}: expected a list of integers 0-{high}, got {items!r}")
+        return tuple(sorted(set(items)))
+
+    for key in raw:
+        if key in auto:
+            continue
+        if key in ("data_vls",):
+            got[key] = integer(key, 1, 15)
+        elif key in ("vlarb_low_cap", "vlarb_high_cap"):
+            got[key] = integer(key, 1, 64)
+        elif key in ("default_vl",):
+            got[key] = integer(key, 0, 14)
+        elif key in ("other_vl_packets",):
+            got[key] = integer(key, 1, 255)
+        elif key == "high_limit":
+            got[key] = integer(key, 0, 255)
+        elif key == "mtu":
+            got[key] = _choice(raw[key], source, "lanes.mtu", (256, 512, 1024, 2048, 4096))
+        elif key in ("reserved_sls", "reserved_vls"):
+            got[key] = sl_list(key, 15 if key == "reserved_sls" else 14)
+        elif key == "reserved_sl2vl":
+            got[key] = _pairs(raw[key], source, "lanes.reserved_sl2vl", (15, 14))
+        elif key == "vlarb_high":
+            got[key] = _pairs(raw[key], source, "lanes.vlarb_high", (14, 255))
+        elif key == "weight_law":
+            got[key] = _choice(raw[key], source, "lanes.weight_law", WEIGHT_LAWS)
+        elif key == "weight_ratio":
+            got[key] = _number(raw[key], source, "lanes.weight_ratio", 1)
+        elif key in ("min_hold_s", "min_interval_s"):
+            got[key] = _number(raw[key], source, f"lanes.{key}", 0)
+        elif key == "routing_engine":
+            got[key] = _str(raw[key], source, "lanes.routing_engine")
+        elif key == "default_class":
+            got[key] = _choice(raw[key], source, "lanes.default_class", CLASSES)
+        elif key == "class_intensity":
+            got[key] = _class_intensity(raw[key], source, d.class_intensity)
+    if "mtu" in got:
+        got["mtu"] = int(got["mtu"])
+    return LanesConfig(base=LaneConfig(**got), auto=tuple(auto))
+
+
+def _pairs(
+    value: object, source: str, key: str, highs: tuple[int, int]
+) -> tuple[tuple[int, int], ...]:
+    """``{a: b, ...}`` or ``["a:b", ...]`` -> ((a, b), ...), both parts within 0..highs."""
+    items: list[tuple[object, object]]
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, list) and all(isinstance(x, str) and x.count(":") == 1 for x in value):
+        items = [tuple(x.split(":")) for x in value]
+    else:
+        raise ConfigError(f"{source}: {key}: expected a mapping or a list of 'a:b', got {value!r}")
+    out: list[tuple[int, int]] = []
+    for a, b in items:
+        try:
+            pair = (int(str(a).strip()), int(str(b).strip()))
+        except ValueError:
+            pair = (-1, -1)
+        if not (0 <= pair[0] <= highs[0] and 0 <= pair[1] <= highs[1]):
+            raise ConfigError(
+                f"{source}: {key}: {a}:{b}: expected integers 0-{highs[0]} and 0-{highs[1]}"
+            )
+        out.append(pair)
+    return tuple(out)
+
+
+def _class_intensity(
+    value: object, source: str, default: tuple[float, float, float]
+) -> tuple[float, float, float]:
+    raw = _mapping(value, source, "lanes.class_intensity", CLASSES)
+    low, moderate, high = (
+        _number(raw.get(c, default[i]), source, f"lanes.class_intensity.{c}", 0)
+        for i, c in enumerate(CLASSES)
+    )
+    return (low, moderate, high)
+
+
+def _choice(value: object, source: str, key: str, allowed: tuple[Any, ...]) -> Any:
     if value not in allowed:
-        raise ConfigError(f"{source}: {key}: expected one of {', '.join(allowed)}, got {value!r}")
-    return str(value)
+        choices = ", ".join(str(a) for a in allowed)
+        raise ConfigError(f"{source}: {key}: expected one of {choices}, got {value!r}")
+    return value
 
 
 def _number(

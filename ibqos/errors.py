@@ -61,3 +61,9 @@ class MadError(IbqosError):
     """A MAD reply is truncated, garbled or for another attribute."""
 
     category = "mad"
+
+
+class PlanError(IbqosError):
+    """The lane configuration cannot be planned on this fabric (bad or conflicting values)."""
+
+    category = "plan"

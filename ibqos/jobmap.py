@@ -21,21 +21,22 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from ibqos.errors import ConfigError, JobsError
+from ibqos.errors import JobsError
 from ibqos.fabric import Fabric, PortKey
+from ibqos.hostnames import DEFAULT_HOST_PATTERN, HostMatcher
 from ibqos.jobs import Job, job_files, load_jobs
 
 logger = logging.getLogger("ibqos.jobs")
 
-DEFAULT_HOST_PATTERN = r"^(\S+)"
-"""Host name = the first word of a CA's NodeDescription (``cn0001 mlx5_0`` -> ``cn0001``)."""
+__all__ = ["DEFAULT_HOST_PATTERN", "FileJobSource", "HostMatcher", "JobSource", "MappedJob"]
+__all__ += ["host_ports", "log_warnings", "map_jobs"]
 
 _MAX_LOGGED = 10  # warnings logged one by one per mapping; the rest are counted
 _MAX_HOSTS_TEXT = 120  # characters of a folded host list in one warning
@@ -151,41 +152,6 @@ class FileJobSource(JobSource):
 # --- host names ----------------------------------------------------------------------------
 
 
-class HostMatcher:
-    """Finds the host name in a CA's NodeDescription.
-
-    Args:
-        pattern: a regular expression with exactly one capturing group, the host name.
-            It is searched for anywhere in the description (anchor it with ``^``).  Examples:
-            ``^(\\S+)`` (the default, first word), ``^node-(\\S+)`` (``node-cn01 HCA-1`` ->
-            ``cn01``).
-
-    Raises:
-        ConfigError: the pattern is not a valid regular expression or has not exactly one
-            group; the message names the pattern.
-    """
-
-    def __init__(self, pattern: str = DEFAULT_HOST_PATTERN) -> None:
-        try:
-            self._regex = re.compile(pattern)
-        except re.error as err:
-            raise ConfigError(f"host pattern '{pattern}': invalid regular expression") from err
-        if self._regex.groups != 1:
-            raise ConfigError(
-                f"host pattern '{pattern}': expected exactly one group (...) around the host "
-                f"name, got {self._regex.groups}"
-            )
-        self.pattern = pattern
-
-    def __repr__(self) -> str:
-        return f"HostMatcher({self.pattern!r})"
-
-    def hostname(self, desc: str) -> str | None:
-        """The host name in a NodeDescription, or None if the pattern does not match."""
-        m = self._regex.search(desc)
-        return (m.group(1) or None) if m else None
-
-
 def host_ports(fabric: Fabric, matcher: HostMatcher | None = None) -> dict[str, list[PortKey]]:
     """Index the fabric's CA ports by host name.
 
@@ -240,7 +206,12 @@ def _plural(n: int, word: str) -> str:
 
 
 def map_jobs(
-    jobs: Sequence[Job], fabric: Fabric, matcher: HostMatcher | None = None
+    jobs: Sequence[Job],
+    fabric: Fabric,
+    matcher: HostMatcher | None = None,
+    *,
+    index: Mapping[str, Sequence[PortKey]] | None = None,
+    log: bool = True,
 ) -> tuple[list[MappedJob], list[str]]:
     """Map each job's hosts to the fabric's CA ports.
 
@@ -260,13 +231,17 @@ def map_jobs(
         jobs: the running jobs (ids unique).
         fabric: the fabric.
         matcher: how to read host names from NodeDescriptions.
+        index: :func:`host_ports` of *fabric* built beforehand (a caller that maps every
+            cycle builds it once per fabric); None: build it here with *matcher*.
+        log: log the warnings (a caller that maps every cycle logs only new ones).
 
     Returns:
         The mapped jobs in input order, and the warnings, one line each (job first, in input
         order).  The warnings are also logged on ``ibqos.jobs``, the first few one by one
         and then a count.
     """
-    index = host_ports(fabric, matcher)
+    if index is None:
+        index = host_ports(fabric, matcher)
     owner: dict[str, Job] = {}
     results: dict[int, MappedJob] = {}
     notes: dict[int, list[str]] = {}
@@ -307,8 +282,14 @@ def map_jobs(
         results[i] = MappedJob(job=job, ports=ports, hosts=tuple(hosts), missing=tuple(missing))
     mapped = [results[i] for i in range(len(jobs)) if i in results]
     warnings = [msg for i in range(len(jobs)) for msg in notes[i]]
+    if log:
+        log_warnings(warnings)
+    return mapped, warnings
+
+
+def log_warnings(warnings: Sequence[str]) -> None:
+    """Log job mapping warnings on ``ibqos.jobs``: the first few one by one, then a count."""
     for msg in warnings[:_MAX_LOGGED]:
         logger.warning("%s", msg)
     if len(warnings) > _MAX_LOGGED:
         logger.warning("... and %d more job mapping warnings", len(warnings) - _MAX_LOGGED)
-    return mapped, warnings

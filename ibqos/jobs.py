@@ -1,7 +1,8 @@
 """Job files (YAML or JSON): which jobs run on which hosts, and how they communicate.
 
-The simulated-fabric traffic model reads the traffic keys; the agent's file job source reads
-id, name, user, nodes and start_time.  The schema is documented in ``docs/jobs.md``.
+The simulated-fabric traffic model needs the traffic keys (``traffic=True``); the agent's file
+job source needs only id and nodes, and uses a declared pattern as the job's profile.  The
+schema is documented in ``docs/jobs.md``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ PATTERNS: tuple[str, ...] = ("all-to-all", "ring", "halo", "random-pairs", "matr
 _CHOICES = ", ".join(PATTERNS)
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-_REQUIRED = ("id", "nodes", "pattern", "rate_bytes_per_s", "duty", "period_s")
-_OPTIONAL = ("name", "user", "start_time", "halo_dims", "seed", "matrix")
+_REQUIRED = ("id", "nodes")
+#: what the lab's traffic model needs of every job; optional for the agent
+TRAFFIC_KEYS = ("pattern", "rate_bytes_per_s", "duty", "period_s")
+_RATE_KEYS = TRAFFIC_KEYS[1:]
+_OPTIONAL = ("name", "user", "start_time", "halo_dims", "seed", "matrix", *TRAFFIC_KEYS)
 # Which pattern each pattern-specific key belongs to.
 _PATTERN_KEYS = {"halo_dims": "halo", "seed": "random-pairs", "matrix": "matrix"}
 # NodeSet would take "@group" or "a b" as a literal node name; host names never look like that.
@@ -44,8 +48,9 @@ class Job:
     Attributes:
         id: scheduler job id, unique within a file (or directory).
         nodes: host names in NodeSet (sorted) order, without repeats.
-        pattern: one of :data:`PATTERNS`.
-        rate_bytes_per_s: bytes per second each node sends while communicating.
+        pattern: one of :data:`PATTERNS`; "" when the job declares none.
+        rate_bytes_per_s: bytes per second each node sends while communicating; 0.0 when
+            not declared (then *duty* and *period_s* are their defaults too).
         duty: share of each iteration spent communicating, in (0, 1].
         period_s: iteration length in seconds.
         name: application name.
@@ -58,16 +63,21 @@ class Job:
 
     id: str
     nodes: tuple[str, ...]
-    pattern: str
-    rate_bytes_per_s: float
-    duty: float
-    period_s: float
+    pattern: str = ""
+    rate_bytes_per_s: float = 0.0
+    duty: float = 1.0
+    period_s: float = 1.0
     name: str = ""
     user: str | None = None
     start_time: float | None = None
     halo_dims: tuple[int, ...] | None = None
     seed: int | None = None
     matrix: tuple[tuple[float, ...], ...] | None = None
+
+    @property
+    def has_rates(self) -> bool:
+        """The job declares how much it sends (rate, duty, period), as the lab needs."""
+        return self.rate_bytes_per_s > 0
 
     def to_dict(self) -> dict[str, object]:
         """Return a plain mapping in job file form; optional keys are left out when unset."""
@@ -76,10 +86,13 @@ class Job:
             "name": self.name or None,
             "user": self.user,
             "nodes": str(NodeSet.fromlist(self.nodes, resolver=RESOLVER_NOGROUP)),
-            "pattern": self.pattern,
-            "rate_bytes_per_s": self.rate_bytes_per_s,
-            "duty": self.duty,
-            "period_s": self.period_s,
+            "pattern": self.pattern or None,
+            **(
+                {"rate_bytes_per_s": self.rate_bytes_per_s, "duty": self.duty}
+                | {"period_s": self.period_s}
+                if self.has_rates
+                else {}
+            ),
             "start_time": self.start_time,
             "halo_dims": None if self.halo_dims is None else list(self.halo_dims),
             "seed": self.seed,
@@ -199,32 +212,45 @@ def _matrix(
     return tuple(rows) if len(rows) == size else None
 
 
-def _float(raw: dict[str, object], key: str, where: str, problems: _Problems) -> float:
-    """Check a required float key: > 0, and at most 1 for duty; 0.0 if bad or missing."""
+def _float(
+    raw: dict[str, object], key: str, where: str, problems: _Problems, default: float
+) -> float:
+    """Check a float key: > 0, and at most 1 for duty; *default* if bad or missing."""
     if key not in raw:
-        return 0.0
+        return default
     got = _number(raw[key])
     if got is None or got <= 0 or (key == "duty" and got > 1):
         want = "a number in (0, 1]" if key == "duty" else "a number > 0"
         problems.add(f"{where}.{key}: expected {want}, got {_show(raw[key])}")
-        return 0.0
+        return default
     return got
 
 
-def _job(item: object, where: str, problems: _Problems) -> Job | None:
-    """Validate one job mapping; add its problems and return None if there are any."""
+def _job(item: object, where: str, problems: _Problems, traffic: bool) -> Job | None:
+    """Validate one job mapping; add its problems and return None if there are any.
+
+    With *traffic* the traffic keys are required (the lab drives the fabric with them).
+    Without, they are optional, but rate, duty and period come all three or none, and
+    with a pattern: half a traffic model is surely a mistake.
+    """
     if not isinstance(item, dict):
         problems.add(f"{where}: expected a mapping, got {_show(item)}")
         return None
     before = len(problems.items)
     # An optional key set to null means "use the default".
-    raw = {str(k): v for k, v in item.items() if v is not None or k in _REQUIRED}
+    required = _REQUIRED + (TRAFFIC_KEYS if traffic else ())
+    raw = {str(k): v for k, v in item.items() if v is not None or k in required}
     for key in raw:
         if key not in _REQUIRED and key not in _OPTIONAL:
             problems.add(f"{where}.{key}: unknown key")
-    for key in _REQUIRED:
+    for key in required:
         if key not in raw:
             problems.add(f"{where}.{key}: required key is missing")
+    given = [key for key in _RATE_KEYS if key in raw]
+    if not traffic and given:
+        for key in TRAFFIC_KEYS:
+            if key not in raw:
+                problems.add(f"{where}.{key}: required with {given[0]}")
     # Go on without missing keys, so that one message can count every problem.
     job_id = raw.get("id", "?")
     if isinstance(job_id, bool) or not isinstance(job_id, int | str) or job_id == "":
@@ -233,7 +259,10 @@ def _job(item: object, where: str, problems: _Problems) -> Job | None:
     pattern = raw.get("pattern")
     if "pattern" in raw and pattern not in PATTERNS:
         problems.add(f"{where}.pattern: expected one of {_CHOICES}, got {_show(pattern)}")
-    rate, duty, period = (_float(raw, k, where, problems) for k in _REQUIRED[3:])
+    rate, duty, period = (
+        _float(raw, key, where, problems, default)
+        for key, default in zip(_RATE_KEYS, (0.0, 1.0, 1.0), strict=True)
+    )
     name, user = raw.get("name", ""), raw.get("user")
     for key, value in (("name", name), ("user", user)):
         if value is not None and not isinstance(value, str):
@@ -244,7 +273,7 @@ def _job(item: object, where: str, problems: _Problems) -> Job | None:
         want = "expected seconds since epoch or an ISO 8601 time"
         problems.add(f"{where}.start_time: {want}, got {_show(start)}")
     for key, owner in _PATTERN_KEYS.items():
-        if key in raw and pattern in PATTERNS and pattern != owner:
+        if key in raw and pattern != owner and (pattern in PATTERNS or pattern is None):
             problems.add(f"{where}.{key}: only allowed with pattern {owner}, not {pattern}")
     if pattern == "matrix" and "matrix" not in raw:
         problems.add(f"{where}.matrix: required with pattern matrix")
@@ -268,7 +297,7 @@ def _job(item: object, where: str, problems: _Problems) -> Job | None:
     return Job(
         id=str(job_id),
         nodes=nodes,
-        pattern=str(pattern),
+        pattern="" if pattern is None else str(pattern),
         rate_bytes_per_s=rate,
         duty=duty,
         period_s=period,
@@ -281,7 +310,9 @@ def _job(item: object, where: str, problems: _Problems) -> Job | None:
     )
 
 
-def _document(data: object, source: str, problems: _Problems) -> list[tuple[str, Job]]:
+def _document(
+    data: object, source: str, problems: _Problems, traffic: bool
+) -> list[tuple[str, Job]]:
     """Validate a whole document; return (key path, job) for each valid job."""
     if not isinstance(data, dict) or "jobs" not in data:
         problems.add(f"{source}: expected a mapping with the key 'jobs', got {_show(data)}")
@@ -295,7 +326,7 @@ def _document(data: object, source: str, problems: _Problems) -> list[tuple[str,
     found = []
     for i, item in enumerate(data["jobs"]):
         where = f"{source}: jobs[{i}]"
-        if (job := _job(item, where, problems)) is not None:
+        if (job := _job(item, where, problems, traffic)) is not None:
             found.append((where, job))
     return found
 
@@ -309,12 +340,13 @@ def _check_unique(found: list[tuple[str, Job]], problems: _Problems) -> None:
             first[job.id] = where
 
 
-def parse_jobs(data: object, source: str) -> tuple[Job, ...]:
+def parse_jobs(data: object, source: str, *, traffic: bool = False) -> tuple[Job, ...]:
     """Validate a loaded YAML/JSON job document.
 
     Args:
         data: the document as loaded by ``yaml.safe_load`` or ``json.load``.
         source: names the input in error messages (usually the file path).
+        traffic: require the traffic keys (the lab's traffic model drives the fabric).
 
     Returns:
         The jobs in file order.
@@ -323,7 +355,7 @@ def parse_jobs(data: object, source: str) -> tuple[Job, ...]:
         JobsError: naming the first problem and how many more there are.
     """
     problems = _Problems()
-    found = _document(data, source, problems)
+    found = _document(data, source, problems, traffic)
     _check_unique(found, problems)
     problems.raise_if_any()
     return tuple(job for _, job in found)
@@ -358,12 +390,13 @@ def job_files(directory: pathlib.Path) -> list[pathlib.Path]:
     return sorted(p for p in directory.iterdir() if _is_job_file(p))
 
 
-def load_jobs(path: pathlib.Path) -> tuple[Job, ...]:
+def load_jobs(path: pathlib.Path, *, traffic: bool = False) -> tuple[Job, ...]:
     """Load a job file, or every job file in a directory.
 
     A directory is read in file name order; only ``*.yaml``, ``*.yml`` and ``*.json``
     files count, and hidden files are skipped.
     Ids must be unique across all files.  ``.json`` files are read as JSON, others as YAML.
+    *traffic* requires the traffic keys, as :func:`parse_jobs`.
 
     Raises:
         JobsError: a file is unreadable or not valid YAML/JSON, or the jobs are invalid.
@@ -375,7 +408,7 @@ def load_jobs(path: pathlib.Path) -> tuple[Job, ...]:
     problems = _Problems()
     found: list[tuple[str, Job]] = []
     for file in files:
-        found += _document(_read(file), str(file), problems)
+        found += _document(_read(file), str(file), problems, traffic)
     _check_unique(found, problems)
     problems.raise_if_any()
     logger.debug("loaded %d jobs from %d files under %s", len(found), len(files), path)

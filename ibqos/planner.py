@@ -12,24 +12,9 @@ running job), lowest number first, with new jobs of a higher expected class serv
 otherwise the SL whose jobs' classes are closest to the new job's expected class (mean rank
 distance, then fewer jobs, then lower SL).  Never a reserved SL.
 
-**SL -> VL: the cost.**  When SLs *i* and *j* share a lane, the lighter one queues behind
-the heavier one's congestion (DESIGN.md section 1), so the pair costs the intensity of the
-heavier one.  A grouping costs the sum over lanes of the sum over pairs of SLs sharing it of
-``max(x_i, x_j)``; a lane holding intensities ``y_0 >= y_1 >= ... >= y_(m-1)`` costs
-``sum_k y_k * (m - 1 - k)``.  Lanes alone cost 0, so with no more active SLs than lanes each
-SL gets a lane of its own; otherwise :func:`optimal_grouping` finds the minimum exactly by
-dynamic programming over SLs sorted by intensity, cut into contiguous runs.
-
-Why contiguous runs suffice (for any pair cost ``phi(max(x_i, x_j))`` with ``phi >= 0``
-nondecreasing): write ``phi(x) = integral over s >= 0 of [phi(x) > s] ds``.  For a level *s*
-let *T* be the SLs with ``phi(x) > s`` (the heaviest ones) and *B* the rest; the pairs whose
-heavier member is in *T* are all sharing pairs minus the sharing pairs inside *B*.  For fixed
-lane sizes ``m_1 >= m_2 >= ...`` the number of sharing pairs is fixed, and the sharing pairs
-inside a set of ``|B|`` members are at most what filling the largest lanes first gives
-(``sum C(c_g, 2)`` is Schur-convex and that filling majorizes every other).  The contiguous
-grouping that puts the lightest ``m_1`` SLs in one lane, the next ``m_2`` in the next, and so
-on, reaches that bound for every *s* at once, so it is optimal for those sizes; the DP tries
-every size.  ``tests/unit/test_planner.py`` checks the DP against all set partitions.
+**SL -> VL.**  Active job SLs are grouped onto the lanes for jobs at least cost: the most
+intense SLs get lanes of their own and light ones share.  :mod:`ibqos.grouping` defines the
+cost and finds the grouping exactly.
 
 **Lanes.**  Data VLs are ``0 .. data_vls - 1`` (PortInfo OperVLs), never VL 15.  Reserved VLs
 carry only reserved SLs.  Each used lane needs at least one VLArbLow entry, so the lanes for
@@ -37,15 +22,8 @@ jobs are also limited by ``vlarb_low_cap``.  Unused SLs map to ``default_vl``; w
 is free for jobs, jobs use it last (it hosts the lightest group only when every lane is
 needed), and it keeps one entry so stray traffic on an unused SL is not starved.
 
-**Weights.**  Job lanes are ranked by intensity (sum of their SLs', equal intensities equal
-rank, 0 = most intense); the target weight of rank *r* is ``ratio ** r`` ("geometric", the
-default, ratio 2), ``1 + r * (ratio - 1)`` ("linear") or 1 ("equal").  A VLArb weight is in
-64-byte credits and an entry sends whole packets until its credit is spent, so a weight
-below one MTU still sends one packet (reference A.2): weights are whole MTUs
-(``k * mtu / 64``), at most ``255 // (mtu / 64)`` packets per entry, larger weights split
-over several entries of the same VL.  Packet counts are the rounding of the targets that is
-closest in worst-case log ratio among those that fit in ``vlarb_low_cap`` entries;
-:attr:`Tables.achieved_ratio` and :attr:`Tables.weight_error` say what was reached.
+**Weights.**  Job lanes are ranked by intensity and weighted so that light lanes get more;
+:mod:`ibqos.weights` holds the weight laws and their encoding into whole-MTU VLArb entries.
 
 **Stability.**  Job starts and ends go through at once: the policy must name a new job's SL
 before its first PathRecord query, and the SIGHUP that carries the policy reprograms
@@ -65,34 +43,48 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from ibqos.classify import CLASSES, Class
-from ibqos.errors import IbqosError
+from ibqos.errors import PlanError
+from ibqos.grouping import optimal_grouping
+from ibqos.weights import (
+    CREDIT_BYTES,
+    MAX_VLARB_ENTRIES,
+    WEIGHT_LAWS,
+    Entry,
+    WeightLaw,
+    interleave,
+    lane_entries,
+    quantize,
+    weight_target,
+)
+
+__all__ = [
+    "MTUS",
+    "NUM_SLS",
+    "SL_OWNING_ENGINES",
+    "VL15",
+    "Entry",
+    "JobState",
+    "Lane",
+    "LaneConfig",
+    "Plan",
+    "PlanError",
+    "PlanResult",
+    "Tables",
+    "WeightLaw",
+    "plan",
+]
 
 #: SLs in an SL2VL table (IBA: 4-bit SL).
 NUM_SLS = 16
 #: VL 15 is the management lane: never in VLArb (OpenSM turns it into VL 0) nor for data.
 VL15 = 15
-#: OpenSM parses at most this many entries per VLArb table (2 blocks of 32).
-MAX_VLARB_ENTRIES = 64
-#: VLArb weights count 64-byte credits.
-CREDIT_BYTES = 64
 MTUS = (256, 512, 1024, 2048, 4096)
-WEIGHT_LAWS = ("geometric", "linear", "equal")
 #: Routing engines whose ``path_sl`` or ``update_sl2vl`` hooks own the SLs (reference A.4).
 SL_OWNING_ENGINES = ("lash", "dfsssp", "torus-2qos", "nue")
-
-WeightLaw = Literal["geometric", "linear", "equal"]
-Entry = tuple[int, int]  # (vl, weight in 64-byte credits)
-
-
-class PlanError(IbqosError):
-    """The lane configuration cannot be planned on this fabric (bad or conflicting values)."""
-
-    category = "plan"
 
 
 @dataclass(frozen=True)
@@ -134,7 +126,7 @@ class LaneConfig:
         reserved_sl2vl: ``(sl, vl)`` lanes of reserved SLs; a reserved SL not listed maps
             to *default_vl*.
         default_vl: lane of every SL no job uses.
-        weight_law: "geometric", "linear" or "equal" (see the module docstring).
+        weight_law: "geometric", "linear" or "equal" (see :mod:`ibqos.weights`).
         weight_ratio: weight of a lane over the next more intense lane's (>= 1).
         other_vl_packets: MTU packets per arbitration round for lanes that carry no
             planned job: reserved VLs not in *vlarb_high*, and the default lane when idle.
@@ -222,7 +214,7 @@ class Tables:
         vlarb_high: high-priority entries (from the configuration).
         high_limit: VLHighLimit.
         lanes: every lane with an entry, job lanes first, most intense first.
-        cost: the grouping's cost (module docstring); 0.0 when every SL has a lane.
+        cost: the grouping's cost (:mod:`ibqos.grouping`); 0.0 when every SL has a lane.
         target_ratio: target weight of the lightest job lane over the most intense one's.
         achieved_ratio: the same ratio in packets actually encoded.
         weight_error: worst relative error of any job lane's encoded weight ratio.
@@ -286,145 +278,6 @@ class PlanResult:
     replace: bool
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-
-
-# -- the grouping ------------------------------------------------------------------------
-
-
-def lane_cost(intensities: Iterable[float]) -> float:
-    """Cost of SLs sharing one lane: over each pair, the heavier one's intensity."""
-    ys = sorted(intensities, reverse=True)
-    return math.fsum(y * (len(ys) - 1 - k) for k, y in enumerate(ys))
-
-
-def optimal_grouping(intensities: Sequence[float], lanes: int) -> tuple[float, list[list[int]]]:
-    """Split SLs into at most *lanes* groups of least total :func:`lane_cost`.
-
-    Args:
-        intensities: one intensity per SL (>= 0).
-        lanes: lanes available (>= 1).
-
-    Returns:
-        The cost and the groups as indices into *intensities*, most intense group first,
-        each group most intense first; ``min(lanes, len(intensities))`` groups.
-    """
-    order = sorted(range(len(intensities)), key=lambda i: (-intensities[i], i))
-    n = len(order)
-    k = min(lanes, n)
-    if k == 0:
-        return 0.0, []
-    xs = [intensities[i] for i in order]
-    seg = [[0.0] * (n + 1) for _ in range(n + 1)]  # seg[a][b]: cost of xs[a:b] in one lane
-    for a in range(n):
-        for b in range(a + 1, n + 1):
-            seg[a][b] = math.fsum(xs[t] * (b - 1 - t) for t in range(a, b))
-    inf = math.inf
-    # best[g][b]: least cost of xs[:b] in g groups; cut[g][b]: where the last group starts
-    best = [[inf] * (n + 1) for _ in range(k + 1)]
-    cut = [[0] * (n + 1) for _ in range(k + 1)]
-    best[0][0] = 0.0
-    for g in range(1, k + 1):
-        for b in range(g, n + 1):
-            for a in range(g - 1, b):
-                cost = best[g - 1][a] + seg[a][b]
-                if cost < best[g][b]:
-                    best[g][b], cut[g][b] = cost, a
-    groups: list[list[int]] = []
-    b = n
-    for g in range(k, 0, -1):
-        a = cut[g][b]
-        groups.append(order[a:b])
-        b = a
-    groups.reverse()
-    return best[k][n], groups
-
-
-# -- weights ------------------------------------------------------------------------------
-
-
-def weight_target(rank: int, law: WeightLaw, ratio: float) -> float:
-    """Target weight of the job lane of intensity rank *rank* (0 = most intense) over rank 0's."""
-    if law == "geometric":
-        return float(ratio**rank)
-    if law == "linear":
-        return 1.0 + rank * (ratio - 1.0)
-    return 1.0
-
-
-#: Ratio errors (log) below which :func:`quantize` stops looking: far below measurement noise.
-_GOOD_ENOUGH = 0.05
-#: Most packets tried for the most intense lanes: rounding the others is then within 0.4 %.
-_MAX_BASE = 128
-
-
-def quantize(targets: Sequence[float], per_entry: int, budget: int) -> tuple[list[int], float]:
-    """Whole packets per lane closest to *targets* in ratio, within *budget* VLArb entries.
-
-    Candidates: for every packet count *base* of the lanes with target 1, the others get
-    ``round(target * base)``; when that needs more than *budget* entries the largest counts
-    are cut to the highest common ceiling that fits.  When the targets' range cannot fit at
-    all, the same is tried on targets compressed to ``target ** a`` (a = 0.9, 0.8, ...), so
-    the lanes keep distinct weights in order instead of all hitting the ceiling.  Score: the
-    worst ``|log(achieved / target)|`` at the best common scale (half the spread of
-    ``log(count / target)``), then the sum of squares of those log errors, then fewer
-    packets.  Rounding, cutting and compressing keep the counts in the order of the targets.
-    The search stops at a worst error of 0.5 %, and compresses only above 5 %.
-
-    Args:
-        targets: relative weights, the smallest 1.0.
-        per_entry: most packets in one entry.
-        budget: entries available (>= ``len(targets)``).
-
-    Returns:
-        Packets per lane and the worst relative error ``exp(err) - 1``.
-    """
-
-    def entries(counts: Iterable[int]) -> int:
-        return sum(-(-c // per_entry) for c in counts)
-
-    best: tuple[float, float, int, list[int]] = (math.inf, math.inf, 0, [1] * len(targets))
-    for tenths in range(10, 0, -1):
-        shaped = [t ** (tenths / 10) for t in targets]
-        for base in range(1, min(per_entry * budget, _MAX_BASE) + 1):
-            counts = [max(1, round(t * base)) for t in shaped]
-            if entries(counts) > budget:
-                low, high = 1, max(counts)  # highest ceiling that fits: low fits, high not
-                while high - low > 1:
-                    mid = (low + high) // 2
-                    fits = entries(min(c, mid) for c in counts) <= budget
-                    low, high = (mid, high) if fits else (low, mid)
-                if low < base:
-                    break  # even the lanes with target 1 are cut: all counts would be equal
-                counts = [min(c, low) for c in counts]
-            logs = [math.log(c / t) for c, t in zip(counts, targets, strict=True)]
-            mean = math.fsum(logs) / len(logs) if logs else 0.0
-            score = (
-                round((max(logs, default=0.0) - min(logs, default=0.0)) / 2, 9),
-                round(math.fsum((x - mean) ** 2 for x in logs), 9),
-                sum(counts),
-            )
-            if score < best[:3]:
-                best = (*score, counts)
-            if score[0] <= _GOOD_ENOUGH / 10:
-                return counts, math.expm1(score[0])
-        if best[0] <= _GOOD_ENOUGH:
-            break  # no need to compress
-    return best[3], math.expm1(best[0])
-
-
-def _entries(vl: int, packets: int, cfg: LaneConfig) -> list[Entry]:
-    """*packets* MTU packets of *vl* as VLArb entries of at most 255 credits, split evenly."""
-    n = -(-packets // cfg.packets_per_entry)
-    base, extra = divmod(packets, n)
-    return [(vl, (base + (i < extra)) * cfg.credits_per_packet) for i in range(n)]
-
-
-def _interleave(per_vl: Sequence[list[Entry]]) -> tuple[Entry, ...]:
-    """One entry of each VL in turn, so no lane waits a whole run of another's entries."""
-    out: list[Entry] = []
-    for i in range(max((len(e) for e in per_vl), default=0)):
-        out.extend(e[i] for e in per_vl if i < len(e))
-    return tuple(out)
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -596,7 +449,12 @@ def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | N
     ]
     # reserved lanes first, then job lanes from the lightest: light lanes go first each round
     order = [*other_lanes, *reversed(job_lanes)]
-    low = _interleave([_entries(lane.vl, lane.packets, cfg) for lane in order])
+    low = interleave(
+        [
+            lane_entries(lane.vl, lane.packets, cfg.credits_per_packet, cfg.packets_per_entry)
+            for lane in order
+        ]
+    )
     return Tables(
         sl_to_vl=tuple(sl_to_vl),
         vlarb_low=low,

@@ -74,5 +74,8 @@ for r in busy:
     print(f"{r['node_desc']:<16} {r['port']:>4} {r['level']:>5} {r['role']:<5} {x:10.2f} {y:10.2f}")
 PY
 
+say "one decision cycle: ibqos plan (per-level traffic, class, SL, VL per job; the lanes and their weights)"
+"$IBQOS" lab run "$NAME" -- ibqos plan --interval 2 2>/dev/null
+
 say "lab down"
 "$IBQOS" lab down "$NAME"

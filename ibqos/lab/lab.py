@@ -157,7 +157,7 @@ class Lab:
         sm_node = _pick_sm(topo, sm_host)
         jobs_text = "jobs: []\n"
         if jobs is not None:
-            parsed = jobsmod.load_jobs(jobs)
+            parsed = jobsmod.load_jobs(jobs, traffic=True)
             jobsmod.check_hosts(parsed, hostnames(topo), str(jobs))
             jobs_text = jobsmod.dump_jobs(parsed)
         paths.dir.mkdir(parents=True)
@@ -265,7 +265,7 @@ class Lab:
         stamp = (st.st_mtime, st.st_size)
         if stamp == self._jobs_stamp:
             return False
-        parsed = jobsmod.load_jobs(self.paths.jobs)
+        parsed = jobsmod.load_jobs(self.paths.jobs, traffic=True)
         jobsmod.check_hosts(parsed, hostnames(self.topo), str(self.paths.jobs))
         self._jobs_stamp = stamp
         assert self.model is not None

@@ -198,7 +198,7 @@ def edit_jobs(
     """
     lab = Lab(LabPaths(root, check_name(name)))
     with _jobs_locked(lab.paths):
-        current = jobsmod.load_jobs(lab.paths.jobs)
+        current = jobsmod.load_jobs(lab.paths.jobs, traffic=True)
         ids = {j.id for j in current}
         missing = [i for i in remove if i not in ids]
         if missing:
@@ -209,9 +209,8 @@ def edit_jobs(
         kept = tuple(j for j in current if j.id not in remove)
         merged = kept + add
         text = jobsmod.dump_jobs(merged)
-        checked = jobsmod.parse_jobs(
-            yaml.safe_load(text), "new jobs"
-        )  # duplicate ids are caught here
+        # duplicate ids are caught here
+        checked = jobsmod.parse_jobs(yaml.safe_load(text), "new jobs", traffic=True)
         jobsmod.check_hosts(add, hostnames(lab.topo), "new jobs")
         atomic_write(lab.paths.jobs, text)
         return checked

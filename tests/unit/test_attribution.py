@@ -3,45 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from fabric_rates import leaf_up_ports, rates, setup
 
 from ibqos.attribution import Attributor
-from ibqos.fabric import Fabric, fabric_from_file
-from ibqos.jobmap import MappedJob, host_ports
+from ibqos.jobmap import MappedJob
 from ibqos.jobs import Job
-
-DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 
 
 def job(jid: str, nodes: list[str], pattern: str = "") -> Job:
     return Job(jid, tuple(nodes), pattern, 1e9, 1.0, 1.0)
-
-
-def rates(fabric: Fabric, xmit: dict[tuple[int, int], float]) -> pd.DataFrame:
-    keys = list(fabric.ports)
-    return pd.DataFrame(
-        {
-            "node_guid": np.array([k[0] for k in keys], dtype=np.uint64),
-            "port": [k[1] for k in keys],
-            "xmit_bytes_per_s": [xmit.get(k, 0.0) for k in keys],
-        }
-    )
-
-
-def leaf_up_ports(fabric: Fabric, leaf_desc: str) -> list[tuple[int, int]]:
-    return [
-        k
-        for k, fp in fabric.ports.items()
-        if fp.is_switch and fp.node_desc == leaf_desc and fp.role == "up"
-    ]
-
-
-def setup() -> tuple[Fabric, dict[str, tuple[int, int]]]:
-    fabric = fabric_from_file(DATA)
-    return fabric, {host: keys[0] for host, keys in host_ports(fabric).items()}
 
 
 def test_level_0_is_the_hosts_and_subtree_totals_are_split_exactly() -> None:
@@ -90,6 +61,22 @@ def test_a_pattern_prior_follows_the_pattern() -> None:
     # priors on leaf 1: ring 1e9 (cn0002 only), a2a 2 x 1e9 x 1/2 = 1e9: an even split
     assert math.isclose(r["ring"].bytes_per_s[1], 1e9)
     assert math.isclose(r["a2a"].bytes_per_s[1], 1e9)
+
+
+def test_a_pattern_without_a_rate_is_a_profile_too() -> None:
+    """An agent job file may declare only the pattern: the split is the same."""
+    fabric, hp = setup()
+    ring = job("ring", ["cn0001", "cn0002", "cn0009"], "ring")
+    bare = Job("ring", ring.nodes, "ring")  # no rate, duty or period
+    a2a = job("a2a", ["cn0003", "cn0004", "cn0010"], "all-to-all")
+    xmit = {hp[h]: 1e9 for h in (*ring.nodes, *a2a.nodes)}
+    xmit[leaf_up_ports(fabric, "sw-L1-0001")[0]] = 1.5e9
+    got = []
+    for r in (ring, bare):
+        mapped = [MappedJob(j, tuple(hp[h] for h in j.nodes), j.nodes) for j in (r, a2a)]
+        got.append(Attributor(fabric).attribute(rates(fabric, xmit), mapped).jobs["ring"])
+    assert got[0].bytes_per_s[1] > 0
+    assert got[0].bytes_per_s == got[1].bytes_per_s
 
 
 def test_unknown_rates_stay_unknown() -> None:

@@ -162,13 +162,7 @@ def test_intensity_rejects_bad_values(bad) -> None:
 
 def test_default_thresholds() -> None:
     th = Thresholds()
-    assert (th.moderate, th.high, th.hysteresis, th.tau_s, th.min_hold_s) == (
-        0.1,
-        0.4,
-        0.2,
-        60.0,
-        0.0,
-    )
+    assert (th.moderate, th.high, th.hysteresis, th.tau_s) == (0.1, 0.4, 0.2, 60.0)
     assert th.bounds == (0.1, 0.4)
     # the hysteresis bands around the two bounds do not overlap
     assert th.moderate * (1 + th.hysteresis) < th.high * (1 - th.hysteresis)
@@ -183,7 +177,7 @@ def test_default_thresholds() -> None:
         ({"hysteresis": 1.0}, "hysteresis: expected a fraction < 1"),
         ({"hysteresis": -0.1}, "hysteresis: expected a finite number >= 0"),
         ({"tau_s": -1.0}, "tau_s"),
-        ({"min_hold_s": math.inf}, "min_hold_s"),
+        ({"tau_s": math.inf}, "tau_s: expected a finite number"),
     ],
 )
 def test_bad_thresholds(kwargs, match) -> None:
@@ -393,27 +387,6 @@ def test_bad_prior() -> None:
     with pytest.raises(ValueError, match="prior: expected one of low, moderate, high"):
         Classifier().update("1", {1: 0.0}, 0.0, prior="medium")
     assert CLASSES == ("low", "moderate", "high")
-
-
-def test_min_hold() -> None:
-    clf = Classifier(Thresholds(tau_s=0.0, min_hold_s=30.0))
-    rows = [
-        (0, 0.0, "low", False),
-        (10, 0.9, "low", False),  # held 10 s < 30 s
-        (30, 0.9, "high", True),
-        (40, 0.0, "high", False),
-        (55, 0.0, "high", False),
-        (60, 0.0, "low", True),
-    ]
-    got = run(clf, [(t, u) for t, u, _, _ in rows])
-    assert got == [(t, cls, changed) for t, _, cls, changed in rows]
-
-
-def test_min_hold_keeps_a_prior() -> None:
-    clf = Classifier(Thresholds(tau_s=0.0, min_hold_s=60.0))
-    assert clf.update("1", {1: 0.0}, 0.0, prior="high").cls == "high"
-    assert clf.update("1", {1: 0.0}, 30.0).cls == "high"
-    assert clf.update("1", {1: 0.0}, 60.0).cls == "low"
 
 
 def test_since_and_held() -> None:

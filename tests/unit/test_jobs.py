@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pathlib
+import re
 import textwrap
 
 import pytest
@@ -37,9 +38,9 @@ jobs:
 
 
 def parse(text: str, base: str = BASE) -> tuple[Job, ...]:
-    """Parse BASE with extra job keys (indented under the first job)."""
+    """Parse BASE (a lab job) with extra job keys (indented under the first job)."""
     extra = textwrap.indent(textwrap.dedent(text), "    ")
-    return parse_jobs(yaml.safe_load(base + extra), "t.yaml")
+    return parse_jobs(yaml.safe_load(base + extra), "t.yaml", traffic=True)
 
 
 def parse_error(text: str, base: str = BASE) -> str:
@@ -185,14 +186,59 @@ def test_bad(extra: str, message: str) -> None:
 
 @pytest.mark.parametrize("key", ["id", "nodes", "pattern", "rate_bytes_per_s", "duty", "period_s"])
 def test_required_key_missing(key: str) -> None:
+    """The lab (traffic=True) needs every traffic key."""
     doc = yaml.safe_load(BASE)
     del doc["jobs"][0][key]
     with pytest.raises(JobsError, match=rf"^t\.yaml: jobs\[0\]\.{key}: required key is missing$"):
-        parse_jobs(doc, "t.yaml")
+        parse_jobs(doc, "t.yaml", traffic=True)
     # The other keys are still checked.
     doc["jobs"][0]["name"] = 7
     with pytest.raises(JobsError, match=r"missing \(and 1 more problems\)$"):
+        parse_jobs(doc, "t.yaml", traffic=True)
+
+
+@pytest.mark.parametrize("key", ["id", "nodes"])
+def test_agent_required_key_missing(key: str) -> None:
+    doc = {"jobs": [{"id": "7", "nodes": "cn0001"}]}
+    del doc["jobs"][0][key]
+    with pytest.raises(JobsError, match=rf"^t\.yaml: jobs\[0\]\.{key}: required key is missing$"):
         parse_jobs(doc, "t.yaml")
+
+
+def test_agent_job_without_traffic_keys() -> None:
+    """A scheduler's view of a job: no pattern, no rates; the agent reads it as is."""
+    (job,) = parse_jobs({"jobs": [{"id": 7, "nodes": "cn[0001-0002]", "name": "lammps"}]}, "t")
+    assert (job.pattern, job.rate_bytes_per_s, job.has_rates) == ("", 0.0, False)
+    assert job.to_dict() == {"id": "7", "name": "lammps", "nodes": "cn[0001-0002]"}
+    assert parse_jobs({"jobs": [job.to_dict()]}, "t") == (job,)
+    missing = r"jobs\[0\]\.pattern: required key is missing \(and 3 more problems\)$"
+    with pytest.raises(JobsError, match=missing):
+        parse_jobs({"jobs": [job.to_dict()]}, "t", traffic=True)
+
+
+def test_agent_job_with_a_pattern_only() -> None:
+    """A declared pattern alone is the job's profile (attribution uses its shape)."""
+    doc = {"jobs": [{"id": 7, "nodes": "cn[0001-0004]", "pattern": "halo", "halo_dims": [2, 2]}]}
+    (job,) = parse_jobs(doc, "t")
+    assert (job.pattern, job.halo_dims, job.has_rates) == ("halo", (2, 2), False)
+    assert parse_jobs({"jobs": [job.to_dict()]}, "t") == (job,)
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"duty": 0.5}, "jobs[0].pattern: required with duty"),
+        (
+            {"pattern": "ring", "rate_bytes_per_s": 1e9},
+            "jobs[0].duty: required with rate_bytes_per_s",
+        ),
+        ({"halo_dims": [2]}, "jobs[0].halo_dims: only allowed with pattern halo, not None"),
+    ],
+)
+def test_agent_half_a_traffic_model(item: dict[str, object], message: str) -> None:
+    doc = {"jobs": [{"id": "7", "nodes": "cn[0001-0002]", **item}]}
+    with pytest.raises(JobsError, match=r"^t: " + re.escape(message)):
+        parse_jobs(doc, "t")
 
 
 # (whole document, expected message)

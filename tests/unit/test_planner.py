@@ -1,10 +1,12 @@
-"""The planner: job -> SL, SL -> VL grouping (exact DP), VLArb weights, stability."""
+"""The planner: job -> SL, lanes, weights as encoded in the tables, stability.
+
+The grouping DP is tested in ``test_grouping.py``, the weight laws and their encoding in
+``test_weights.py``.
+"""
 
 from __future__ import annotations
 
 import itertools
-import math
-import random
 
 import pytest
 from hypothesis import given, settings
@@ -19,10 +21,7 @@ from ibqos.planner import (
     Plan,
     PlanError,
     PlanResult,
-    lane_cost,
-    optimal_grouping,
     plan,
-    quantize,
 )
 
 
@@ -45,79 +44,7 @@ def _packets(result: PlanResult) -> dict[int, int]:
     return out
 
 
-# -- the grouping: exact, checked against every set partition --------------------------
-
-
-def _set_partitions(items: list[int], k: int):  # type: ignore[no-untyped-def]
-    if not items:
-        if k == 0:
-            yield []
-        return
-    first, rest = items[0], items[1:]
-    for p in _set_partitions(rest, k - 1):
-        yield [[first], *p]
-    for p in _set_partitions(rest, k):
-        for i in range(len(p)):
-            yield [*p[:i], [first, *p[i]], *p[i + 1 :]]
-
-
-def _brute_force(xs: list[float], lanes: int) -> float:
-    k = min(lanes, len(xs))
-    return min(
-        math.fsum(lane_cost(xs[i] for i in group) for group in p)
-        for p in _set_partitions(list(range(len(xs))), k)
-    )
-
-
-def test_lane_cost_charges_each_pair_its_heavier_member() -> None:
-    assert lane_cost([0.5]) == 0.0
-    assert lane_cost([0.1, 0.5]) == 0.5
-    assert lane_cost([0.1, 0.5, 0.3]) == pytest.approx(0.5 + 0.5 + 0.3)
-
-
-@pytest.mark.parametrize("seed", range(60))
-def test_dp_matches_brute_force_over_all_set_partitions(seed: int) -> None:
-    rng = random.Random(seed)
-    n = rng.randint(1, 7)
-    xs = [rng.choice([rng.random(), round(rng.random(), 1), 0.0]) for _ in range(n)]
-    lanes = rng.randint(1, n + 1)
-    cost, groups = optimal_grouping(xs, lanes)
-    assert cost == pytest.approx(_brute_force(xs, lanes), abs=1e-12)
-    assert sorted(i for g in groups for i in g) == list(range(n))
-    assert math.fsum(lane_cost(xs[i] for i in g) for g in groups) == pytest.approx(cost)
-
-
-@settings(deadline=None, max_examples=200)
-@given(
-    st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=7),
-    st.integers(1, 8),
-)
-def test_dp_is_optimal_property(xs: list[float], lanes: int) -> None:
-    cost, groups = optimal_grouping(xs, lanes)
-    assert cost == pytest.approx(_brute_force(xs, lanes), abs=1e-9)
-    assert len(groups) == min(lanes, len(xs))
-
-
-def test_heavy_sls_get_lanes_of_their_own_and_light_ones_share() -> None:
-    xs = [0.9, 0.8, 0.05, 0.04, 0.03, 0.02]
-    _, groups = optimal_grouping(xs, 3)
-    assert groups == [[0], [1], [2, 3, 4, 5]]
-
-
-# -- weights --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("targets", "per_entry", "budget", "counts"),
-    [
-        ([1, 2, 4], 7, 64, [1, 2, 4]),  # exact
-        ([1, 1.5, 2.25], 7, 64, [4, 6, 9]),  # exact at a larger base
-        ([1, 2, 4, 8], 3, 4, [1, 1, 2, 3]),  # one entry each, 3 packets at most: compressed
-    ],
-)
-def test_quantize(targets: list[float], per_entry: int, budget: int, counts: list[int]) -> None:
-    got, _ = quantize(targets, per_entry, budget)
-    assert got == counts
+# -- weights, as plan() encodes them --------------------------------------------------
 
 
 def test_geometric_weights_in_whole_mtus_favour_light_lanes() -> None:
@@ -404,19 +331,3 @@ def test_plan_invariants_over_time(
         if previous is not None and not result.replace:
             assert result.plan.substance() == previous.substance()
         previous = result.plan
-
-
-@settings(deadline=None, max_examples=200)
-@given(
-    st.lists(st.floats(1, 100, allow_nan=False), min_size=1, max_size=15),
-    st.integers(1, 63),
-    st.integers(0, 50),
-)
-def test_quantize_fits_and_keeps_order(targets: list[float], per_entry: int, spare: int) -> None:
-    targets = sorted(t / min(targets) for t in targets)
-    budget = len(targets) + spare
-    counts, error = quantize(targets, per_entry, budget)
-    assert all(c >= 1 for c in counts)
-    assert sum(-(-c // per_entry) for c in counts) <= budget
-    assert counts == sorted(counts)
-    assert error >= 0

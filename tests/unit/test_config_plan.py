@@ -1,0 +1,91 @@
+"""Config sections of planning: jobs.host_pattern, classify and lanes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ibqos.classify import Thresholds
+from ibqos.config import AUTO_LANE_KEYS, parse_config
+from ibqos.errors import ConfigError
+from ibqos.planner import LaneConfig
+
+
+def test_defaults() -> None:
+    cfg = parse_config({}, "c.yaml")
+    assert cfg.jobs.host_pattern == r"^(\S+)"
+    assert cfg.classify == Thresholds()
+    assert cfg.lanes.base == LaneConfig()
+    assert cfg.lanes.auto == AUTO_LANE_KEYS  # read from the fabric unless given
+
+
+def test_values_are_read() -> None:
+    cfg = parse_config(
+        {
+            "jobs": {"host_pattern": r"^node-(\S+)"},
+            "classify": {"moderate": 0.05, "high": 0.5, "hysteresis": 0.1, "tau_s": 30},
+            "lanes": {
+                "data_vls": 4,
+                "mtu": 4096,
+                "vlarb_low_cap": "auto",
+                "reserved_sls": [15, 14, 14],
+                "reserved_vls": [3],
+                "reserved_sl2vl": {14: 3, 15: 3},
+                "vlarb_high": ["3:255"],
+                "high_limit": 4,
+                "weight_law": "linear",
+                "weight_ratio": 3,
+                "min_hold_s": 0,
+                "routing_engine": "ftree",
+                "default_class": "low",
+                "class_intensity": {"high": 0.9},
+            },
+        },
+        "c.yaml",
+    )
+    assert cfg.jobs.host_pattern == r"^node-(\S+)"
+    assert cfg.classify == Thresholds(0.05, 0.5, 0.1, 30.0)
+    lanes = cfg.lanes.base
+    assert (lanes.data_vls, lanes.mtu, lanes.reserved_sls, lanes.reserved_vls) == (
+        4,
+        4096,
+        (14, 15),
+        (3,),
+    )
+    assert lanes.reserved_sl2vl == ((14, 3), (15, 3))
+    assert (lanes.vlarb_high, lanes.high_limit) == (((3, 255),), 4)
+    assert (lanes.weight_law, lanes.weight_ratio, lanes.min_hold_s) == ("linear", 3.0, 0.0)
+    assert (lanes.routing_engine, lanes.default_class) == ("ftree", "low")
+    assert lanes.class_intensity == (0.05, 0.25, 0.9)
+    assert cfg.lanes.auto == ("vlarb_low_cap", "vlarb_high_cap")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"jobs": {"host_pattern": "("}}, "jobs.host_pattern: host pattern '(': invalid regular"),
+        ({"jobs": {"host_pattern": r"\S+"}}, "jobs.host_pattern: host pattern '\\S+': expected"),
+        ({"classify": {"moderate": 0.5}}, "classify.moderate, high: expected 0 < moderate < high"),
+        ({"classify": {"hysteresis": 1}}, "classify.hysteresis: expected a fraction < 1"),
+        ({"classify": {"tau_s": -1}}, "classify.tau_s: expected a number >= 0, got -1"),
+        ({"classify": {"tau": 1}}, "classify.tau: unknown key"),
+        ({"lanes": {"data_vls": 16}}, "lanes.data_vls: expected an integer >= 1 and <= 15"),
+        ({"lanes": {"data_vls": "eight"}}, "lanes.data_vls: expected an integer >= 1"),
+        ({"lanes": {"mtu": 3000}}, "lanes.mtu: expected one of 256, 512, 1024, 2048, 4096"),
+        ({"lanes": {"reserved_sls": [16]}}, "lanes.reserved_sls: expected a list of integers 0-15"),
+        ({"lanes": {"reserved_vls": [15]}}, "lanes.reserved_vls: expected a list of integers 0-14"),
+        ({"lanes": {"reserved_sl2vl": {1: 15}}}, "lanes.reserved_sl2vl: 1:15: expected integers"),
+        ({"lanes": {"vlarb_high": "0:4"}}, "lanes.vlarb_high: expected a mapping or a list"),
+        ({"lanes": {"vlarb_high": ["0:256"]}}, "lanes.vlarb_high: 0:256: expected integers"),
+        ({"lanes": {"weight_law": "cubic"}}, "lanes.weight_law: expected one of geometric"),
+        ({"lanes": {"weight_ratio": 0.5}}, "lanes.weight_ratio: expected a number >= 1"),
+        ({"lanes": {"default_class": "huge"}}, "lanes.default_class: expected one of low"),
+        ({"lanes": {"class_intensity": {"top": 1}}}, "lanes.class_intensity.top: unknown key"),
+        ({"lanes": {"routing_engine": ""}}, "lanes.routing_engine: expected a non-empty string"),
+        ({"lanes": {"vls": 4}}, "lanes.vls: unknown key"),
+    ],
+)
+def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, "c.yaml")
+    assert str(info.value).startswith(f"c.yaml: {message}"), str(info.value)
+    assert "\n" not in str(info.value)
