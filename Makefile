@@ -1,6 +1,6 @@
 # The two commands of the README:  make demo  and  make test.
 # Each sets the machine up first (scripts/setup.sh is idempotent).
-.PHONY: setup demo test lint typecheck unit bench bench-collect
+.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan
 
 VENV := .venv/bin
 
@@ -28,3 +28,6 @@ bench: setup
 
 bench-collect: setup
 	$(VENV)/python scripts/bench_collect.py
+
+bench-plan: setup
+	$(VENV)/python scripts/bench_plan.py

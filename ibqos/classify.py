@@ -7,9 +7,11 @@ DESIGN.md, "Characterization: per-level utilization": for job *j* and fat-tree l
 over time (EWMA) and sorted into classes (``low``, ``moderate``, ``high``) with hysteresis.
 
 - :class:`Capacities` holds the per-fabric tables, built once per fabric, and
-  :func:`available` / :meth:`Capacities.available` give ``avail[j, l]`` for every level.
+  :func:`available` / :meth:`Capacities.available` give ``avail[j, l]`` for every level
+  (:meth:`Capacities.available_many`: for many jobs at once, with numpy).
 - :func:`utilization` divides the attributed rates by it, :func:`intensity` takes the max.
-- :class:`Classifier` keeps each job's smoothed intensity and class across cycles.
+- :class:`Classifier` keeps each job's smoothed intensity and class across cycles
+  (:meth:`Classifier.update_many`: many jobs whose intensity is already known).
 
 Levels with no available bandwidth.  The top level's subtree is the whole fabric and has no
 uplinks, so nothing crosses upward there; a subtree whose uplinks are all down cannot send
@@ -22,9 +24,13 @@ Everything here is pure: no I/O, no clock (times are passed in, in seconds).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     from ibqos.fabric import Fabric, PortKey
@@ -90,6 +96,71 @@ class Capacities:
             held = {subtree_of[key] for key in known}
             out[level] = sum((capacity[s] for s in held), 0.0)
         return out
+
+    def available_many(self, jobs: Sequence[Iterable[PortKey]]) -> npt.NDArray[np.float64]:
+        """:meth:`available` of many jobs at once, each given by its CA ports.
+
+        Returns:
+            An array of one row per job and one column per level 0..height, bytes per
+            second; the same figures as :meth:`available` (up to the order of summation).
+        """
+        arrays = self._arrays
+        n_jobs = len(jobs)
+        keys = [list(ports) for ports in jobs]
+        job = np.repeat(np.arange(n_jobs, dtype=np.int64), [len(k) for k in keys])
+        index = arrays.index
+        port = np.array([index.get(k, -1) for ks in keys for k in ks], dtype=np.int64)
+        known = port >= 0  # ports the fabric does not have as CA ports are skipped
+        n_ports = len(arrays.capacity)
+        pair = np.unique(job[known] * n_ports + port[known])  # each (job, port) once
+        pj, pp = pair // n_ports, pair % n_ports
+        out = np.zeros((n_jobs, self.height + 1))
+        out[:, 0] = np.bincount(pj, weights=arrays.capacity[pp], minlength=n_jobs)
+        for level, (sub, capacity) in enumerate(
+            zip(arrays.subtree_of, arrays.subtree_capacity, strict=True), start=1
+        ):
+            n_sub = len(capacity)
+            held = np.unique(pj * n_sub + sub[pp])  # each (job, subtree) once
+            out[:, level] = np.bincount(
+                held // n_sub, weights=capacity[held % n_sub], minlength=n_jobs
+            )
+        return out
+
+    @cached_property
+    def _arrays(self) -> _CapacityArrays:
+        """The tables as arrays, for :meth:`available_many` (built on first use)."""
+        index = {key: i for i, key in enumerate(self.host_capacity)}
+        subtree_of = []
+        capacity = []
+        for sub_of, cap in zip(self.subtree_of, self.subtree_capacity, strict=True):
+            subtree_of.append(np.array([sub_of[key] for key in index], dtype=np.int64))
+            dense = np.zeros(max([*cap, *sub_of.values(), -1]) + 1)
+            dense[list(cap)] = list(cap.values())
+            capacity.append(dense)
+        return _CapacityArrays(
+            index,
+            np.array(list(self.host_capacity.values()), dtype=np.float64),
+            tuple(subtree_of),
+            tuple(capacity),
+        )
+
+
+@dataclass(frozen=True)
+class _CapacityArrays:
+    """:class:`Capacities` as arrays: CA ports numbered 0..n-1 in ``index`` order.
+
+    Attributes:
+        index: (node GUID, port) -> number of the CA port.
+        capacity: per CA port, bytes per second.
+        subtree_of: per level >= 1, the subtree id of each CA port.
+        subtree_capacity: per level >= 1, indexed by subtree id, its uplink capacity in
+            bytes per second (0.0 for ids without a subtree).
+    """
+
+    index: dict[PortKey, int]
+    capacity: npt.NDArray[np.float64]
+    subtree_of: tuple[npt.NDArray[np.int64], ...]
+    subtree_capacity: tuple[npt.NDArray[np.float64], ...]
 
 
 def available(fabric: Fabric | Capacities, job: MappedJob) -> dict[int, float]:
@@ -245,7 +316,7 @@ def _as_class(name: str) -> Class:
     raise ValueError(f"prior: expected one of {', '.join(CLASSES)}, got {name!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobClass:
     """One job's classification after an update.
 
@@ -319,8 +390,43 @@ class Classifier:
             ValueError: *prior* is not a class name, or a utilization is negative or not
                 finite.
         """
-        th = self.thresholds
         value, level = intensity(util_by_level)
+        return self._observe(job_id, value, level, now_s, prior)
+
+    def update_many(
+        self,
+        job_ids: Sequence[str],
+        values: Sequence[float],
+        levels: Sequence[int | None],
+        now_s: float,
+        priors: Sequence[str | None],
+    ) -> list[JobClass]:
+        """:meth:`update` for many jobs whose intensity is already known.
+
+        The same as ``update(job_ids[i], {levels[i]: values[i]}, now_s, priors[i])`` for
+        each *i* in turn, for a caller that computed the intensities (:func:`intensity`)
+        of all jobs at once.
+
+        Args:
+            job_ids: the jobs.
+            values: their intensities (fractions, finite and >= 0: not checked here).
+            levels: the level that gave each intensity.
+            now_s: time of the samples, seconds.
+            priors: each job's class to start in if it is new (see :meth:`update`).
+
+        Raises:
+            ValueError: a prior is not a class name.
+        """
+        return [
+            self._observe(job_id, value, level, now_s, prior)
+            for job_id, value, level, prior in zip(job_ids, values, levels, priors, strict=True)
+        ]
+
+    def _observe(
+        self, job_id: str, value: float, level: int | None, now_s: float, prior: str | None
+    ) -> JobClass:
+        """Add one intensity sample of a job (see :meth:`update`)."""
+        th = self.thresholds
         state = self._jobs.get(job_id)
         if state is None:
             start = class_of(value, th) if prior is None else _as_class(prior)

@@ -18,6 +18,7 @@ import click
 import yaml
 
 from ibqos import __version__
+from ibqos.agent import Agent
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
@@ -31,8 +32,11 @@ from ibqos.lab import manage
 from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
 from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.lanes import resolve_lanes
+from ibqos.opensm.check import check_file
 from ibqos.plan_output import FORMATS as PLAN_FORMATS
 from ibqos.plan_output import render as render_plan
+from ibqos.plan_output import render_status
+from ibqos.state import load_state
 from ibqos.topology import LANE_DATA_BITS_PER_S, WIDTHS, parse_ibnetdiscover
 
 logger = logging.getLogger(__name__)
@@ -273,6 +277,80 @@ def plan_command(
         rates = collector.step()
     decision = decider.decide(rates, jobs, time.time())
     click.echo(render_plan(decision, fmt), nl=False)
+
+
+# -- the agent -------------------------------------------------------------------------
+@cli.command("run")
+@_config_option
+@click.option(
+    "--dry-run", is_flag=True, help="Print the plan and diffs of OpenSM's files; write nothing."
+)
+@click.option("--once", is_flag=True, help="One full cycle (two sweeps), then exit.")
+def run_command(path: Path | None, dry_run: bool, once: bool) -> None:
+    """Run the agent: sweep, plan, and rewrite OpenSM's QoS files every collect.interval_s.
+
+    SIGTERM ends it after the current cycle (exit 0); SIGHUP re-reads the config.  With
+    --dry-run nothing is written and OpenSM is never signalled.
+    """
+    found = find_config(path)
+    config = load_config(found)
+    agent = Agent(config, found, dry_run=dry_run, echo=lambda text: click.echo(text, nl=False))
+    try:
+        agent.install_signal_handlers()
+        ctx = click.get_current_context()
+        ctx.exit(agent.run(cycles=1 if once else None))
+    finally:
+        agent.close()
+
+
+@cli.command("status")
+@_config_option
+@click.option(
+    "--format", "fmt", type=click.Choice(PLAN_FORMATS), default="table", show_default=True
+)
+def status_command(path: Path | None, fmt: str) -> None:
+    """Show the plan in force and the last apply result, from the agent's state directory."""
+    config = load_config(find_config(path))
+    state = load_state(config.agent.state_dir)
+    if fmt == "json":
+        doc = {"updated_s": state.updated_s, "last_apply": state.last_apply, "plan": state.plan}
+        click.echo(json.dumps(doc, indent=1))
+        return
+    click.echo(render_status(state, config.agent.state_dir), nl=False)
+
+
+@cli.command("check-opensm")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--data-vls", type=click.IntRange(1, 15), help="Data VLs of the fabric (OperVLs).")
+@click.option("--vlarb-cap", type=click.IntRange(1, 64), help="VLArbLowCap/HighCap of the ports.")
+def check_opensm_command(
+    files: tuple[Path, ...], data_vls: int | None, vlarb_cap: int | None
+) -> None:
+    """Check opensm.conf and qos-policy.conf files against OpenSM's grammar and its traps.
+
+    One line per finding (FILE:LINE: message); exit 1 if any is an error, i.e. something
+    OpenSM would drop or misread.
+    """
+    errors = 0
+    for file in files:
+        findings = check_file(
+            file, data_vls=data_vls, vlarb_low_cap=vlarb_cap, vlarb_high_cap=vlarb_cap
+        )
+        for finding in findings:
+            click.echo(f"{finding.severity}: {finding}")
+        errors += sum(f.severity == "error" for f in findings)
+        if not findings:
+            click.echo(f"{file}: ok")
+    if errors:
+        click.get_current_context().exit(1)
+
+
+@cli.command("check-config")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def check_config_command(file: Path) -> None:
+    """Validate an ibqos config file as a whole; one line per problem, exit 1 if any."""
+    load_config(file)
+    click.echo(f"{file}: ok")
 
 
 # -- lab -------------------------------------------------------------------------------

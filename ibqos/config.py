@@ -29,14 +29,50 @@ FABRIC_SOURCES = ("ibnetdiscover", "file", "lab")
 BACKENDS = ("native", "perfquery", "replay")
 
 
+#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2)
+PORT_TYPES = ("ca", "swe", "sw0", "rtr")
+
+
 @dataclass(frozen=True)
 class OpenSMConfig:
-    """Where the site's OpenSM keeps what ibqos reads and writes."""
+    """Where the site's OpenSM keeps what ibqos reads and writes, and how to reach it.
+
+    Attributes:
+        conf: opensm.conf (must exist when OpenSM starts, or SIGHUP re-reads nothing).
+        policy_file: the ``qos_policy_file`` OpenSM was started with.
+        log: OpenSM's log, read after every reload for errors and the sweep's end.
+        pid_file: SIGHUP goes to the pid in it; or
+        unit: a systemd unit whose main process gets SIGHUP; or
+        reload_command: a command that makes OpenSM re-read its files.  At most one of
+            the three; none: the files are written and OpenSM is not signalled.
+        port_types: the port types whose ``qos_<type>_*`` keys ibqos manages.
+        sweep_timeout_s: seconds to wait for OpenSM's heavy sweep after a signal.
+        verify: after a reload, check through SA that OpenSM serves the new tables and SLs.
+    """
 
     conf: Path = Path("/etc/opensm/opensm.conf")
     policy_file: Path = Path("/etc/opensm/qos-policy.conf")
     log: Path = Path("/var/log/opensm.log")
     pid_file: Path | None = None
+    unit: str | None = None
+    reload_command: tuple[str, ...] = ()
+    port_types: tuple[str, ...] = ("ca", "swe")
+    sweep_timeout_s: float = 30.0
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The daemon (``ibqos run``); its cycle interval is ``collect.interval_s``.
+
+    Attributes:
+        state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock.
+        job_poll_s: seconds between two looks at the job source between cycles, so a job
+            that starts or ends is acted on at once.
+    """
+
+    state_dir: Path = Path("/var/lib/ibqos")
+    job_poll_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -145,6 +181,7 @@ class Config:
     collect: CollectConfig = field(default_factory=CollectConfig)
     classify: Thresholds = field(default_factory=Thresholds)
     lanes: LanesConfig = field(default_factory=LanesConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     lab: LabConfig | None = None
 
 
@@ -176,13 +213,16 @@ def load_config(path: Path) -> Config:
 def parse_config(data: object, source: str) -> Config:
     """Validate a loaded document (see :func:`load_config`)."""
     top = _mapping(
-        data, source, "", ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "lab")
+        data,
+        source,
+        "",
+        ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "agent", "lab"),
     )
     osm = _mapping(
-        top.get("opensm", {}), source, "opensm", ("conf", "policy_file", "log", "pid_file")
+        top.get("opensm", {}), source, "opensm", tuple(OpenSMConfig.__dataclass_fields__)
     )
     jobs = _mapping(top.get("jobs", {}), source, "jobs", ("source", "path", "host_pattern"))
-    d_osm, d_jobs = OpenSMConfig(), JobsConfig()
+    d_jobs = JobsConfig()
     job_source = _str(jobs.get("source", d_jobs.source), source, "jobs.source")
     if job_source not in JOB_SOURCES:
         raise ConfigError(
@@ -194,17 +234,9 @@ def parse_config(data: object, source: str) -> Config:
         lab = LabConfig(
             _str(raw.get("name"), source, "lab.name"), _path(raw.get("dir"), source, "lab.dir")
         )
-    pid = osm.get("pid_file")
     return Config(
         source=source,
-        opensm=OpenSMConfig(
-            conf=_path(osm.get("conf", d_osm.conf), source, "opensm.conf"),
-            policy_file=_path(
-                osm.get("policy_file", d_osm.policy_file), source, "opensm.policy_file"
-            ),
-            log=_path(osm.get("log", d_osm.log), source, "opensm.log"),
-            pid_file=None if pid is None else _path(pid, source, "opensm.pid_file"),
-        ),
+        opensm=_opensm(osm, source),
         jobs=JobsConfig(
             job_source,
             _path(jobs.get("path", d_jobs.path), source, "jobs.path"),
@@ -214,6 +246,7 @@ def parse_config(data: object, source: str) -> Config:
         collect=_collect(top.get("collect", {}), source),
         classify=_classify(top.get("classify", {}), source),
         lanes=_lanes(top.get("lanes", {}), source),
+        agent=_agent(top.get("agent", {}), source),
         lab=lab,
     )
 
@@ -271,6 +304,49 @@ def _collect(value: object, source: str) -> CollectConfig:
     return cfg
 
 
+def _opensm(osm: Mapping[str, Any], source: str) -> OpenSMConfig:
+    d = OpenSMConfig()
+    pid, unit, command = osm.get("pid_file"), osm.get("unit"), osm.get("reload_command")
+    if sum(x is not None for x in (pid, unit, command)) > 1:
+        raise ConfigError(f"{source}: opensm: give at most one of pid_file, unit, reload_command")
+    argv: tuple[str, ...] = ()
+    if command is not None:
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise ConfigError(
+                f"{source}: opensm.reload_command: expected a list of strings (argv), got"
+                f" {command!r}"
+            )
+        argv = tuple(command)
+    types = osm.get("port_types", list(d.port_types))
+    if not (isinstance(types, list) and types and all(t in PORT_TYPES for t in types)):
+        raise ConfigError(
+            f"{source}: opensm.port_types: expected a list of {', '.join(PORT_TYPES)},"
+            f" got {types!r}"
+        )
+    return OpenSMConfig(
+        conf=_path(osm.get("conf", d.conf), source, "opensm.conf"),
+        policy_file=_path(osm.get("policy_file", d.policy_file), source, "opensm.policy_file"),
+        log=_path(osm.get("log", d.log), source, "opensm.log"),
+        pid_file=None if pid is None else _path(pid, source, "opensm.pid_file"),
+        unit=None if unit is None else _str(unit, source, "opensm.unit"),
+        reload_command=argv,
+        port_types=tuple(dict.fromkeys(types)),
+        sweep_timeout_s=_number(
+            osm.get("sweep_timeout_s", d.sweep_timeout_s), source, "opensm.sweep_timeout_s", 1
+        ),
+        verify=_bool(osm.get("verify", d.verify), source, "opensm.verify"),
+    )
+
+
+def _agent(value: object, source: str) -> AgentConfig:
+    d = AgentConfig()
+    raw = _mapping(value, source, "agent", tuple(AgentConfig.__dataclass_fields__))
+    return AgentConfig(
+        state_dir=_path(raw.get("state_dir", d.state_dir), source, "agent.state_dir"),
+        job_poll_s=_number(raw.get("job_poll_s", d.job_poll_s), source, "agent.job_poll_s", 0.05),
+    )
+
+
 def _host_pattern(value: object, source: str) -> str:
     pattern = _str(value, source, "jobs.host_pattern")
     try:
@@ -309,9 +385,7 @@ def _lanes(value: object, source: str) -> LanesConfig:
 
     def sl_list(key: str, high: int) -> tuple[int, ...]:
         items = raw[key]
-        if not isinstance(items, list) or not all(
-            type(x) is int and 0 <= x <= high for x in items
-        ):
+        if not isinstance(items, list) or not all(type(x) is int and 0 <= x <= high for x in items):
             raise ConfigError(f"{where}.{key}: expected a list of integers 0-{high}, got {items!r}")
         return tuple(sorted(set(items)))
 

@@ -2,7 +2,7 @@
 
 The stages, in the order DESIGN.md section 3 draws them::
 
-    jobs --map_jobs--> ports --Attributor--> bytes/s per level --utilization--> util
+    jobs --JobMapper--> ports --Attributor--> bytes/s per level --utilization--> util
          --Classifier (EWMA, hysteresis)--> class --plan--> job->SL, SL->VL, VLArb
 
 :class:`Decider` keeps what lives across cycles (the per-fabric tables, each job's smoothed
@@ -12,6 +12,12 @@ caller passes the rates (``ibqos.collect``) and the time, so the cycle runs the 
 live fabric, a replayed recording or a benchmark's synthetic tables.  (Only a performance
 counter is read, to time the stages: :attr:`Decider.timings`.)
 
+Speed.  A cycle must stay well under a second with 50k ports and thousands of jobs
+(``docs/plan-benchmark.md``), so utilization and intensity are computed for all jobs at
+once on arrays (one row per job, one column per level), what depends only on a job's
+ports is kept while it runs, and per-job Python work is left to the records the cycle
+hands out (:class:`JobReport`, the planner's ``JobState``).
+
 Units: bytes per second for rates and capacities, fractions for utilization, seconds.
 """
 
@@ -20,23 +26,29 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ibqos.attribution import Attributor
-from ibqos.classify import Capacities, Class, Classifier, JobClass, Thresholds, utilization
+from ibqos.classify import Capacities, Class, Classifier, JobClass, Thresholds
 from ibqos.fabric import Fabric
 from ibqos.hostnames import HostMatcher
-from ibqos.jobmap import MappedJob, host_ports, log_warnings, map_jobs
+from ibqos.jobmap import JobMapper, MappedJob, log_warnings
 from ibqos.jobs import Job
 from ibqos.planner import JobState, LaneConfig, Plan, PlanResult, plan
 
 log = logging.getLogger("ibqos.plan")
 
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class LevelFigures:
     """One job at one fat-tree level.
 
@@ -53,7 +65,7 @@ class LevelFigures:
     util: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobReport:
     """One running job after a cycle.
 
@@ -154,6 +166,11 @@ class Decider:
         self._expected_of: dict[str, Class] = {}  # running job id -> expected class
         self._warned: frozenset[str] = frozenset()
         self.timings: dict[str, float] = {}
+        #: SLs and classes of jobs that ran before a restart (the saved state): such a job,
+        #: still running, keeps its SL and starts in its class instead of being replanned
+        self.known_sl: dict[str, int] = {}
+        self.known_cls: dict[str, Class] = {}
+        self.mapped: tuple[MappedJob, ...] = ()
         self.set_fabric(fabric)
 
     def set_fabric(self, fabric: Fabric) -> None:
@@ -161,7 +178,10 @@ class Decider:
         self.fabric = fabric
         self.attributor = Attributor(fabric)
         self.capacities = Capacities.from_fabric(fabric)
-        self.index = host_ports(fabric, self.matcher)
+        self.mapper = JobMapper(fabric, self.matcher)
+        self.index = self.mapper.index
+        self._avail: tuple[tuple[MappedJob, ...], FloatArray] | None = None
+        self._avail_of: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
 
     def decide(self, rates: pd.DataFrame, jobs: Sequence[Job], now_s: float) -> Decision:
         """Run one cycle.
@@ -174,55 +194,69 @@ class Decider:
 
         Raises:
             PlanError: the lane configuration does not fit (the daemon keeps its plan).
+            ValueError: a rate is negative (a utilization must be >= 0).
         """
         clock = time.perf_counter
         t0 = clock()
-        mapped, warnings = map_jobs(jobs, self.fabric, index=self.index, log=False)
+        mapped, warnings = self.mapper.map(jobs)
         self._log_new(warnings)
         t1 = clock()
         attribution = self.attributor.attribute(rates, mapped)
         t2 = clock()
         self._remember_ended({mj.id for mj in mapped})
-        states: list[JobState] = []
-        figures: dict[str, tuple[dict[int, LevelFigures], JobClass | None, Class]] = {}
-        for mj in mapped:
-            traffic = attribution.jobs[mj.id]
-            avail = self.capacities.available(mj.ports)
-            levels = _levels(traffic.bytes_per_s, avail)
-            known = {lvl: f.bytes_per_s for lvl, f in levels.items() if f.util is not None}
-            expected = self._expected(mj)
-            sample: JobClass | None = None
-            if any(lvl >= 1 for lvl in known) or (known and self.fabric.height <= 1):
-                sample = self.classifier.update(
-                    mj.id, utilization(known, avail), now_s, prior=expected
-                )
-            else:
-                sample = self.classifier.get(mj.id)  # nothing measured now: keep the last
-            figures[mj.id] = (levels, sample, expected)
-            states.append(
-                JobState(
-                    mj.id,
-                    intensity=None if sample is None else sample.smoothed,
-                    cls=None if sample is None else sample.cls,
-                    # read only when the job is new: what is measured beats a guess
-                    expected=expected if sample is None else sample.cls,
-                    since_s=None if sample is None else sample.since_s,
-                )
+        # every job at once: rate, avail and util per job (row) and level 0..height (column)
+        avail = self._available(tuple(mapped))
+        rate = np.full(avail.shape, math.nan)
+        rate[:, list(attribution.levels)] = attribution.bytes_per_s
+        known = (avail > 0) & np.isfinite(rate)
+        util = np.divide(rate, avail, out=np.full(avail.shape, math.nan), where=known)
+        measure, value, level = self._intensities(mapped, util, known)
+        ids = [mj.id for mj in mapped]
+        expected = [self._expected(mj) for mj in mapped]
+        samples: list[JobClass | None] = [self.classifier.get(job_id) for job_id in ids]
+        now = np.flatnonzero(measure).tolist()
+        updated = self.classifier.update_many(
+            [ids[i] for i in now],
+            value[now].tolist(),
+            level[now].tolist(),
+            now_s,
+            [expected[i] for i in now],
+        )
+        for i, sample in zip(now, updated, strict=True):
+            samples[i] = sample
+        # jobs with nothing measured now keep their last sample
+        states = [
+            JobState(
+                job_id,
+                intensity=None if sample is None else sample.smoothed,
+                cls=None if sample is None else sample.cls,
+                # read only when the job is new: what is measured beats a guess
+                expected=exp if sample is None else sample.cls,
+                since_s=None if sample is None else sample.since_s,
+                sl=self.known_sl.get(job_id),
             )
-        self.classifier.prune(figures)
+            for job_id, sample, exp in zip(ids, samples, expected, strict=True)
+        ]
+        self.classifier.prune(ids)
         t3 = clock()
         result = plan(states, self.lanes, self.previous, now_s)
         t4 = clock()
         self.previous = result.plan
+        self.mapped = tuple(mapped)
+        # the saved state served its purpose once the plan holds these jobs
+        self.known_sl = {j: sl for j, sl in self.known_sl.items() if j not in result.plan.job_sl}
         self._names = {mj.id: mj.job.name for mj in mapped}
-        self._expected_of = {job_id: f[2] for job_id, f in figures.items()}
+        self._expected_of = dict(zip(ids, expected, strict=True))
         new_warnings = [w for w in result.warnings if w not in self._warned]
         for w in new_warnings:
             log.warning("%s", w)
         self._warned = frozenset(warnings) | frozenset(result.warnings)
+        columns = _columns(rate, avail, util, known)
         reports = tuple(
-            _report(mj, attribution.jobs[mj.id].measured_share, *figures[mj.id], result.plan)
-            for mj in mapped
+            _report(mj, share, _Levels(columns, i), sample, exp, result.plan)
+            for i, (mj, share, sample, exp) in enumerate(
+                zip(mapped, attribution.measured_share.tolist(), samples, expected, strict=True)
+            )
         )
         decision = Decision(
             now_s, reports, result, attribution.unattributed, (*warnings, *result.warnings)
@@ -237,10 +271,78 @@ class Decider:
         }
         return decision
 
+    def _available(self, mapped: tuple[MappedJob, ...]) -> FloatArray:
+        """``avail[j, l]`` of every job, computed when a job first appears and kept while
+        it runs (a job's avail depends only on its ports)."""
+        if self._avail is not None and self._avail[0] == mapped:
+            return self._avail[1]
+        # by identity: the job mapper hands back the same MappedJob while a job runs
+        known = self._avail_of
+        new = [mj for mj in mapped if (hit := known.get(id(mj))) is None or hit[0] is not mj]
+        rows = self.capacities.available_many([mj.ports for mj in new]).tolist()
+        fresh = {id(mj): (mj, row) for mj, row in zip(new, rows, strict=True)}
+        self._avail_of = {id(mj): fresh.get(id(mj)) or known[id(mj)] for mj in mapped}
+        width = self.fabric.height + 1
+        avail = np.array([self._avail_of[id(mj)][1] for mj in mapped]).reshape(-1, width)
+        self._avail = (mapped, avail)
+        return avail
+
+    def _intensities(
+        self, mapped: Sequence[MappedJob], util: FloatArray, known: BoolArray
+    ) -> tuple[BoolArray, FloatArray, IntArray]:
+        """Which jobs have a sample this cycle, and their intensity and its level
+        (:func:`~ibqos.classify.intensity` of every job at once).
+
+        A job has a sample when some level >= 1 (where jobs share links) is known, or, on a
+        single-switch fabric, when level 0 is.  The intensity is the largest known
+        utilization over the levels >= 1 (else level 0), ties to the lowest level.
+
+        Raises:
+            ValueError: a known utilization is negative or not finite.
+        """
+        height = self.fabric.height
+        shared = known & (np.arange(util.shape[1]) >= 1)
+        has_shared = np.asarray(shared.any(axis=1), dtype=np.bool_)
+        measure = has_shared | (np.asarray(known.any(axis=1), dtype=np.bool_) & (height <= 1))
+        wrong = known & ~(np.isfinite(util) & (util >= 0))
+        bad = np.flatnonzero(measure & wrong.any(axis=1))
+        if len(bad):
+            j = int(bad[0])
+            lvl = int(np.flatnonzero(wrong[j])[0])
+            raise ValueError(
+                f"job {mapped[j].id}: level {lvl}: utilization {float(util[j, lvl])!r}"
+                " is not a finite value >= 0"
+            )
+        pool = np.where(has_shared[:, None], shared, known)
+        candidates = np.where(pool, util, -math.inf)
+        level = np.asarray(candidates.argmax(axis=1), dtype=np.int64)  # ties: the lowest level
+        value = np.asarray(candidates[np.arange(len(level)), level], dtype=np.float64)
+        return measure, value, level
+
+    def port_guids(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(job id, port GUIDs of its CA ports, application name) of the jobs mapped in
+        the last cycle: what the policy's port-groups list."""
+        ports = self.fabric.ports
+        out = []
+        for mj in self.mapped:
+            guids = (ports[key].port_guid for key in mj.ports if key in ports)
+            out.append((mj.id, tuple(g for g in guids if g is not None), mj.job.name))
+        return out
+
+    def job_lids(self) -> list[tuple[str, list[int]]]:
+        """(job id, LIDs of its CA ports) of the jobs mapped in the last cycle, for
+        PathRecord checks."""
+        ports = self.fabric.ports
+        out = []
+        for mj in self.mapped:
+            lids = (ports[key].lid for key in mj.ports if key in ports)
+            out.append((mj.id, [lid for lid in lids if lid is not None]))
+        return out
+
     def _expected(self, mj: MappedJob) -> Class:
-        """Expected class of a job, fixed when first seen: its application's last class,
-        else the configured default."""
-        cls = self._expected_of.get(mj.id)
+        """Expected class of a job, fixed when first seen: its class before a restart,
+        else its application's last class, else the configured default."""
+        cls = self._expected_of.get(mj.id) or self.known_cls.get(mj.id)
         if cls is None:
             known = self.history.get(mj.job.name) if mj.job.name else None
             cls = known or self.lanes.default_class
@@ -261,20 +363,58 @@ class Decider:
             log_warnings(fresh)
 
 
-def _levels(rate: Mapping[int, float], avail: Mapping[int, float]) -> dict[int, LevelFigures]:
-    out: dict[int, LevelFigures] = {}
-    for level in sorted(avail):
-        r = rate.get(level, math.nan)
-        a = avail[level]
-        util = r / a if a > 0 and math.isfinite(r) else None
-        out[level] = LevelFigures(r, a, util)
-    return out
+#: one cycle's figures by level: per level, every job's rate, avail and util (None where
+#: not known), each a list indexed by the job's row
+_Columns = tuple[tuple[list[float], list[float], list[float | None]], ...]
+
+
+def _columns(rate: FloatArray, avail: FloatArray, util: FloatArray, known: BoolArray) -> _Columns:
+    """The cycle's figures as lists of floats by level (columns 0..height of the arrays)."""
+    out = []
+    for lvl in range(avail.shape[1]):
+        u = util[:, lvl].tolist()
+        k = known[:, lvl].tolist()
+        utils: list[float | None] = [x if ok else None for x, ok in zip(u, k, strict=True)]
+        out.append((rate[:, lvl].tolist(), avail[:, lvl].tolist(), utils))
+    return tuple(out)
+
+
+class _Levels(Mapping[int, LevelFigures]):
+    """One job's :class:`LevelFigures` by level 0..height, read from the cycle's columns.
+
+    A dict of figures per job would make a cycle of thousands of jobs allocate a dict and
+    a figure per job and level; the garbage collector walks every such object that lives
+    through the cycle, and its full passes then stall cycles on a large fabric.  The
+    figures are made when read instead.
+    """
+
+    __slots__ = ("_columns", "_row")
+
+    def __init__(self, columns: _Columns, row: int) -> None:
+        self._columns = columns
+        self._row = row
+
+    def __getitem__(self, level: int) -> LevelFigures:
+        if not (isinstance(level, int) and 0 <= level < len(self._columns)):
+            raise KeyError(level)
+        rate, avail, util = self._columns[level]
+        i = self._row
+        return LevelFigures(rate[i], avail[i], util[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self._columns)))
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def _report(
     mj: MappedJob,
     measured_share: float,
-    levels: dict[int, LevelFigures],
+    levels: Mapping[int, LevelFigures],
     sample: JobClass | None,
     expected: Class,
     current: Plan,

@@ -67,3 +67,11 @@ class PlanError(IbqosError):
     """The lane configuration cannot be planned on this fabric (bad or conflicting values)."""
 
     category = "plan"
+
+
+class RenderError(IbqosError):
+    """An OpenSM file cannot be rendered, or a rendered one fails ibqos's own checker: bad
+    values from the plan, or an admin's file whose ibqos block is damaged or whose own part
+    does not parse.  Nothing is written."""
+
+    category = "render"

@@ -90,6 +90,8 @@ class FabricPort:
         width: lanes (1, 2, 4, 8 or 12).
         speed: lane speed name ("SDR" ... "NDR", "FDR10", "XDR").
         capacity_bytes_per_s: data capacity of each direction, bytes per second.
+        port_guid: the port GUID (a CA or router port's own GUID, a switch's node GUID),
+            as qos-policy.conf's ``port-guid:`` matches it; None if the input gave none.
     """
 
     node_id: str
@@ -105,6 +107,7 @@ class FabricPort:
     width: int
     speed: str
     capacity_bytes_per_s: float
+    port_guid: int | None = None
 
     @property
     def key(self) -> PortKey | None:
@@ -267,6 +270,7 @@ class Fabric:
             width=link.width,
             speed=link.speed,
             capacity_bytes_per_s=link.rate_bytes_per_s,
+            port_guid=topo.port_guid(port),
         )
 
     def _role(self, node_id: str, peer_id: str) -> Role:

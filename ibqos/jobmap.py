@@ -36,7 +36,7 @@ from ibqos.jobs import Job, job_files, load_jobs
 logger = logging.getLogger("ibqos.jobs")
 
 __all__ = ["DEFAULT_HOST_PATTERN", "FileJobSource", "HostMatcher", "JobSource", "MappedJob"]
-__all__ += ["host_ports", "log_warnings", "map_jobs"]
+__all__ += ["JobMapper", "host_ports", "log_warnings", "map_jobs"]
 
 _MAX_LOGGED = 10  # warnings logged one by one per mapping; the rest are counted
 _MAX_HOSTS_TEXT = 120  # characters of a folded host list in one warning
@@ -247,44 +247,109 @@ def map_jobs(
     notes: dict[int, list[str]] = {}
     order = sorted(range(len(jobs)), key=lambda i: _priority(jobs[i]))
     for i in order:
-        job = jobs[i]
-        hosts: list[str] = []
-        missing: list[str] = []
-        taken: dict[str, list[str]] = {}  # winner job id -> hosts it took first
-        for node in job.nodes:
-            if node not in index:
-                missing.append(node)
-            elif (first := owner.get(node)) is not None:
-                taken.setdefault(first.id, []).append(node)
-            else:
-                owner[node] = job
-                hosts.append(node)
-        msgs: list[str] = []
-        notes[i] = msgs
-        what = _label(job)
-        if not job.nodes:
-            msgs.append(f"{what}: no hosts; skipped")
-            continue
-        if missing:
-            msgs.append(
-                f"{what}: {_plural(len(missing), 'host')} of {len(job.nodes)} not on the "
-                f"fabric: {_hosts_text(missing)}"
-            )
-        for first_id, lost in taken.items():
-            msgs.append(
-                f"{what}: {_plural(len(lost), 'host')} also in job {first_id}, which started "
-                f"first, left to it: {_hosts_text(lost)}"
-            )
-        if not hosts:
-            msgs.append(f"{what}: no host on the fabric is left to it; skipped")
-            continue
-        ports = tuple(key for host in hosts for key in index[host])
-        results[i] = MappedJob(job=job, ports=ports, hosts=tuple(hosts), missing=tuple(missing))
+        result, notes[i] = _map_one(jobs[i], index, owner)
+        if result is not None:
+            results[i] = result
     mapped = [results[i] for i in range(len(jobs)) if i in results]
     warnings = [msg for i in range(len(jobs)) for msg in notes[i]]
     if log:
         log_warnings(warnings)
     return mapped, warnings
+
+
+def _map_one(
+    job: Job, index: Mapping[str, Sequence[PortKey]], owner: dict[str, Job]
+) -> tuple[MappedJob | None, list[str]]:
+    """Map one job after the jobs that own *owner*'s hosts (see :func:`map_jobs`).
+
+    Takes the job's free hosts into *owner*.  Returns the mapped job (None: skipped) and
+    its warnings.
+    """
+    hosts: list[str] = []
+    missing: list[str] = []
+    taken: dict[str, list[str]] = {}  # winner job id -> hosts it took first
+    for node in job.nodes:
+        if node not in index:
+            missing.append(node)
+        elif (first := owner.get(node)) is not None:
+            taken.setdefault(first.id, []).append(node)
+        else:
+            owner[node] = job
+            hosts.append(node)
+    msgs: list[str] = []
+    if not job.nodes:
+        msgs.append(f"{_label(job)}: no hosts; skipped")
+        return None, msgs
+    if missing:
+        msgs.append(
+            f"{_label(job)}: {_plural(len(missing), 'host')} of {len(job.nodes)} not on the "
+            f"fabric: {_hosts_text(missing)}"
+        )
+    for first_id, lost in taken.items():
+        msgs.append(
+            f"{_label(job)}: {_plural(len(lost), 'host')} also in job {first_id}, which started "
+            f"first, left to it: {_hosts_text(lost)}"
+        )
+    if not hosts:
+        msgs.append(f"{_label(job)}: no host on the fabric is left to it; skipped")
+        return None, msgs
+    ports = tuple(key for host in hosts for key in index[host])
+    return MappedJob(job=job, ports=ports, hosts=tuple(hosts), missing=tuple(missing)), msgs
+
+
+class JobMapper:
+    """:func:`map_jobs` for a caller that maps the running jobs every cycle.
+
+    A job's hosts, missing hosts, ports and warnings depend only on the job and the
+    fabric's index, except where two jobs name the same host.  So each job is mapped on
+    its own once, kept while it runs, and :func:`map_jobs` (which orders the jobs and
+    shares their hosts out) runs only in a cycle where some host is in two jobs.  The
+    result is the same as ``map_jobs(jobs, fabric, index=index)``: in a cycle without
+    shared hosts only new jobs cost anything, which keeps a cycle of thousands of jobs
+    to a few milliseconds.
+
+    Args:
+        fabric: the fabric.
+        matcher: how to read host names from NodeDescriptions.
+
+    Attributes:
+        index: :func:`host_ports` of the fabric.
+    """
+
+    def __init__(self, fabric: Fabric, matcher: HostMatcher | None = None) -> None:
+        self.fabric = fabric
+        self.index = host_ports(fabric, matcher)
+        self._alone: dict[Job, tuple[MappedJob | None, list[str]]] = {}
+        self._last: tuple[tuple[Job, ...], list[MappedJob], list[str]] | None = None
+
+    def map(self, jobs: Sequence[Job]) -> tuple[list[MappedJob], list[str]]:
+        """Map *jobs* as :func:`map_jobs` does (without logging), reusing earlier work.
+
+        Returns:
+            The mapped jobs in input order, and the warnings (fresh lists every call).
+        """
+        key = tuple(jobs)
+        # the same jobs as last time (a job source that did not change): compared by
+        # identity first, so this costs next to nothing
+        if self._last is not None and self._last[0] == key:
+            return list(self._last[1]), list(self._last[2])
+        alone: dict[Job, tuple[MappedJob | None, list[str]]] = {}
+        results = []
+        for job in key:
+            hit = self._alone.get(job)
+            if hit is None:
+                hit = _map_one(job, self.index, {})
+            alone[job] = hit
+            results.append(hit)
+        self._alone = alone  # ended jobs drop out
+        claimed = [host for m, _ in results if m is not None for host in m.hosts]
+        if len(claimed) == len(set(claimed)):
+            mapped = [m for m, _ in results if m is not None]
+            warnings = [msg for _, msgs in results for msg in msgs]
+        else:  # a host in two jobs: who gets it depends on the other jobs
+            mapped, warnings = map_jobs(key, self.fabric, index=self.index, log=False)
+        self._last = (key, mapped, warnings)
+        return list(mapped), list(warnings)
 
 
 def log_warnings(warnings: Sequence[str]) -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from ibqos.decide import Decision, JobReport
 from ibqos.planner import Tables
+from ibqos.state import AgentState
 
 FORMATS = ("table", "json")
 #: version of the JSON layout; raised only when a key changes meaning or goes away
@@ -196,4 +199,40 @@ def _tables_text(decision: Decision) -> str:
     what = "apply" if decision.result.replace else "keep"
     lines.append(f"plan: {what} ({'; '.join(decision.result.reasons)})")
     lines += [f"warning: {w}" for w in decision.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def render_status(state: AgentState, state_dir: Path) -> str:
+    """``ibqos status``: when the agent last wrote its state, the last apply, the plan."""
+    if not state.updated_s:
+        return f"no agent state in {state_dir} (has ibqos run run here?)\n"
+    when = datetime.fromtimestamp(state.updated_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    lines = [f"state {state_dir}, written {when}"]
+    apply = state.last_apply
+    lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
+    plan = state.plan or {}
+    jobs = plan.get("jobs", [])
+    rows = [
+        [
+            str(j["id"]),
+            j.get("name") or "-",
+            _pct(j.get("intensity")),
+            str(j["class"]),
+            str(j["sl"]),
+            "-" if j.get("vl") is None else str(j["vl"]),
+        ]
+        for j in jobs
+    ]
+    lines += _align(["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"], rows) if rows else []
+    lanes = [
+        [
+            str(lane["vl"]),
+            str(lane["weight"]),
+            ",".join(map(str, lane["sls"])) or "-",
+            ",".join(lane["jobs"]) or "-",
+        ]
+        for lane in plan.get("lanes", [])
+    ]
+    if lanes:
+        lines += ["", *_align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
     return "\n".join(lines) + "\n"

@@ -359,29 +359,26 @@ def _rank(cls: Class) -> int:
     return CLASSES.index(cls)
 
 
-def _assign_sl(
-    expected: Class, job_sl: Mapping[str, int], job_cls: Mapping[str, Class], cfg: LaneConfig
-) -> int:
-    """A free SL, else the shared SL whose jobs' classes are closest to *expected*."""
+def _assign_sl(expected: Class, counts: Mapping[int, Sequence[int]], cfg: LaneConfig) -> int:
+    """A free SL, else the shared SL whose jobs' classes are closest to *expected*.
+
+    *counts*: for every SL in use, how many of its jobs are of each class (by rank); kept
+    by the caller as jobs are given SLs, so that each new job costs O(SLs), not O(jobs).
+    """
     reserved = set(cfg.reserved_sls)
-    used = set(job_sl.values())
     for sl in range(NUM_SLS):
-        if sl not in reserved and sl not in used:
+        if sl not in reserved and sl not in counts:
             return sl
-    members: dict[int, list[int]] = {}
-    for job_id, sl in job_sl.items():
-        if sl not in reserved:
-            members.setdefault(sl, []).append(_rank(job_cls[job_id]))
     # every unreserved SL is in use (none is free), and _check_cfg leaves one unreserved
     want = _rank(expected)
-    return min(
-        members,
-        key=lambda sl: (
-            sum(abs(r - want) for r in members[sl]) / len(members[sl]),
-            len(members[sl]),
-            sl,
-        ),
-    )
+    shared = [sl for sl in counts if sl not in reserved]
+
+    def closeness(sl: int) -> tuple[float, int, int]:
+        c = counts[sl]
+        n = sum(c)
+        return (sum(k * abs(r - want) for r, k in enumerate(c)) / n, n, sl)
+
+    return min(shared, key=closeness)
 
 
 # -- SL -> VL and weights -----------------------------------------------------------------
@@ -522,12 +519,16 @@ def plan(
         job_cls[job.job_id] = cls
         prior = cfg.class_intensity[_rank(cls)]
         job_int[job.job_id] = prior if job.intensity is None else job.intensity
+    counts: dict[int, list[int]] = {}  # SL -> its jobs per class rank
+    for j, sl in job_sl.items():
+        counts.setdefault(sl, [0] * len(CLASSES))[_rank(job_cls[j])] += 1
     # jobs that hold an SL first, then the heaviest expected: they get the free SLs
     for job in sorted(new, key=lambda j: (j.sl is None, -_rank(job_cls[j.job_id]), j.job_id)):
         if job.sl is not None:  # it already has one (e.g. ibqos restarted): keep it
             job_sl[job.job_id] = job.sl
         else:
-            job_sl[job.job_id] = _assign_sl(job_cls[job.job_id], job_sl, job_cls, cfg)
+            job_sl[job.job_id] = _assign_sl(job_cls[job.job_id], counts, cfg)
+        counts.setdefault(job_sl[job.job_id], [0] * len(CLASSES))[_rank(job_cls[job.job_id])] += 1
 
     pending: dict[str, tuple[Class, float]] = {}
     for job in jobs:

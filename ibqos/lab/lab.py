@@ -500,6 +500,8 @@ def _write_files(
             "pid_file": str(osm.pid),
         },
         "jobs": {"source": "file", "path": str(paths.jobs)},
+        # the agent's memory and OpenSM file backups stay inside the lab
+        "agent": {"state_dir": str(paths.dir / "agent")},
         "lab": {"name": paths.name, "dir": str(paths.dir)},
     }
     atomic_write(

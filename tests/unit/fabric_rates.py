@@ -9,6 +9,7 @@ import pandas as pd
 
 from ibqos.fabric import Fabric, PortKey, fabric_from_file
 from ibqos.jobmap import host_ports
+from ibqos.jobs import Job
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 
@@ -38,3 +39,46 @@ def setup() -> tuple[Fabric, dict[str, PortKey]]:
     """The fabric (4 leaves of 8 hosts, 2 spines, 4x EDR) and each host's port."""
     fabric = fabric_from_file(DATA)
     return fabric, {host: keys[0] for host, keys in host_ports(fabric).items()}
+
+
+# -- random workloads, for checking the vectorized paths against simple ones -------------
+
+
+def hosts_of(fabric: Fabric) -> list[str]:
+    """The compute hosts (cn....) of a fabric, in numbering order."""
+    return sorted(h for h in host_ports(fabric) if h.startswith("cn"))
+
+
+def random_jobs(
+    fabric: Fabric, rng: np.random.Generator, n_jobs: int, prefix: str = "j"
+) -> list[Job]:
+    """*n_jobs* jobs of 1-6 hosts on a random half of the hosts: contiguous and scattered
+    ones, sharing leaves, a third with a declared pattern, one host unknown to the fabric."""
+    hosts = hosts_of(fabric)
+    free = [hosts[i] for i in rng.permutation(len(hosts))]
+    jobs = []
+    for j in range(n_jobs):
+        size = int(rng.integers(1, 7))
+        if rng.random() < 0.5 and free:  # contiguous from a random free host
+            start = hosts.index(free[0])
+            nodes = [h for h in hosts[start : start + size] if h in free]
+        else:
+            nodes = free[:size]
+        free = [h for h in free if h not in nodes]
+        if j == 0:
+            nodes.append("nosuchhost")
+        pattern = ("", "", "ring", "all-to-all", "halo", "random-pairs")[j % 6]
+        jobs.append(
+            Job(f"{prefix}{j}", tuple(sorted(nodes)), pattern if len(nodes) > 1 else "", name="app")
+        )
+    return jobs
+
+
+def random_rates(fabric: Fabric, rng: np.random.Generator, nan_share: float = 0.0) -> pd.DataFrame:
+    """A rates table with random rates up to each port's capacity, some NaN."""
+    table = rates(fabric, {})
+    cap = np.array([fp.capacity_bytes_per_s for fp in fabric.ports.values()])
+    xmit = cap * rng.random(len(cap))
+    xmit[rng.random(len(cap)) < nan_share] = np.nan
+    table["xmit_bytes_per_s"] = xmit
+    return table

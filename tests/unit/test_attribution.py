@@ -1,14 +1,22 @@
-"""Attribution on a recorded fabric with hand-made rates: sums, priors, measured shares."""
+"""Attribution on a recorded fabric with hand-made rates: sums, priors, measured shares;
+and the vectorized split against the formulas on random workloads."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from fabric_rates import leaf_up_ports, rates, setup
+import numpy as np
+import pandas as pd
+import pytest
+from fabric_rates import leaf_up_ports, random_jobs, random_rates, rates, setup
 
-from ibqos.attribution import Attributor
-from ibqos.jobmap import MappedJob
+from ibqos.attribution import Attribution, Attributor
+from ibqos.fabric import Fabric
+from ibqos.jobmap import MappedJob, map_jobs
 from ibqos.jobs import Job
+from ibqos.lab.xgft import build_xgft, parse_xgft
+from ibqos.patterns import traffic_matrix
 
 
 def job(jid: str, nodes: list[str], pattern: str = "") -> Job:
@@ -86,3 +94,155 @@ def test_unknown_rates_stay_unknown() -> None:
     xmit = {hp["cn0001"]: float("nan"), hp["cn0009"]: 1e9}
     r = Attributor(fabric).attribute(rates(fabric, xmit), mapped).jobs["a"]
     assert math.isnan(r.bytes_per_s[0])  # never a silent zero
+
+
+# -- the vectorized split against the formulas, one subtree at a time ---------------------
+
+
+def reference(fabric: Fabric, table: pd.DataFrame, mapped: list[MappedJob]):
+    """The module docstring's split in plain Python: (bytes, measured) by job and level,
+    and the unattributed bytes/s by level."""
+    xmit = dict(
+        zip(
+            zip(table["node_guid"].tolist(), table["port"].tolist(), strict=True),
+            table["xmit_bytes_per_s"].tolist(),
+            strict=True,
+        )
+    )
+
+    def rate(key):
+        return xmit.get(key, math.nan)
+
+    nan = math.nan
+    out = {}
+    for mj in mapped:
+        r = [rate(k) for k in mj.ports]
+        out[mj.id] = ({0: nan if any(map(math.isnan, r)) else sum(r)}, {0: 1.0})
+    ca = {n.guid: n for n in fabric.topo.cas()}
+    unattributed = {}
+    for lvl in range(1, fabric.height):
+        comp = fabric.components(lvl)
+        total: dict[int, float] = {}
+        blind = set()
+        for fp in fabric.uplinks(lvl):
+            s, x = comp[fp.node_id], rate(fp.key)
+            blind |= {s} if math.isnan(x) else set()
+            total[s] = total.get(s, 0.0) + (0.0 if math.isnan(x) else x)
+        prior: dict[tuple[str, int], float] = {}
+        for mj in mapped:
+            subs = [comp[ca[k[0]].id] if k[0] in ca else None for k in mj.ports]
+            n = max(len({k[0] for k in mj.ports}), 1)
+            share = {}
+            if mj.job.pattern:  # the pattern's share of each host's traffic leaving its subtree
+                m = traffic_matrix(replace(mj.job, rate_bytes_per_s=1.0))
+                where = {}
+                for k, s in zip(mj.ports, subs, strict=True):
+                    if s is not None and k[0] in ca and ca[k[0]].hostname in mj.job.nodes:
+                        where[mj.job.nodes.index(ca[k[0]].hostname)] = s
+                for i, s in where.items():
+                    sent = m[i].sum()
+                    away = sum(m[i, j] for j, t in where.items() if t != s)
+                    share[i] = away / sent if sent > 0 else 0.0
+            for k, s in zip(mj.ports, subs, strict=True):
+                if s is None:
+                    continue
+                out_share = (n - subs.count(s)) / (n - 1) if n > 1 else 0.0  # gravity
+                host = ca[k[0]].hostname if k[0] in ca else ""
+                if host in mj.job.nodes and mj.job.nodes.index(host) in share:
+                    out_share = share[mj.job.nodes.index(host)]
+                w = rate(k) * out_share
+                prior[(mj.id, s)] = prior.get((mj.id, s), 0.0) + (0.0 if math.isnan(w) else w)
+        weight_sum: dict[int, float] = {}
+        jobs_in: dict[int, int] = {}
+        for (_, s), w in prior.items():
+            weight_sum[s] = weight_sum.get(s, 0.0) + w
+            jobs_in[s] = jobs_in.get(s, 0) + (w > 0)
+        got: dict[str, float] = {mj.id: 0.0 for mj in mapped}
+        mine = dict(got)
+        unknown = set()
+        for (j, s), w in prior.items():
+            if s in blind:
+                unknown.add(j)
+                continue
+            part = w / weight_sum[s] * total.get(s, 0.0) if weight_sum[s] > 0 else 0.0
+            got[j] += part
+            mine[j] += part if jobs_in[s] == 1 and w > 0 else 0.0
+        for mj in mapped:
+            j = mj.id
+            out[j][0][lvl] = nan if j in unknown else got[j]
+            out[j][1][lvl] = mine[j] / got[j] if got[j] > 0 else 1.0
+        unattributed[lvl] = sum(
+            t for s, t in total.items() if weight_sum.get(s, 0.0) == 0 and s not in blind
+        )
+    return out, unattributed
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-3)
+
+
+def check(fabric: Fabric, got: Attribution, table: pd.DataFrame, mapped: list[MappedJob]) -> None:
+    want, unattributed = reference(fabric, table, mapped)
+    assert list(got.jobs) == [mj.id for mj in mapped]
+    for mj in mapped:
+        jt = got.jobs[mj.id]
+        assert set(jt.bytes_per_s) == set(want[mj.id][0]) == set(range(fabric.height))
+        for lvl in jt.bytes_per_s:
+            assert same(jt.bytes_per_s[lvl], want[mj.id][0][lvl]), (mj.id, lvl)
+            assert same(jt.measured[lvl], want[mj.id][1][lvl]), (mj.id, lvl)
+    for lvl, value in unattributed.items():
+        assert same(got.unattributed[lvl], value)
+    shares = [got.jobs[mj.id].measured_share for mj in mapped]
+    np.testing.assert_allclose(got.measured_share, shares, rtol=1e-12)
+
+
+@pytest.mark.parametrize("xgft", ["2;8,4;1,2", "3;4,4,3;1,2,2"])
+def test_the_vectorized_split_follows_the_formulas(xgft: str) -> None:
+    fabric = Fabric(build_xgft(parse_xgft(xgft)))
+    rng = np.random.default_rng(5)
+    mapped, _ = map_jobs(random_jobs(fabric, rng, 12), fabric, log=False)
+    at = Attributor(fabric)
+    for nan_share in (0.0, 0.0, 0.05):
+        table = random_rates(fabric, rng, nan_share)
+        check(fabric, at.attribute(table, mapped), table, mapped)
+
+
+def test_ports_the_fabric_does_not_have_change_nobody_else_s_share() -> None:
+    """A job map one cycle behind a fabric change: ports without a subtree take no part
+    in the split (they once counted as the previous job's hosts in the last subtree)."""
+    fabric = Fabric(build_xgft(parse_xgft("3;4,4,3;1,2,2")))
+    rng = np.random.default_rng(5)
+    mapped, _ = map_jobs(random_jobs(fabric, rng, 12), fabric, log=False)
+    mapped = [MappedJob(mj.job, (*mj.ports, (0xDEAD, 1)), mj.hosts) for mj in mapped]
+    at = Attributor(fabric)
+    for nan_share in (0.0, 0.0, 0.05):
+        table = random_rates(fabric, rng, nan_share)
+        check(fabric, at.attribute(table, mapped), table, mapped)
+
+
+def test_what_is_kept_follows_the_jobs_and_the_rates_table() -> None:
+    """One attributor over cycles where jobs start and end and the table's rows move
+    gives what a new one gives."""
+    fabric = Fabric(build_xgft(parse_xgft("3;4,4,3;1,2,2")))
+    rng = np.random.default_rng(8)
+    jobs = random_jobs(fabric, rng, 10)
+    later = [*jobs[2:], *random_jobs(fabric, rng, 3, prefix="new")]
+    at = Attributor(fabric)
+    a, _ = map_jobs(jobs, fabric, log=False)
+    b, _ = map_jobs(later, fabric, log=False)
+    equal = [MappedJob(mj.job, mj.ports, mj.hosts, mj.missing) for mj in b]  # not the same objects
+    t1, t2 = random_rates(fabric, rng), random_rates(fabric, rng, 0.02)
+    moved = t2.iloc[rng.permutation(len(t2))].reset_index(drop=True)
+    for mapped, table in ((a, t1), (a, t2), (b, t2), (b, moved), (equal, moved), (a, t1)):
+        got = at.attribute(table, mapped)
+        check(fabric, got, table, mapped)
+        fresh = Attributor(fabric).attribute(table, mapped)
+        np.testing.assert_array_equal(got.bytes_per_s, fresh.bytes_per_s)
+        np.testing.assert_array_equal(got.measured, fresh.measured)
+
+
+def test_no_jobs() -> None:
+    fabric, _ = setup()
+    got = Attributor(fabric).attribute(rates(fabric, {}, 1e9), [])
+    assert got.jobs == {} and got.bytes_per_s.shape == (0, 2) and len(got.measured_share) == 0
+    assert got.unattributed[1] > 0  # every uplink's bytes: nobody takes them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ibqos.classify import (
@@ -125,6 +126,27 @@ def test_available_skips_unknown_and_repeated_ports(two: Fabric) -> None:
 
 def test_available_of_no_ports(two: Fabric) -> None:
     assert Capacities.from_fabric(two).available([]) == {0: 0.0, 1: 0.0, 2: 0.0}
+
+
+@pytest.mark.parametrize("name", ["two", "three"])
+def test_available_many_agrees_with_available(name, request) -> None:
+    """The vectorized path gives what the simple one gives, job by job."""
+    fabric: Fabric = request.getfixturevalue(name)
+    caps = Capacities.from_fabric(fabric)
+    hosts = [key for key, fp in fabric.ports.items() if fp.role == "host"]
+    rng = np.random.default_rng(3)
+    jobs = [[hosts[i] for i in rng.choice(len(hosts), rng.integers(1, 12))] for _ in range(40)]
+    jobs += [[], [(0xDEAD, 1)], hosts, [hosts[0], hosts[0], (0xDEAD, 1)]]  # edge cases
+    got = caps.available_many(jobs)
+    assert got.shape == (len(jobs), fabric.height + 1)
+    for ports, row in zip(jobs, got.tolist(), strict=True):
+        want = caps.available(ports)
+        assert list(want) == list(range(fabric.height + 1))
+        assert row == pytest.approx(list(want.values()), rel=1e-12)
+
+
+def test_available_many_of_no_jobs(two: Fabric) -> None:
+    assert Capacities.from_fabric(two).available_many([]).shape == (0, 3)
 
 
 # -- utilization and intensity ------------------------------------------------------------
@@ -406,6 +428,27 @@ def test_jobs_are_independent_and_thresholds_can_change() -> None:
     clf.thresholds = Thresholds(moderate=0.01, high=0.1, tau_s=0.0)
     assert clf.update("a", {1: 0.2}, 10.0).cls == "high"
     assert clf.update("b", {1: 0.02}, 10.0).cls == "moderate"
+
+
+def test_update_many_is_update_job_by_job() -> None:
+    rng = np.random.default_rng(4)
+    one, many = Classifier(), Classifier()
+    ids = [f"j{k}" for k in range(30)]
+    priors = [(None, *CLASSES)[k % 4] for k in range(30)]
+    for now in (0.0, 10.0, 25.0, 25.0, 90.0):
+        values = (rng.lognormal(-2.5, 1.5, len(ids))).tolist()
+        levels = rng.integers(1, 3, len(ids)).tolist()
+        want = [
+            one.update(j, {lvl: v}, now, prior=p)
+            for j, v, lvl, p in zip(ids, values, levels, priors, strict=True)
+        ]
+        assert many.update_many(ids, values, levels, now, priors) == want
+        assert [many.get(j) for j in ids] == want
+
+
+def test_update_many_rejects_a_bad_prior() -> None:
+    with pytest.raises(ValueError, match="prior"):
+        Classifier().update_many(["a"], [0.1], [1], 0.0, ["medium"])
 
 
 def test_prune_and_forget() -> None:

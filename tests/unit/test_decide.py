@@ -6,12 +6,17 @@ import json
 import logging
 import math
 
+import numpy as np
 import pytest
-from fabric_rates import leaf_up_ports, rates, setup
+from fabric_rates import leaf_up_ports, random_jobs, random_rates, rates, setup
 
-from ibqos.classify import Thresholds
+from ibqos.attribution import Attributor
+from ibqos.classify import Capacities, Classifier, Thresholds, utilization
 from ibqos.decide import Decider
+from ibqos.fabric import Fabric
+from ibqos.jobmap import map_jobs
 from ibqos.jobs import Job
+from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.plan_output import lane_weights, render, to_json
 from ibqos.planner import LaneConfig
 
@@ -128,3 +133,92 @@ def test_the_json_and_the_table() -> None:
     text = render(d, "table")
     assert text.splitlines()[0].split()[:3] == ["JOB", "NAME", "NODES"]
     assert "cn[0001-0002,0009-0010]" in text and "80.0%" in text
+
+
+# -- the vectorized cycle against the per-job one -----------------------------------------
+
+
+def per_job_cycle(fabric, classifier, table, jobs, now_s):
+    """What a cycle computes for each job, one job at a time with the scalar functions:
+    job id -> (figures by level as (rate, avail, util), classification)."""
+    mapped, _ = map_jobs(jobs, fabric, log=False)
+    attribution = Attributor(fabric).attribute(table, mapped)
+    caps = Capacities.from_fabric(fabric)
+    out = {}
+    for mj in mapped:
+        rate = attribution.jobs[mj.id].bytes_per_s
+        avail = caps.available(mj.ports)
+        levels = {}
+        for lvl in sorted(avail):
+            r, a = rate.get(lvl, math.nan), avail[lvl]
+            levels[lvl] = (r, a, r / a if a > 0 and math.isfinite(r) else None)
+        known = {lvl: f[0] for lvl, f in levels.items() if f[2] is not None}
+        if any(lvl >= 1 for lvl in known) or (known and fabric.height <= 1):
+            sample = classifier.update(mj.id, utilization(known, avail), now_s, "moderate")
+        else:
+            sample = classifier.get(mj.id)
+        out[mj.id] = (levels, sample)
+    return out
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("xgft", ["1;12;1", "2;8,4;1,2", "3;4,4,3;1,2,2"])
+def test_the_vectorized_cycle_agrees_with_the_per_job_one(xgft: str) -> None:
+    fabric = Fabric(build_xgft(parse_xgft(xgft)))
+    rng = np.random.default_rng(9)
+    first = random_jobs(fabric, rng, 8)
+    later = [*first[3:], *random_jobs(fabric, rng, 2, prefix="new")]
+    decider = Decider(fabric, LANES)
+    scalar = Classifier(decider.classifier.thresholds)
+    cycles = [(first, 0.05), (first, 0.0), (later, 0.0), (later, 1.0), (later, 0.0)]
+    for k, (jobs, nan_share) in enumerate(cycles):
+        table = random_rates(fabric, rng, nan_share)
+        now = 10.0 * k
+        d = decider.decide(table, jobs, now)
+        want = per_job_cycle(fabric, scalar, table, jobs, now)
+        assert [r.id for r in d.jobs] == list(want)
+        for report in d.jobs:
+            levels, sample = want[report.id]
+            assert list(report.levels) == list(levels)
+            for lvl, f in report.levels.items():
+                assert all(map(close, (f.bytes_per_s, f.avail_bytes_per_s, f.util), levels[lvl]))
+            if sample is None:
+                assert (report.intensity, report.level, report.measured_class) == (None,) * 3
+            else:
+                assert close(report.intensity, sample.smoothed), (k, report.id)
+                assert (report.level, report.measured_class) == (sample.level, sample.cls)
+
+
+def test_a_report_s_levels_read_like_a_dict() -> None:
+    fabric, table = traffic(0.8, 0.01)
+    h = Decider(fabric, LANES, NO_EWMA).decide(table, [HEAVY, LIGHT], 0.0).jobs[0]
+    plain = dict(h.levels)
+    assert list(plain) == [0, 1, 2] and len(h.levels) == 3 and 1 in h.levels
+    assert h.levels[1] == plain[1] and h.levels == plain
+    assert repr(h.levels) == repr(plain)
+    for missing in (3, -1, "1", None):
+        with pytest.raises(KeyError):
+            h.levels[missing]
+    assert h.levels.get(5) is None
+
+
+def test_a_negative_rate_is_an_error_naming_the_job() -> None:
+    fabric, hp = setup()
+    xmit = {hp[host]: -1e9 for host in HEAVY.nodes}
+    for leaf in ("sw-L1-0001", "sw-L1-0002"):
+        for key in leaf_up_ports(fabric, leaf):
+            xmit[key] = -1e9
+    with pytest.raises(ValueError, match=r"job h: level 0: utilization -0\.08 "):
+        Decider(fabric, LANES).decide(rates(fabric, xmit), [HEAVY], 0.0)
+
+
+def test_a_cycle_without_jobs() -> None:
+    fabric, table = traffic(0.5, 0.5)
+    d = Decider(fabric, LANES).decide(table, [], 0.0)
+    assert d.jobs == () and d.plan.job_sl == {}
+    assert d.unattributed[1] > 0  # the uplinks' bytes: no job takes them

@@ -144,6 +144,21 @@ def test_mixed_port(mixed: Fabric, guid, port, role, link_type, capacity) -> Non
     assert fp.key == (guid, port)
 
 
+def test_port_guids() -> None:
+    """CA ports carry their own port GUID (what qos-policy.conf's port-guid matches);
+    switch ports the switch's node GUID."""
+    mixed = fabric_from_file(MIXED)
+    assert mixed.port(CN1, 1).port_guid == 0xA088C20300C00001  # the file's "(guid)"
+    assert mixed.port(LEAF1, 1).port_guid == LEAF1
+    two = fabric_from_file(TWO)
+    topo = two.topo
+    for ca in topo.cas():
+        for port in topo.ports(ca.id):
+            assert ca.guid is not None
+            assert two.port(ca.guid, port.num).port_guid == topo.port_guids[port]
+    assert all(fp.port_guid == fp.node_guid for fp in two.ports.values() if fp.is_switch)
+
+
 def test_mixed_role_counts(mixed: Fabric) -> None:
     assert Counter(fp.role for fp in mixed.ports.values()) == {"host": 5, "down": 9, "up": 4}
     assert len(mixed.ports) == 2 * len(mixed.topo.links)

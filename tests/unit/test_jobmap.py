@@ -12,7 +12,15 @@ import pytest
 
 from ibqos.errors import ConfigError, JobsError
 from ibqos.fabric import Fabric, fabric_from_file, fabric_from_text
-from ibqos.jobmap import FileJobSource, HostMatcher, JobSource, MappedJob, host_ports, map_jobs
+from ibqos.jobmap import (
+    FileJobSource,
+    HostMatcher,
+    JobMapper,
+    JobSource,
+    MappedJob,
+    host_ports,
+    map_jobs,
+)
 from ibqos.jobs import Job
 from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.topology import Link, Port
@@ -246,6 +254,42 @@ def test_scale() -> None:
     assert sum(len(m.hosts) for m in mapped) <= 1024  # every host in at most one job
     assert len(warnings) > 1000 and warnings[-1].startswith("job x: no host")
     assert elapsed < 30  # generous: a quadratic mapping would take minutes, not seconds
+
+
+# --- the job mapper: map_jobs for every cycle --------------------------------------------------
+
+
+MAPPER_CYCLES = [
+    # (what changes, the jobs of the cycle)
+    ("start", [job("1", cn(1), cn(2)), job("2", cn(3), cn(9)), job("3", cn(17))]),
+    ("same", [job("1", cn(1), cn(2)), job("2", cn(3), cn(9)), job("3", cn(17))]),
+    ("end and start", [job("1", cn(1), cn(2)), job("4", cn(17), cn(18), cn(30))]),
+    ("unknown host", [job("1", cn(1), cn(2)), job("5", cn(40), cn(4), name="x")]),
+    ("host in two jobs", [job("1", cn(1), cn(2), start=5.0), job("6", cn(2), cn(5), start=1.0)]),
+    ("repeated host", [job("7", cn(6), cn(6)), job("1", cn(1), cn(2))]),
+    ("empty and off-fabric", [job("8"), job("9", "gpu01"), job("1", cn(1), cn(2))]),
+    ("no jobs", []),
+    ("back", [job("1", cn(1), cn(2)), job("2", cn(3), cn(9)), job("3", cn(17))]),
+]
+
+
+def test_mapper_maps_as_map_jobs(lab: Fabric) -> None:
+    """The same mapping and warnings as map_jobs, cycle after cycle."""
+    mapper = JobMapper(lab)
+    assert mapper.index == host_ports(lab)
+    for what, jobs in MAPPER_CYCLES:
+        assert mapper.map(jobs) == map_jobs(jobs, lab, log=False), what
+        assert mapper.map(tuple(jobs)) == map_jobs(jobs, lab, log=False), what  # again
+
+
+def test_mapper_keeps_a_running_job_s_mapping(lab: Fabric) -> None:
+    mapper = JobMapper(lab)
+    a, b = job("1", cn(1), cn(2)), job("2", cn(3))
+    first, _ = mapper.map([a, b])
+    later, _ = mapper.map([b, job("3", cn(4)), dataclasses.replace(a)])  # equal, not the same
+    assert later[0] is first[1] and later[2] is first[0]
+    later.clear()  # the caller may change the lists it gets
+    assert len(mapper.map([b, job("3", cn(4)), a])[0]) == 3
 
 
 # --- the file job source ----------------------------------------------------------------------

@@ -1,0 +1,462 @@
+"""The daemon: ``ibqos run``.  Sweep, decide, render, check, apply, remember; again.
+
+Cadence.  Cycle *k* starts at ``start + k * interval`` on a monotonic clock (no drift: a
+slow cycle shortens the next wait, a cycle longer than the interval skips the missed ticks
+instead of bunching them).  Between ticks the job source is looked at every
+``agent.job_poll_s``: a job that starts or ends is planned and applied at once with the
+latest rates, so the policy names a new job's SL before its processes ask for paths.
+
+Signals.  SIGTERM (and SIGINT) let the current cycle finish, then the daemon exits 0.
+SIGHUP re-reads the config file if it changed; a bad new config is logged and the old one
+kept.  Both only set flags: the work happens in the loop, never in a handler.
+
+Failures.  A cycle that fails (fabric unreadable, OpenSM not running, a plan that does not
+fit) is logged once per distinct message, counted, and the daemon goes on at the next tick.
+OpenSM's files are never half-written (``ibqos.apply``), and a file that fails ibqos's own
+checker is not written at all.
+
+Dry-run.  The same pipeline, but instead of writing it prints the plan and unified diffs of
+the files it would write; OpenSM's files stay byte-identical and OpenSM is never signalled.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gc
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pandas as pd
+
+from ibqos.apply import (
+    Applier,
+    ApplyResult,
+    CommandSignaller,
+    PidFileSignaller,
+    Signaller,
+    systemd_signaller,
+)
+from ibqos.collect.loop import Collector
+from ibqos.config import Config, load_config
+from ibqos.decide import Decider, Decision
+from ibqos.errors import IbqosError, RenderError
+from ibqos.fabric import Fabric, fabric_from_config
+from ibqos.hostnames import HostMatcher
+from ibqos.jobmap import FileJobSource
+from ibqos.jobs import Job
+from ibqos.lanes import resolve_lanes
+from ibqos.opensm.check import check_conf, check_policy
+from ibqos.opensm.conf import managed_values, render_conf
+from ibqos.opensm.policy import PolicyJob, render_policy
+from ibqos.plan_output import render as render_plan
+from ibqos.plan_output import to_json
+from ibqos.planner import LaneConfig
+from ibqos.portinfo import SmpqueryRunner
+from ibqos.state import AgentState, load_state, save_state
+from ibqos.verify import Expected, PathCheck, check_until
+
+log = logging.getLogger("ibqos.agent")
+
+#: jobs whose PathRecord SL is checked after an apply (each is one saquery process)
+VERIFY_JOBS = 4
+
+
+@dataclass
+class Counters:
+    """What the daemon counts (exported as metrics later)."""
+
+    cycles: int = 0
+    failures: int = 0
+    job_events: int = 0
+    plan_changes: int = 0
+    applies: int = 0
+    rollbacks: int = 0
+    verify_failures: int = 0
+    config_errors: int = 0
+    last_success_s: float | None = None
+    last_error: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def make_signaller(config: Config) -> Signaller | None:
+    """How OpenSM is reached, from the ``opensm`` section (None: never signalled)."""
+    osm = config.opensm
+    if osm.pid_file is not None:
+        return PidFileSignaller(osm.pid_file)
+    if osm.unit is not None:
+        return systemd_signaller(osm.unit)
+    if osm.reload_command:
+        return CommandSignaller(osm.reload_command)
+    return None
+
+
+class Agent:
+    """One ibqos daemon.
+
+    Args:
+        config: the configuration.
+        config_path: its file, re-read on SIGHUP (None: no reload).
+        dry_run: print plans and diffs instead of writing.
+        echo: where dry-run output goes (one text block per call).
+        clock: monotonic seconds (tests inject their own).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        config_path: Path | None = None,
+        *,
+        dry_run: bool = False,
+        echo: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.dry_run = dry_run
+        self.echo = echo
+        self.clock = clock
+        self.counters = Counters()
+        self._wake = threading.Event()
+        self._stop = False
+        self._reload = False
+        self._config_text = _read(config_path) if config_path else None
+        self._last_error = ""
+        self.state = load_state(config.agent.state_dir)
+        self.fabric: Fabric = fabric_from_config(config)
+        self.lanes = self._lanes(config, self.fabric)
+        self.decider = self._decider(config, self.fabric, self.lanes)
+        self.source = FileJobSource(config.jobs.path)
+        self.applier = Applier(
+            config.agent.state_dir,
+            make_signaller(config),
+            config.opensm.log,
+            sweep_timeout_s=config.opensm.sweep_timeout_s,
+        )
+        refresh = config.fabric.refresh_s
+        self.collector = Collector(
+            config.collect,
+            self.fabric,
+            discover=(lambda: fabric_from_config(self.config)) if refresh > 0 else None,
+            refresh_s=refresh,
+        )
+        self.rates: pd.DataFrame | None = None
+        self.jobs_seen: tuple[Job, ...] | None = None
+        self.last: Decision | None = None
+        _freeze()
+
+    # -- setup --------------------------------------------------------------------------
+
+    @staticmethod
+    def _lanes(config: Config, fabric: Fabric) -> LaneConfig:
+        lanes, notes = resolve_lanes(config, fabric, read_ports=config.collect.backend != "replay")
+        for note in notes:
+            log.info("%s", note)
+        return lanes
+
+    def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
+        decider = Decider(fabric, lanes, config.classify, HostMatcher(config.jobs.host_pattern))
+        # continue from the saved state: running jobs keep their SLs and classes
+        decider.known_sl = dict(self.state.job_sl)
+        decider.known_cls = dict(self.state.job_cls)
+        decider.history = dict(self.state.history)
+        return decider
+
+    def close(self) -> None:
+        """Release the collector's MAD device."""
+        self.collector.close()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the current cycle, then return from :meth:`run` (SIGTERM)."""
+        self._stop = True
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        """Re-read the config before the next cycle (SIGHUP)."""
+        self._reload = True
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop, SIGHUP reloads (main thread only)."""
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
+
+        def reload(signum: int, frame: FrameType | None) -> None:
+            self.request_reload()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, reload)
+
+    def run(self, *, cycles: int | None = None) -> int:
+        """Run until stopped (or for *cycles* full cycles); return the exit status (0)."""
+        interval = self.config.collect.interval_s
+        self._soft(self._baseline)
+        start = self.clock()
+        done = 0
+        k = 0
+        while not self._stop and (cycles is None or done < cycles):
+            k += 1
+            due = start + k * interval
+            self._wait_until(due)
+            if self._stop:
+                break
+            now = self.clock()
+            if now - due > interval:  # overran: skip the missed ticks, keep the phase
+                k += int((now - due) // interval)
+            self._soft(lambda: self.cycle(sweep=True))
+            done += 1
+        log.info("stopping after %d cycles", self.counters.cycles)
+        return 0
+
+    def _wait_until(self, due: float) -> None:
+        """Sleep until *due*, looking at the job source and at signals meanwhile."""
+        poll = self.config.agent.job_poll_s
+        while not self._stop:
+            if self._reload:
+                self._reload = False
+                self.reload()
+            left = due - self.clock()
+            if left <= 0:
+                return
+            self._wake.wait(min(poll, left))
+            self._wake.clear()
+            if not self._stop and self._jobs_changed():
+                self.counters.job_events += 1
+                self._soft(lambda: self.cycle(sweep=False))
+
+    def _baseline(self) -> None:
+        """The first sweep (rates need two) and an immediate plan for the running jobs."""
+        self.rates = self.collector.step()
+        self.cycle(sweep=False)
+
+    def _jobs_changed(self) -> bool:
+        try:
+            jobs = self.source.jobs()
+        except IbqosError:
+            return False  # reported by the next cycle
+        return jobs != self.jobs_seen
+
+    def _soft(self, work: Callable[[], object]) -> None:
+        """Run *work*; a failure is logged once per distinct message and counted."""
+        try:
+            work()
+            self._last_error = ""
+        except IbqosError as err:
+            self.counters.failures += 1
+            message = f"{err.category}: {err}"
+            self.counters.last_error = message
+            if message != self._last_error:
+                log.error("cycle failed: %s", message)
+            else:
+                log.debug("cycle failed again: %s", message)
+            self._last_error = message
+
+    # -- one cycle ----------------------------------------------------------------------
+
+    def cycle(self, *, sweep: bool) -> Decision:
+        """Sweep (or reuse the last rates), decide, and apply or show the result."""
+        jobs = self.source.jobs()
+        self.jobs_seen = jobs
+        if sweep or self.rates is None:
+            self.rates = self.collector.step()
+            if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
+                gc.unfreeze()  # the old model may go now
+                self.fabric = self.collector.fabric  # the topology changed
+                self.decider.set_fabric(self.fabric)
+                _freeze()
+        decision = self.decider.decide(self.rates, jobs, self.clock())
+        self.counters.cycles += 1
+        if decision.result.replace:
+            self.counters.plan_changes += 1
+            log.info("plan: %s", "; ".join(decision.result.reasons))
+        files = self.render(decision)
+        result: ApplyResult | None = None
+        if self.dry_run:
+            self.echo(self._dry_run_text(decision, files))
+        else:
+            result = self.applier.apply(files, self._verifier(decision))
+            if result.changed:
+                self.counters.applies += 1
+                log.info("OpenSM: %s", result.summary())
+            if result.rolled_back:
+                self.counters.rollbacks += 1
+            if not result.ok:
+                self.counters.verify_failures += 1
+        self.last = decision
+        self._save(decision, result)
+        self.counters.last_success_s = time.time()
+        if result is not None and not result.ok:
+            raise IbqosError(f"OpenSM did not take the new files: {result.summary()}")
+        return decision
+
+    def render(self, decision: Decision) -> dict[Path, str]:
+        """opensm.conf and the policy as they should be; both pass the checker or nothing
+        is returned (RenderError)."""
+        osm = self.config.opensm
+        plan = decision.plan
+        values = managed_values(plan.tables, osm.port_types)
+        conf = render_conf(_read(osm.conf) or "", values)
+        jobs = [
+            PolicyJob(job_id, plan.job_sl[job_id], guids, name)
+            for job_id, guids, name in self.decider.port_guids()
+        ]
+        policy = render_policy(_read(osm.policy_file), jobs)
+        lanes = self.lanes
+        findings = [
+            *check_conf(
+                conf,
+                str(osm.conf),
+                data_vls=lanes.data_vls,
+                vlarb_low_cap=lanes.vlarb_low_cap,
+                vlarb_high_cap=lanes.vlarb_high_cap,
+            ),
+            *check_policy(policy, str(osm.policy_file)),
+        ]
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            raise RenderError(
+                f"{errors[0]} (and {len(errors) - 1} more); nothing written"
+                if len(errors) > 1
+                else f"{errors[0]}; nothing written"
+            )
+        return {osm.conf: conf, osm.policy_file: policy}
+
+    def _verifier(self, decision: Decision) -> Callable[[], Sequence[str]] | None:
+        if not self.config.opensm.verify:
+            return None
+        expected = self._expected(decision)
+        runner = SmpqueryRunner(10.0, binary="saquery")
+        return lambda: check_until(expected, runner)
+
+    def _expected(self, decision: Decision) -> Expected:
+        """What SA should serve: the switch tables on one spine port, a few jobs' paths."""
+        plan = decision.plan
+        tables = plan.tables
+        sl2vl = vlarb = None
+        sl2vl_port = vlarb_port = None
+        if tables is not None and "swe" in self.config.opensm.port_types:
+            port = _switch_ports(self.fabric)
+            if port is not None:
+                lid, a, b = port
+                sl2vl, sl2vl_port = tables.sl_to_vl, (lid, a, b)
+                vlarb = tuple(tables.vlarb_low[: self.lanes.vlarb_low_cap])
+                vlarb_port = (lid, b)
+        paths: list[PathCheck] = []
+        if tables is not None:  # an SL-owning engine's path_sl overrides the policy
+            for job_id, lids in self.decider.job_lids()[:VERIFY_JOBS]:
+                if lids:
+                    paths.append(PathCheck(job_id, lids[0], lids[-1], plan.job_sl[job_id]))
+        return Expected(sl2vl, sl2vl_port, vlarb, vlarb_port, tuple(paths))
+
+    def _dry_run_text(self, decision: Decision, files: dict[Path, str]) -> str:
+        out = [render_plan(decision, "table").rstrip("\n")]
+        for path, text in files.items():
+            old = _read(path) or ""
+            diff = list(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    f"{path} (now)",
+                    f"{path} (ibqos would write)",
+                )
+            )
+            out.append("".join(diff).rstrip("\n") if diff else f"{path}: no change")
+        out.append("dry run: nothing written, OpenSM not signalled")
+        return "\n".join(out) + "\n"
+
+    def _save(self, decision: Decision, result: ApplyResult | None) -> None:
+        plan = decision.plan
+        state = AgentState(
+            job_sl=dict(plan.job_sl),
+            job_cls=dict(plan.job_cls),
+            history=dict(self.decider.history),
+            plan=to_json(decision),
+            last_apply=self.state.last_apply if result is None else _apply_doc(result),
+            updated_s=time.time(),
+        )
+        if not self.dry_run:  # a dry run leaves the state as the real agent left it
+            save_state(self.config.agent.state_dir, state)
+        self.state = state
+
+    # -- reload -------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Re-read the config file if it changed; keep the old one if the new one is bad."""
+        if self.config_path is None:
+            return
+        text = _read(self.config_path)
+        if text == self._config_text:
+            log.info("SIGHUP: %s unchanged", self.config_path)
+            return
+        try:
+            config = load_config(self.config_path)
+            lanes = self._lanes(config, self.fabric)
+        except IbqosError as err:
+            self.counters.config_errors += 1
+            log.error("SIGHUP: new config rejected, keeping the old one: %s", err)
+            return
+        self._config_text = text
+        self.config = config
+        self.lanes = lanes
+        self.decider.lanes = lanes
+        self.decider.classifier.thresholds = config.classify
+        self.source = FileJobSource(config.jobs.path)
+        self.applier.signaller = make_signaller(config)
+        log.info("SIGHUP: config %s re-read", self.config_path)
+
+
+def _freeze() -> None:
+    """Move what exists now (the fabric model and its tables: ~330k objects at 50k ports)
+    out of the garbage collector's sight: full passes over it took 150-220 ms a cycle
+    (docs/plan-benchmark.md)."""
+    gc.collect()
+    gc.freeze()
+
+
+def _apply_doc(result: ApplyResult) -> dict[str, Any]:
+    return {
+        "summary": result.summary(),
+        "time_s": result.started_s,
+        "changed": [str(p) for p in result.changed],
+        "signalled": result.signalled,
+        "ok": result.ok,
+        "rolled_back": result.rolled_back,
+        "problems": list(result.problems),
+        "sweep_s": result.sweep_s,
+        "verify_s": result.verify_s,
+    }
+
+
+def _switch_ports(fabric: Fabric) -> tuple[int, int, int] | None:
+    """(LID, in port, out port) of a top-level switch with two linked ports."""
+    ports: dict[int, list[int]] = {}
+    where: dict[int, tuple[int, int]] = {}  # switch GUID -> (level, LID)
+    for fp in fabric.ports.values():
+        if fp.is_switch and fp.lid is not None and fp.node_guid is not None:
+            ports.setdefault(fp.node_guid, []).append(fp.num)
+            where[fp.node_guid] = (fp.level, fp.lid)
+    usable = [g for g, nums in ports.items() if len(nums) >= 2]
+    if not usable:
+        return None
+    top = max(usable, key=lambda g: (where[g][0], -g))
+    a, b = sorted(ports[top])[:2]
+    return where[top][1], a, b
+
+
+def _read(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,429 @@
+"""ibqos's checker for OpenSM's files: what OpenSM would reject, drop or misread.
+
+Both files pass it before ibqos writes anything, and ``ibqos check-opensm FILE...`` runs it
+for admins.  A finding is an **error** when OpenSM would drop or misread the file (the whole
+policy, a line, a value), a **warning** when OpenSM accepts it but it is likely not what
+was meant.  Each check cites the reference section or the OpenSM source it mirrors.
+
+qos-policy.conf (reference A.1; osm_qos_parser_l.l, osm_qos_parser_y.y, osm_qos_policy.c):
+the parse of :func:`ibqos.opensm.policy.parse_policy` (syntax errors, reserved keywords
+inside names, a last comment without newline, CRLF, the grammar's own checks), then what
+``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined qos-level: AC11, source
+group: AC12, destination group: AC13), then silent misreadings: SL > 15, unquoted blanks,
+octal numbers, wide GUID ranges, duplicate names, rules that shadow all later ones,
+``qos-setup`` (ignored).
+
+opensm.conf (reference A.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
+osm_subnet.c, ``qos_build_config`` in osm_qos.c): ``key=value`` lines, unknown ``qos*``
+keys, lines past fgets' buffer, ``qos`` not exactly ``TRUE``, SL2VL tables that are not 16
+VLs or use VLs beyond the data VLs (OpenSM masks them), VLArb entries with VL 15 (read as
+VL 0), beyond the data VLs, weights above 255, more than 64 entries or than the ports' cap,
+values OpenSM's ``strtoul`` reads differently (a leading 0 is octal; a blank before ``:``
+or ``,`` shifts every later entry), and SL2VL keys under routing engines that own SLs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ibqos.opensm.conf import (
+    BEGIN_MARK,
+    END_MARK,
+    ConfLine,
+    RenderError,
+    conf_lines,
+    find_blocks,
+    split_lines,
+    strtoul,
+)
+from ibqos.opensm.policy import fold, parse_policy
+from ibqos.planner import NUM_SLS, SL_OWNING_ENGINES, VL15
+from ibqos.weights import MAX_VLARB_ENTRIES
+
+__all__ = ["Finding", "Kind", "check_conf", "check_file", "check_policy", "detect_kind"]
+
+Severity = Literal["error", "warning"]
+Kind = Literal["conf", "policy"]
+#: fgets(line, 1023) in osm_subn_parse_conf_file: longer lines are read in pieces
+MAX_CONF_LINE = 1022
+_QOS_KEYS = frozenset(
+    ["qos", "qos_policy_file"]
+    + [
+        f"qos{t}_{f}"
+        for t in ("", "_ca", "_sw0", "_swe", "_rtr")
+        for f in ("max_vls", "high_limit", "vlarb_high", "vlarb_low", "sl2vl")
+    ]
+)
+_NUM = r"(0[xX][0-9a-fA-F]+|[0-9]+)"
+_VLARB_ENTRY = re.compile(rf"\s*{_NUM}\s*:\s*{_NUM}\s*")
+_SECTION_LINE = re.compile(
+    r"^\s*(port-groups|qos-levels|qos-match-rules|qos-ulps|qos-setup)\b", re.M
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the checker found.
+
+    Attributes:
+        source: the file (as the caller named it).
+        line: line number from 1; None for the file as a whole.
+        message: what OpenSM would do, and what to write instead.
+        severity: "error" (OpenSM drops or misreads it) or "warning" (accepted, suspicious).
+    """
+
+    source: str
+    line: int | None
+    message: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+class _Findings:
+    """Findings of one file, as they are found."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: list[Finding] = []
+
+    def add(self, line: int | None, message: str, severity: Severity = "error") -> None:
+        self.items.append(Finding(self.source, line, message, severity))
+
+    def sorted(self) -> list[Finding]:
+        """In line order (whole-file findings first), errors before warnings."""
+        return sorted(self.items, key=lambda f: (f.line or 0, f.severity != "error"))
+
+
+# -- qos-policy.conf ------------------------------------------------------------------------
+
+
+def check_policy(text: str, source: str) -> list[Finding]:
+    """Check qos-policy.conf text as OpenSM reads it; findings in line order."""
+    policy = parse_policy(text, source)
+    out = _Findings(source)
+    add = out.add
+    for note in policy.notes:
+        add(note.line, note.message, note.severity)
+    if policy.error is not None:
+        add(
+            policy.error.line,
+            f"{policy.error.message}; OpenSM stops here and drops the whole policy"
+            " (ERR AC05, AC03)",
+        )
+        return out.sorted()
+
+    # osm_qos_policy_validate: each of these makes OpenSM drop the whole policy
+    if policy.default_sl is None:
+        add(
+            None,
+            "no qos-level named DEFAULT (nor a qos-ulps 'default:' line): OpenSM drops the"
+            " whole policy (ERR AC10)",
+        )
+    for n, rule in enumerate(policy.match_rules, start=1):
+        if policy.level(rule.level) is None:
+            add(rule.line, f"match rule {n}: qos-level {rule.level!r} is not defined; OpenSM"
+                " drops the whole policy (ERR AC11)")  # fmt: skip
+        for kind, names, code in (
+            ("source", rule.sources, "AC12"),
+            ("destination", rule.destinations, "AC13"),
+        ):
+            for name in names:
+                if policy.group(name) is None:
+                    add(rule.line, f"match rule {n}: {kind} port-group {name!r} is not defined;"
+                        f" OpenSM drops the whole policy (ERR {code})")  # fmt: skip
+
+    # accepted, but not what was meant
+    for level in policy.qos_levels:
+        if level.sl >= NUM_SLS:
+            add(
+                level.line,
+                f"qos-level {level.name!r}: sl {level.sl} is not 0-15; OpenSM accepts it"
+                " silently, but a PathRecord's SL has 4 bits",
+            )
+        if level.path_bits:
+            add(level.line, f"qos-level {level.name!r}: path-bits is parsed but never used",
+                "warning")  # fmt: skip
+    _duplicates([(g.name, g.line) for g in policy.port_groups], "port-group", out)
+    _duplicates([(q.name, q.line) for q in policy.qos_levels], "qos-level", out)
+    default = policy.level("default")
+    ulp_default = next((u for u in policy.ulp_rules if u.kind == "default"), None)
+    if default is not None and ulp_default is not None:
+        add(ulp_default.line, f"qos-ulps 'default:' is not used: the qos-level DEFAULT (line"
+            f" {default.line}) comes first", "warning")  # fmt: skip
+    for group in policy.port_groups:
+        if not (group.guids or group.port_names or group.partitions or group.pkeys
+                or group.node_types):  # fmt: skip
+            add(group.line, f"port-group {group.name!r} has no members: it matches no port",
+                "warning")  # fmt: skip
+    rules = policy.match_rules
+    later_ulps = [u for u in policy.ulp_rules if u.kind != "default"]
+    for n, rule in enumerate(rules, start=1):
+        if rule.matches_all and (n < len(rules) or later_ulps):
+            add(
+                rule.line,
+                f"match rule {n} has no criterion: it matches every path, so no rule after it"
+                " (nor any qos-ulps rule) ever matches",
+                "warning",
+            )
+            break
+    if policy.setup_line is not None:
+        add(policy.setup_line, "qos-setup is parsed and then ignored by OpenSM: set SL2VL and"
+            " VLArb with the qos_*_sl2vl/vlarb keys of opensm.conf", "warning")  # fmt: skip
+    return out.sorted()
+
+
+def _duplicates(names: Iterable[tuple[str, int]], what: str, out: _Findings) -> None:
+    first: dict[str, int] = {}
+    for name, line in names:
+        key = fold(name)
+        if key in first:
+            out.add(line, f"{what} {name!r} is defined again (first on line {first[key]}):"
+                    " OpenSM uses the first one only", "warning")  # fmt: skip
+        else:
+            first[key] = line
+
+
+# -- opensm.conf ----------------------------------------------------------------------------
+
+
+def check_conf(
+    text: str,
+    source: str,
+    *,
+    data_vls: int | None = None,
+    vlarb_low_cap: int | None = None,
+    vlarb_high_cap: int | None = None,
+) -> list[Finding]:
+    """Check opensm.conf text as OpenSM reads it; findings in line order.
+
+    Args:
+        text: the file.
+        source: its name, for messages.
+        data_vls: the ports' data VLs (OperVLs as a count, 1-15); None: VLs are only
+            checked against 0-14.
+        vlarb_low_cap, vlarb_high_cap: the ports' VLArbLowCap / VLArbHighCap (entries
+            OpenSM sends); None: only OpenSM's own limit of 64 is checked.
+    """
+    out = _Findings(source)
+    add = out.add
+
+    for n, line in enumerate(split_lines(text), start=1):
+        if len(line.rstrip("\n")) > MAX_CONF_LINE:
+            add(n, f"line longer than {MAX_CONF_LINE} characters: OpenSM reads the rest as"
+                " a line of its own")  # fmt: skip
+    try:
+        find_blocks(split_lines(text), BEGIN_MARK, END_MARK, source)
+    except RenderError as err:
+        add(None, f"{err} (ibqos cannot rewrite its keys)", "warning")
+    last: dict[str, ConfLine] = {}
+    for entry in conf_lines(text):
+        if "=" in entry.key:
+            add(entry.line, f"{entry.key!r}: 'key=value' is not opensm.conf syntax; OpenSM"
+                " logs 'Unrecognized token' and ignores the line (write 'key value')")  # fmt: skip
+            continue
+        if entry.key.startswith("qos") and entry.key not in _QOS_KEYS:
+            add(entry.line, f"unknown option {entry.key!r}: OpenSM logs 'Unrecognized token'"
+                " and ignores the line")  # fmt: skip
+            continue
+        if entry.key in last:
+            add(entry.line, f"{entry.key} is set again (first on line {last[entry.key].line}):"
+                " OpenSM uses this last one", "warning")  # fmt: skip
+        last[entry.key] = entry
+
+    qos = last.get("qos")
+    if qos is None:
+        add(None, "no 'qos' line: QoS is off unless OpenSM runs with -Q (the policy and the"
+            " qos_* keys are then ignored)", "warning")  # fmt: skip
+    elif qos.value != "TRUE":
+        if qos.value.upper() in ("TRUE", "YES", "ON", "1", "ENABLE", "ENABLED"):
+            add(qos.line, f"qos {qos.value}: OpenSM reads anything but exactly TRUE as FALSE")
+        else:
+            add(qos.line, f"qos {qos.value}: QoS is off; OpenSM ignores the policy and every"
+                " qos_* key", "warning")  # fmt: skip
+    for key, entry in last.items():
+        if entry.value == "(null)" or not key.startswith("qos_"):
+            continue
+        if key.endswith("_sl2vl"):
+            _check_sl2vl(entry, data_vls, out)
+        elif key.endswith("_vlarb_low"):
+            _check_vlarb(entry, data_vls, vlarb_low_cap, "VLArbLowCap", out)
+        elif key.endswith("_vlarb_high"):
+            _check_vlarb(entry, data_vls, vlarb_high_cap, "VLArbHighCap", out)
+        elif key.endswith("_high_limit"):
+            _check_number(entry, 255, "OpenSM then uses its default (0)", out)
+        elif key.endswith("_max_vls"):
+            _check_number(entry, 15, "OpenSM then ignores it", out)
+    engine = last.get("routing_engine")
+    if engine is not None:
+        owners = [e for e in re.split(r"[,\s]+", engine.value.lower()) if e in SL_OWNING_ENGINES]
+        sl2vl = [e for k, e in last.items() if k.endswith("sl2vl") and e.value != "(null)"]
+        if owners and sl2vl:
+            add(sl2vl[0].line, f"routing engine {owners[0]} owns SLs and SL2VL (reference"
+                " A.4): it ignores qos_*_sl2vl or loses its deadlock freedom under it",
+                "warning")  # fmt: skip
+    return out.sorted()
+
+
+def _mask(data_vls: int) -> int:
+    """OpenSM's ``vl_mask``: ``(1 << (OperVLs enum - 1)) - 1`` (osm_qos.c)."""
+    return {1: 0, 2: 1, 4: 3, 8: 7, 15: 15}.get(data_vls, (1 << (data_vls.bit_length() - 1)) - 1)
+
+
+def _one(text: str, pos: int) -> tuple[int, int]:
+    """parse_one_unsigned of osm_qos.c: strtoul, then skip one character whatever it is."""
+    value, end = strtoul(text, pos)
+    return value & 0xFFFFFFFF, end + 1 if end < len(text) else end
+
+
+def _as_written(token: str) -> int:
+    token = token.strip()
+    return int(token, 16) if token[:2] in ("0x", "0X") else int(token)
+
+
+def _check_sl2vl(entry: ConfLine, data_vls: int | None, out: _Findings) -> None:
+    key, value, line = entry.key, entry.value, entry.line
+    add = out.add
+    if not value:
+        add(line, f"{key} is empty: OpenSM maps every SL to VL 0")
+        return
+    tokens = value.split(",")
+    if not all(re.fullmatch(rf"\s*{_NUM}\s*", t) for t in tokens):
+        bad = next(t.strip() for t in tokens if not re.fullmatch(rf"\s*{_NUM}\s*", t))
+        add(line, f"{key}: {bad!r} is not a VL number (16 comma-separated VLs, one per SL)")
+        return
+    vls = [_as_written(t) for t in tokens]
+    if len(vls) != NUM_SLS:
+        rest = "maps the missing SLs to VL 0" if len(vls) < NUM_SLS else "drops the rest"
+        add(line, f"{key}: {len(vls)} VLs, expected 16 (one per SL); OpenSM {rest}")
+    too_big = [(sl, vl) for sl, vl in enumerate(vls[:NUM_SLS]) if vl > VL15]
+    if too_big:
+        add(line, f"{key}: VLs are 0-15, OpenSM keeps the low 4 bits of "
+            + ", ".join(f"SL {sl}'s VL {vl}" for sl, vl in too_big))  # fmt: skip
+    dropped = [sl for sl, vl in enumerate(vls[:NUM_SLS]) if vl == VL15]
+    if dropped:
+        add(line, f"{key}: SL {', '.join(map(str, dropped))} to VL 15: their packets are dropped"
+            " and paths that use them disappear", "warning")  # fmt: skip
+    if len(vls) == NUM_SLS and not too_big:
+        # what OpenSM reads (parse_sl2vl_entry: two VLs per byte, one separator skipped)
+        pos, read = 0, []
+        for _ in range(NUM_SLS):
+            vl, pos = _one(value, pos)
+            read.append(vl & 0xF)
+        for sl, (want, got) in enumerate(zip(vls, read, strict=True)):
+            if want != got:
+                add(line, f"{key}: OpenSM reads VL {got} for SL {sl} where"
+                    f" {tokens[sl].strip()!r} is written (a leading 0 means octal; no blank may"
+                    " come before a comma)")  # fmt: skip
+                break
+        vls = read
+    if data_vls is not None:
+        beyond = [(sl, vl) for sl, vl in enumerate(vls[:NUM_SLS]) if data_vls <= vl < VL15]
+        if beyond:
+            mask = _mask(data_vls)
+            add(line, f"{key}: VLs beyond the {data_vls} data VLs, which OpenSM masks: "
+                + ", ".join(f"SL {sl} VL {vl} -> {vl & mask}" for sl, vl in beyond))  # fmt: skip
+
+
+def _check_vlarb(
+    entry: ConfLine, data_vls: int | None, cap: int | None, cap_name: str, out: _Findings
+) -> None:
+    key, value, line = entry.key, entry.value, entry.line
+    add = out.add
+    if not value:
+        add(line, f"{key} is empty: OpenSM reads no entry; write {'0:0'} to say so", "warning")
+        return
+    pairs: list[tuple[int, int]] = []
+    for token in value.split(","):
+        m = _VLARB_ENTRY.fullmatch(token)
+        if m is None:
+            add(line, f"{key}: entry {token.strip()!r} is not vl:weight")
+            return
+        pairs.append((_as_written(m.group(1)), _as_written(m.group(2))))
+    bad = False
+    for n, (vl, weight) in enumerate(pairs[:MAX_VLARB_ENTRIES], start=1):
+        if vl >= VL15:
+            add(line, f"{key}: entry {n} ({vl}:{weight}): VL {vl} is not a data VL; OpenSM"
+                f" programs VL {vl % VL15} instead")  # fmt: skip
+            bad = True
+        elif data_vls is not None and vl >= data_vls:
+            add(line, f"{key}: entry {n} ({vl}:{weight}): VL {vl} is beyond the {data_vls} data"
+                f" VLs; OpenSM masks it to VL {vl & _mask(data_vls)}")  # fmt: skip
+        if weight > 255:
+            add(line, f"{key}: entry {n} ({vl}:{weight}): weights are 0-255 (64-byte credits);"
+                f" OpenSM keeps {weight & 0xFF}")  # fmt: skip
+            bad = True
+    if len(pairs) > MAX_VLARB_ENTRIES:
+        add(line, f"{key}: {len(pairs)} entries; OpenSM reads the first {MAX_VLARB_ENTRIES}")
+    if cap is not None and any(w > 0 for _, w in pairs[cap:]):
+        add(line, f"{key}: {len(pairs)} entries, but the ports' {cap_name} is {cap}: OpenSM"
+            f" sends only the first {cap}")  # fmt: skip
+    if key.endswith("_vlarb_low") and all(w == 0 for _, w in pairs):
+        add(line, f"{key}: every weight is 0: no VL gets low-priority bandwidth", "warning")
+    if not bad:
+        pos = 0
+        for n, (vl, weight) in enumerate(pairs[:MAX_VLARB_ENTRIES], start=1):
+            got_vl, pos = _one(value, pos)
+            got_weight, pos = _one(value, pos)
+            if (got_vl % VL15, got_weight & 0xFF) != (vl, weight):
+                add(line, f"{key}: OpenSM reads entry {n} as {got_vl % VL15}:{got_weight & 0xFF}"
+                    f" where {vl}:{weight} is written (a leading 0 means octal; no blank may"
+                    " come before ':' or ',')")  # fmt: skip
+                break
+
+
+def _check_number(entry: ConfLine, top: int, beyond: str, out: _Findings) -> None:
+    key, value, line = entry.key, entry.value, entry.line
+    add = out.add
+    if not re.fullmatch(rf"-?{_NUM}", value):
+        add(line, f"{key} {value!r} is not a number: OpenSM reads {strtoul(value)[0]}")
+    elif _as_written(value.lstrip("-")) > top:
+        add(line, f"{key} {value}: expected 0-{top}; {beyond}")
+    elif value.startswith("-") and value != "-1":
+        add(line, f"{key} {value}: a negative value means unset", "warning")
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def detect_kind(path: Path | str, text: str) -> Kind:
+    """ "policy" for a qos-policy.conf, "conf" for an opensm.conf: by name, else by content
+    (a line starting with a policy section keyword)."""
+    name = Path(path).name.lower()
+    if "policy" in name:
+        return "policy"
+    if name.startswith("opensm"):
+        return "conf"
+    return "policy" if _SECTION_LINE.search(text) else "conf"
+
+
+def check_file(
+    path: Path | str,
+    *,
+    kind: Kind | None = None,
+    data_vls: int | None = None,
+    vlarb_low_cap: int | None = None,
+    vlarb_high_cap: int | None = None,
+) -> list[Finding]:
+    """Check one file for ``ibqos check-opensm``; its kind from *kind* or
+    :func:`detect_kind`.  An unreadable file is one error finding (no exception)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        return [Finding(source, None, f"cannot read: {err.strerror or err}")]
+    if (kind or detect_kind(path, text)) == "policy":
+        return check_policy(text, source)
+    return check_conf(
+        text,
+        source,
+        data_vls=data_vls,
+        vlarb_low_cap=vlarb_low_cap,
+        vlarb_high_cap=vlarb_high_cap,
+    )

@@ -1,0 +1,140 @@
+"""Applying OpenSM files: only changes are written and signalled, failures roll back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibqos.apply import Applier, ApplyError, PidFileSignaller
+
+
+class FakeOpenSM:
+    """Signalled like OpenSM: appends a heavy sweep to its log, with *errors* first."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.calls = 0
+        self.errors: list[str] = []
+        self.sweeps = True
+
+    def describe(self) -> str:
+        return "fake OpenSM"
+
+    def signal(self) -> None:
+        self.calls += 1
+        with open(self.log, "a") as fh:
+            for line in self.errors:
+                fh.write(f"Nov 22 10:00:00 000000 [0] 0x01 -> {line}\n")
+            if self.sweeps:
+                fh.write("Nov 22 10:00:00 000001 [0] 0x02 -> SUBNET UP\n")
+
+
+def setup(tmp_path: Path) -> tuple[Applier, FakeOpenSM, Path, Path]:
+    conf, policy, log = tmp_path / "opensm.conf", tmp_path / "qos-policy.conf", tmp_path / "log"
+    conf.write_text("# admin\nqos FALSE\n")
+    conf.chmod(0o640)
+    policy.write_text(
+        "qos-levels\nqos-level\nname: DEFAULT\nsl: 0\nend-qos-level\nend-qos-levels\n"
+    )
+    log.write_text("Nov 22 09:00:00 000000 [0] 0x02 -> SUBNET UP\n")
+    osm = FakeOpenSM(log)
+    applier = Applier(tmp_path / "state", osm, log, sweep_timeout_s=1.0)
+    return applier, osm, conf, policy
+
+
+def test_only_changed_files_are_written_and_only_then_signalled(tmp_path: Path) -> None:
+    applier, osm, conf, policy = setup(tmp_path)
+    same = {conf: conf.read_text(), policy: policy.read_text()}
+    assert applier.apply(same).changed == () and osm.calls == 0
+    result = applier.apply({conf: "# admin\nqos TRUE\n", policy: policy.read_text()})
+    assert result.changed == (conf,) and result.ok and result.signalled and osm.calls == 1
+    assert conf.read_text() == "# admin\nqos TRUE\n"
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o640  # permissions kept
+    backups = tmp_path / "state" / "backup"
+    assert (backups / "opensm.conf.prev").read_text() == "# admin\nqos FALSE\n"
+    assert (backups / "opensm.conf.orig").read_text() == "# admin\nqos FALSE\n"
+    applier.apply({conf: "# admin\nqos TRUE\nqos_ca_sl2vl 0\n"})
+    assert (backups / "opensm.conf.prev").read_text() == "# admin\nqos TRUE\n"
+    assert (backups / "opensm.conf.orig").read_text() == "# admin\nqos FALSE\n"  # the first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files
+
+
+def test_an_error_in_the_log_rolls_back(tmp_path: Path) -> None:
+    applier, osm, _conf, policy = setup(tmp_path)
+    good = policy.read_text()
+    osm.errors = ["ERR AC05: Syntax error (line 3:26): syntax error"]
+    result = applier.apply({policy: "port-groups\nbroken\n"})
+    assert not result.ok and result.rolled_back
+    assert "ERR AC05" in result.problems[0] and "rolled back" in result.summary()
+    assert policy.read_text() == good and osm.calls == 2  # written, then restored
+
+
+def test_a_failed_verification_rolls_back(tmp_path: Path) -> None:
+    applier, _osm, conf, _ = setup(tmp_path)
+    result = applier.apply({conf: "qos TRUE\n"}, verify=lambda: ["job 7: PathRecord SL 0"])
+    assert result.rolled_back and result.problems == ("job 7: PathRecord SL 0",)
+    assert conf.read_text() == "# admin\nqos FALSE\n"
+
+
+def test_no_sweep_in_time_is_a_failure(tmp_path: Path) -> None:
+    applier, osm, conf, _ = setup(tmp_path)
+    osm.sweeps = False
+    result = applier.apply({conf: "qos TRUE\n"})
+    assert not result.ok and "no heavy sweep" in result.problems[-1]
+    assert conf.read_text() == "# admin\nqos FALSE\n"
+
+
+def test_opensm_not_running_is_a_clear_error_and_nothing_changes(tmp_path: Path) -> None:
+    conf, log = tmp_path / "opensm.conf", tmp_path / "log"
+    conf.write_text("qos FALSE\n")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that no longer exists
+    pid_file = tmp_path / "opensm.pid"
+    pid_file.write_text(f"{child.pid}\n")
+    applier = Applier(tmp_path / "state", PidFileSignaller(pid_file), log)
+    with pytest.raises(ApplyError, match=rf"OpenSM is not running: pid {child.pid} from"):
+        applier.apply({conf: "qos TRUE\n"})
+    assert conf.read_text() == "qos FALSE\n"
+    with pytest.raises(ApplyError, match="cannot read pid file"):
+        Applier(tmp_path / "state", PidFileSignaller(tmp_path / "none"), log).apply(
+            {conf: "qos TRUE\n"}
+        )
+
+
+def test_the_pid_file_signaller_sends_sighup(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGHUP, lambda *a: sys.exit(7))\n"
+            "print('ready', flush=True)\ntime.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        (tmp_path / "pid").write_text(str(child.pid))
+        PidFileSignaller(tmp_path / "pid").signal()
+        assert child.wait(timeout=10) == 7
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+def test_two_writers_are_refused(tmp_path: Path) -> None:
+    applier, _, conf, _ = setup(tmp_path)
+    other = Applier(tmp_path / "state", None, tmp_path / "log")
+    with applier.lock(), pytest.raises(ApplyError, match="another ibqos process is writing"):
+        other.apply({conf: "qos TRUE\n"})
+    assert other.apply({conf: "qos TRUE\n"}).changed == (conf,)  # free again
