@@ -200,7 +200,8 @@ class Agent:
     def run(self, *, cycles: int | None = None) -> int:
         """Run until stopped (or for *cycles* full cycles); return the exit status (0)."""
         interval = self.config.collect.interval_s
-        self._soft(self._baseline)
+        # the baseline sweep; a daemon also plans at once, so running jobs get SLs now
+        self._soft(self._baseline if cycles is None else self.collector.step)
         start = self.clock()
         done = 0
         k = 0

@@ -91,6 +91,9 @@ class JobsConfig:
     host_pattern: str = DEFAULT_HOST_PATTERN
 
 
+#: SLs jobs never get unless ``lanes.reserved_sls`` says otherwise
+DEFAULT_RESERVED_SLS = (0,)
+
 #: ``lanes`` keys that may be ``auto``: read from the fabric (PortInfo) or OpenSM's config
 AUTO_LANE_KEYS = ("data_vls", "vlarb_low_cap", "vlarb_high_cap", "mtu", "routing_engine")
 
@@ -106,7 +109,7 @@ class LanesConfig:
             their values in *base* are only fallbacks.
     """
 
-    base: LaneConfig = field(default_factory=LaneConfig)
+    base: LaneConfig = field(default_factory=lambda: LaneConfig(reserved_sls=DEFAULT_RESERVED_SLS))
     auto: tuple[str, ...] = AUTO_LANE_KEYS
 
 
@@ -424,6 +427,9 @@ def _lanes(value: object, source: str) -> LanesConfig:
             got[key] = _class_intensity(raw[key], source, d.class_intensity)
     if "mtu" in got:
         got["mtu"] = int(got["mtu"])
+    # SL 0 is the policy's DEFAULT level: unmanaged traffic (storage, IPoIB, management)
+    # takes it, so jobs stay off it unless the admin says otherwise
+    got.setdefault("reserved_sls", DEFAULT_RESERVED_SLS)
     return LanesConfig(base=LaneConfig(**got), auto=tuple(auto))
 
 

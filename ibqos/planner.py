@@ -121,7 +121,7 @@ class LaneConfig:
         data_vls: data VLs of the fabric's ports (PortInfo OperVLs as a count: 1, 2, 4, 8
             or 15); the data VLs are ``0 .. data_vls - 1``.
         reserved_sls: SLs the admin keeps (storage, management, unmanaged traffic); never
-            given to a job.
+            given to a job.  (The ``lanes`` config section defaults it to SL 0.)
         reserved_vls: VLs the admin keeps; no job's SL maps there.
         reserved_sl2vl: ``(sl, vl)`` lanes of reserved SLs; a reserved SL not listed maps
             to *default_vl*.

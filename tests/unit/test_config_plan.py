@@ -14,7 +14,7 @@ def test_defaults() -> None:
     cfg = parse_config({}, "c.yaml")
     assert cfg.jobs.host_pattern == r"^(\S+)"
     assert cfg.classify == Thresholds()
-    assert cfg.lanes.base == LaneConfig()
+    assert cfg.lanes.base == LaneConfig(reserved_sls=(0,))  # SL 0: the DEFAULT level
     assert cfg.lanes.auto == AUTO_LANE_KEYS  # read from the fabric unless given
 
 
@@ -89,3 +89,13 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
         parse_config(doc, "c.yaml")
     assert str(info.value).startswith(f"c.yaml: {message}"), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_shipped_example_is_valid() -> None:
+    from pathlib import Path
+
+    from ibqos.config import load_config
+
+    example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
+    cfg = load_config(example)
+    assert cfg.lanes.base.reserved_sls == (0,) and cfg.opensm.port_types == ("ca", "swe")
