@@ -241,6 +241,8 @@ class Agent:
         self.cycle(sweep=False)
 
     def _jobs_changed(self) -> bool:
+        if self.jobs_seen is None:
+            return False  # nothing planned yet: the next cycle plans them all
         try:
             jobs = self.source.jobs()
         except IbqosError:
@@ -382,7 +384,8 @@ class Agent:
             job_cls=dict(plan.job_cls),
             history=dict(self.decider.history),
             plan=to_json(decision),
-            last_apply=self.state.last_apply if result is None else _apply_doc(result),
+            # the last time files changed: "no change" cycles do not hide it
+            last_apply=_apply_doc(result) if result and result.changed else self.state.last_apply,
             updated_s=time.time(),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
