@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import gc
 import logging
+import math
 import signal
 import threading
 import time
@@ -83,6 +84,16 @@ class Counters:
     last_success_s: float | None = None
     last_error: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+
+
+def next_tick(start_s: float, interval_s: float, k: int, now_s: float) -> int:
+    """The tick to wait for after tick *k*, with tick *n* due at ``start_s + n * interval_s``.
+
+    Normally ``k + 1``: the phase is fixed, so the time a cycle takes never adds up (no
+    drift).  When the clock is already past that tick (a cycle overran), the first tick
+    still ahead: missed ticks are skipped, not run back to back.
+    """
+    return max(k + 1, math.floor((now_s - start_s) / interval_s) + 1)
 
 
 def make_signaller(config: Config) -> Signaller | None:
@@ -206,14 +217,10 @@ class Agent:
         done = 0
         k = 0
         while not self._stop and (cycles is None or done < cycles):
-            k += 1
-            due = start + k * interval
-            self._wait_until(due)
+            k = next_tick(start, interval, k, self.clock())
+            self._wait_until(start + k * interval)
             if self._stop:
                 break
-            now = self.clock()
-            if now - due > interval:  # overran: skip the missed ticks, keep the phase
-                k += int((now - due) // interval)
             self._soft(lambda: self.cycle(sweep=True))
             done += 1
         log.info("stopping after %d cycles", self.counters.cycles)

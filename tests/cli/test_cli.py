@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,45 @@ def test_config_defaults(run, tmp_path):
     assert result.exit_code == 0
     assert "path: /srv/jobs" in result.output
     assert "policy_file: /etc/opensm/qos-policy.conf" in result.output
+
+
+def test_check_opensm_passes_good_files_and_names_the_trap_in_bad_ones(run) -> None:
+    golden = DATA / "opensm" / "golden"
+    ok = run("check-opensm", str(golden / "opensm.conf"), str(golden / "qos-policy.conf"))
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.splitlines() == [
+        f"{golden / 'opensm.conf'}: ok",
+        f"{golden / 'qos-policy.conf'}: ok",
+    ]
+    bad = DATA / "opensm" / "keyword-in-name" / "qos-policy.conf"
+    result = run("check-opensm", str(bad))
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {bad}:13:")  # OpenSM's AC05 said line 13 too
+
+
+def test_check_config(run, tmp_path) -> None:
+    example = Path(__file__).resolve().parents[2] / "opensm_conf" / "ibqos.yaml"
+    assert run("check-config", str(example)).output == f"{example}: ok\n"
+    bad = tmp_path / "c.yaml"
+    bad.write_text("lanes:\n  data_vls: 16\n")
+    one_line_error(run("check-config", str(bad)), f"{bad}: lanes.data_vls: expected an integer")
+
+
+def test_status_reads_the_state_dir(run, tmp_path) -> None:
+    from ibqos.state import AgentState, save_state
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"agent:\n  state_dir: {tmp_path / 'state'}\n")
+    assert "no agent state in" in run("status", "--config", str(cfg)).output
+    plan = {
+        "jobs": [{"id": "7", "name": "ft", "intensity": 0.5, "class": "high", "sl": 1, "vl": 1}],
+        "lanes": [{"vl": 1, "weight": 32, "sls": [1], "jobs": ["7"]}],
+    }
+    last = {"summary": "applied qos-policy.conf, sweep 0.1 s", "ok": True}
+    save_state(tmp_path / "state", AgentState({"7": 1}, {"7": "high"}, {}, plan, last, 1.0))
+    out = run("status", "--config", str(cfg)).output
+    assert "last apply: applied qos-policy.conf, sweep 0.1 s" in out
+    assert out.splitlines()[2].split() == ["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"]
+    assert out.splitlines()[3].split() == ["7", "ft", "50.0%", "high", "1", "1"]
+    doc = json.loads(run("status", "--config", str(cfg), "--format", "json").output)
+    assert doc["plan"] == plan and doc["last_apply"] == last
