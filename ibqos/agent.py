@@ -277,14 +277,15 @@ class Agent:
         """Sweep (or reuse the last rates), decide, and apply or show the result."""
         jobs = self.source.jobs()
         self.jobs_seen = jobs
-        if sweep or self.rates is None:
+        fresh = sweep or self.rates is None
+        if fresh or self.rates is None:
             self.rates = self.collector.step()
             if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
                 gc.unfreeze()  # the old model may go now
                 self.fabric = self.collector.fabric  # the topology changed
                 self.decider.set_fabric(self.fabric)
                 _freeze()
-        decision = self.decider.decide(self.rates, jobs, self.clock())
+        decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         self.counters.cycles += 1
         if decision.result.replace:
             self.counters.plan_changes += 1
@@ -390,7 +391,7 @@ class Agent:
             job_sl=dict(plan.job_sl),
             job_cls=dict(plan.job_cls),
             history=dict(self.decider.history),
-            plan=to_json(decision),
+            plan=to_json(decision) | {"time_s": time.time()},  # the plan's clock is monotonic
             # the last time files changed: "no change" cycles do not hide it
             last_apply=_apply_doc(result) if result and result.changed else self.state.last_apply,
             updated_s=time.time(),

@@ -183,7 +183,9 @@ class Decider:
         self._avail: tuple[tuple[MappedJob, ...], FloatArray] | None = None
         self._avail_of: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
 
-    def decide(self, rates: pd.DataFrame, jobs: Sequence[Job], now_s: float) -> Decision:
+    def decide(
+        self, rates: pd.DataFrame, jobs: Sequence[Job], now_s: float, *, fresh: bool = True
+    ) -> Decision:
         """Run one cycle.
 
         Args:
@@ -191,6 +193,10 @@ class Decider:
                 ``xmit_bytes_per_s`` are read, NaN where a port did not answer).
             jobs: the running jobs.
             now_s: the cycle's time, seconds (any clock, the same every call).
+            fresh: *rates* were swept for this cycle.  False (a job started or ended between
+                sweeps, the last rates reused): jobs new to the plan are not classified
+                from them, since their nodes were not running them yet; they start in
+                their expected class.
 
         Raises:
             PlanError: the lane configuration does not fit (the daemon keeps its plan).
@@ -211,6 +217,9 @@ class Decider:
         known = (avail > 0) & np.isfinite(rate)
         util = np.divide(rate, avail, out=np.full(avail.shape, math.nan), where=known)
         measure, value, level = self._intensities(mapped, util, known)
+        if not fresh:
+            seen = self.previous.job_sl if self.previous is not None else {}
+            measure &= np.array([mj.id in seen for mj in mapped], dtype=np.bool_)
         ids = [mj.id for mj in mapped]
         expected = [self._expected(mj) for mj in mapped]
         samples: list[JobClass | None] = [self.classifier.get(job_id) for job_id in ids]

@@ -222,3 +222,16 @@ def test_a_cycle_without_jobs() -> None:
     d = Decider(fabric, LANES).decide(table, [], 0.0)
     assert d.jobs == () and d.plan.job_sl == {}
     assert d.unattributed[1] > 0  # the uplinks' bytes: no job takes them
+
+
+def test_a_job_new_between_sweeps_is_not_classed_from_rates_read_before_it() -> None:
+    """The agent replans at once when a job starts, with the last sweep's rates: the new
+    job's nodes were idle then, so it keeps its expected class until a fresh sweep."""
+    fabric, table = traffic(0.8, 0.01)
+    decider = Decider(fabric, LANES, NO_EWMA)
+    decider.decide(table, [LIGHT], 0.0)
+    d = decider.decide(table, [LIGHT, HEAVY], 1.0, fresh=False)
+    new = {j.id: j for j in d.jobs}["h"]
+    assert (new.measured_class, new.cls, new.intensity) == (None, "moderate", None)
+    d = decider.decide(table, [LIGHT, HEAVY], 2.0)  # a fresh sweep
+    assert {j.id: j for j in d.jobs}["h"].measured_class == "high"
