@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,6 +42,7 @@ from ibqos.apply import (
     CommandSignaller,
     PidFileSignaller,
     Signaller,
+    read_file,
     systemd_signaller,
 )
 from ibqos.collect.loop import Collector
@@ -83,7 +84,6 @@ class Counters:
     config_errors: int = 0
     last_success_s: float | None = None
     last_error: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def next_tick(start_s: float, interval_s: float, k: int, now_s: float) -> int:
@@ -137,7 +137,7 @@ class Agent:
         self._wake = threading.Event()
         self._stop = False
         self._reload = False
-        self._config_text = _read(config_path) if config_path else None
+        self._config_text = read_file(config_path) if config_path else None
         self._last_error = ""
         self.state = load_state(config.agent.state_dir)
         self.fabric: Fabric = fabric_from_config(config)
@@ -316,12 +316,12 @@ class Agent:
         osm = self.config.opensm
         plan = decision.plan
         values = managed_values(plan.tables, osm.port_types)
-        conf = render_conf(_read(osm.conf) or "", values)
+        conf = render_conf(read_file(osm.conf) or "", values)
         jobs = [
             PolicyJob(job_id, plan.job_sl[job_id], guids, name)
             for job_id, guids, name in self.decider.port_guids()
         ]
-        policy = render_policy(_read(osm.policy_file), jobs)
+        policy = render_policy(read_file(osm.policy_file), jobs)
         lanes = self.lanes
         findings = [
             *check_conf(
@@ -372,7 +372,7 @@ class Agent:
     def _dry_run_text(self, decision: Decision, files: dict[Path, str]) -> str:
         out = [render_plan(decision, "table").rstrip("\n")]
         for path, text in files.items():
-            old = _read(path) or ""
+            old = read_file(path) or ""
             diff = list(
                 difflib.unified_diff(
                     old.splitlines(keepends=True),
@@ -406,7 +406,7 @@ class Agent:
         """Re-read the config file if it changed; keep the old one if the new one is bad."""
         if self.config_path is None:
             return
-        text = _read(self.config_path)
+        text = read_file(self.config_path)
         if text == self._config_text:
             log.info("SIGHUP: %s unchanged", self.config_path)
             return
@@ -463,12 +463,3 @@ def _switch_ports(fabric: Fabric) -> tuple[int, int, int] | None:
     top = max(usable, key=lambda g: (where[g][0], -g))
     a, b = sorted(ports[top])[:2]
     return where[top][1], a, b
-
-
-def _read(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return None

@@ -216,7 +216,7 @@ class Applier:
 
     def pending(self, files: Mapping[Path, str]) -> dict[Path, str]:
         """The files whose content differs from what is on disk."""
-        return {path: text for path, text in files.items() if _read(path) != text}
+        return {path: text for path, text in files.items() if read_file(path) != text}
 
     def apply(self, files: Mapping[Path, str], verify: Verifier | None = None) -> ApplyResult:
         """Write the changed *files*, signal OpenSM, check and verify; roll back on failure.
@@ -229,7 +229,7 @@ class Applier:
             changed = self.pending(files)
             if not changed:
                 return ApplyResult()
-            previous = {path: _read(path) for path in changed}
+            previous = {path: read_file(path) for path in changed}
             self._keep(previous)
             try:
                 for path, text in changed.items():
@@ -314,7 +314,8 @@ class Applier:
             time.sleep(0.05)
 
 
-def _read(path: Path) -> str | None:
+def read_file(path: Path) -> str | None:
+    """A file's text, None when it does not exist (yet)."""
     try:
         return path.read_text()
     except FileNotFoundError:

@@ -83,6 +83,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     )
 
 
+_topology_option = click.option(
+    "--topology",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Read the fabric from this ibnetdiscover file instead of fabric.source.",
+)
 _config_option = click.option(
     "--config",
     "path",
@@ -145,11 +150,7 @@ def _load_or_defaults(path: Path | None) -> Config:
     type=click.Path(path_type=Path, file_okay=False),
     help="Replay this recording (implies --backend replay).",
 )
-@click.option(
-    "--topology",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Read the fabric from this ibnetdiscover file instead of fabric.source.",
-)
+@_topology_option
 @click.option("--once", is_flag=True, help="Two sweeps one interval apart, one table, exit.")
 @click.option(
     "--interval",
@@ -218,11 +219,7 @@ def collect(
     type=click.Path(path_type=Path, file_okay=False),
     help="Plan on this recording's first two sweeps instead of the live fabric.",
 )
-@click.option(
-    "--topology",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Read the fabric from this ibnetdiscover file instead of fabric.source.",
-)
+@_topology_option
 @click.option(
     "--jobs",
     "jobs_path",

@@ -179,7 +179,6 @@ class Decider:
         self.attributor = Attributor(fabric)
         self.capacities = Capacities.from_fabric(fabric)
         self.mapper = JobMapper(fabric, self.matcher)
-        self.index = self.mapper.index
         self._avail: tuple[tuple[MappedJob, ...], FloatArray] | None = None
         self._avail_of: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
 

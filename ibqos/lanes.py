@@ -17,6 +17,7 @@ from pathlib import Path
 from ibqos.config import Config
 from ibqos.errors import IbqosError
 from ibqos.fabric import Fabric
+from ibqos.opensm.conf import parse_conf, routing_engine
 from ibqos.planner import LaneConfig
 from ibqos.portinfo import LaneCaps, read_lane_caps
 
@@ -33,12 +34,7 @@ def opensm_routing_engine(conf: Path) -> str | None:
         text = conf.read_text(errors="replace")
     except OSError:
         return None
-    value = ""
-    for line in text.splitlines():
-        words = line.split("#", 1)[0].split(None, 1)
-        if len(words) == 2 and words[0] == "routing_engine":
-            value = words[1].strip()
-    return value
+    return routing_engine(parse_conf(text))
 
 
 def resolve_lanes(

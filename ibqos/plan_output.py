@@ -36,13 +36,19 @@ def lane_weights(tables: Tables) -> dict[int, int]:
     return out
 
 
+def _jobs_by_sl(decision: Decision) -> dict[int, list[str]]:
+    """SL -> ids of the jobs on it, in job order."""
+    out: dict[int, list[str]] = {}
+    for job in decision.jobs:
+        out.setdefault(job.sl, []).append(job.id)
+    return out
+
+
 def to_json(decision: Decision) -> dict[str, Any]:
     """The decision as the documented JSON object."""
     current = decision.plan
     tables = current.tables
-    jobs_by_sl: dict[int, list[str]] = {}
-    for job in decision.jobs:
-        jobs_by_sl.setdefault(job.sl, []).append(job.id)
+    jobs_by_sl = _jobs_by_sl(decision)
     lanes: list[dict[str, Any]] = []
     if tables is not None:
         weights = lane_weights(tables)
@@ -178,9 +184,7 @@ def _tables_text(decision: Decision) -> str:
     tables = current.tables
     if tables is not None:
         weights = lane_weights(tables)
-        jobs_by_sl: dict[int, list[str]] = {}
-        for job in decision.jobs:
-            jobs_by_sl.setdefault(job.sl, []).append(job.id)
+        jobs_by_sl = _jobs_by_sl(decision)
         lane_rows = [
             [
                 str(lane.vl),

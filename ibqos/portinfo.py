@@ -304,12 +304,12 @@ class SmpqueryRunner:
             )
         except subprocess.TimeoutExpired:
             # subprocess.run kills its own child (by pid) before raising
-            raise PortInfoError(f"smpquery timed out after {self.timeout_s:g} s") from None
+            raise PortInfoError(f"{argv[0]} timed out after {self.timeout_s:g} s") from None
         except OSError as err:
             raise PortInfoError(f"cannot run {self.binary}: {err.strerror or err}") from None
         if proc.returncode != 0:
             message = last_message(proc.stdout, proc.stderr)
-            raise PortInfoError(f"smpquery exited {proc.returncode}: {message}")
+            raise PortInfoError(f"{argv[0]} exited {proc.returncode}: {message}")
         return proc.stdout
 
 
