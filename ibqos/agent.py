@@ -29,7 +29,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -54,6 +53,8 @@ from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource
 from ibqos.jobs import Job
 from ibqos.lanes import resolve_lanes
+from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
+from ibqos.metrics.server import Exporter
 from ibqos.opensm.check import check_conf, check_policy
 from ibqos.opensm.conf import managed_values, render_conf
 from ibqos.opensm.policy import PolicyJob, render_policy
@@ -68,22 +69,6 @@ log = logging.getLogger("ibqos.agent")
 
 #: jobs whose PathRecord SL is checked after an apply (each is one saquery process)
 VERIFY_JOBS = 4
-
-
-@dataclass
-class Counters:
-    """What the daemon counts (exported as metrics later)."""
-
-    cycles: int = 0
-    failures: int = 0
-    job_events: int = 0
-    plan_changes: int = 0
-    applies: int = 0
-    rollbacks: int = 0
-    verify_failures: int = 0
-    config_errors: int = 0
-    last_success_s: float | None = None
-    last_error: str = ""
 
 
 def next_tick(start_s: float, interval_s: float, k: int, now_s: float) -> int:
@@ -157,6 +142,14 @@ class Agent:
             discover=(lambda: fabric_from_config(self.config)) if refresh > 0 else None,
             refresh_s=refresh,
         )
+        self.metrics = AgentMetrics(
+            self.counters,
+            fabric=config.metrics.fabric,
+            routing_engine=self.lanes.routing_engine,
+            dry_run=dry_run,
+        )
+        self.capacity = level_capacities(self.fabric)
+        self.exporter: Exporter | None = None
         self.rates: pd.DataFrame | None = None
         self.jobs_seen: tuple[Job, ...] | None = None
         self.last: Decision | None = None
@@ -179,8 +172,20 @@ class Agent:
         decider.history = dict(self.state.history)
         return decider
 
+    def serve_metrics(self) -> None:
+        """Start the Prometheus endpoint (``metrics.listen``; nothing when it is off).
+
+        Raises:
+            ExporterError: the address is taken or the TLS files do not load.
+        """
+        if self.config.metrics.listen is not None and self.exporter is None:
+            self.exporter = Exporter(self.metrics.registry, self.config.metrics)
+
     def close(self) -> None:
-        """Release the collector's MAD device."""
+        """Stop serving metrics and release the collector's MAD device."""
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
         self.collector.close()
 
     # -- the loop -----------------------------------------------------------------------
@@ -212,7 +217,7 @@ class Agent:
         """Run until stopped (or for *cycles* full cycles); return the exit status (0)."""
         interval = self.config.collect.interval_s
         # the baseline sweep; a daemon also plans at once, so running jobs get SLs now
-        self._soft(self._baseline if cycles is None else self.collector.step)
+        self._soft(self._baseline if cycles is None else self._sweep)
         start = self.clock()
         done = 0
         k = 0
@@ -244,7 +249,7 @@ class Agent:
 
     def _baseline(self) -> None:
         """The first sweep (rates need two) and an immediate plan for the running jobs."""
-        self.rates = self.collector.step()
+        self.rates = self._sweep()
         self.cycle(sweep=False)
 
     def _jobs_changed(self) -> bool:
@@ -275,16 +280,15 @@ class Agent:
 
     def cycle(self, *, sweep: bool) -> Decision:
         """Sweep (or reuse the last rates), decide, and apply or show the result."""
+        with self.metrics.cycle_seconds.time():  # failed cycles count too: they took time
+            return self._cycle(sweep=sweep)
+
+    def _cycle(self, *, sweep: bool) -> Decision:
         jobs = self.source.jobs()
         self.jobs_seen = jobs
         fresh = sweep or self.rates is None
         if fresh or self.rates is None:
-            self.rates = self.collector.step()
-            if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
-                gc.unfreeze()  # the old model may go now
-                self.fabric = self.collector.fabric  # the topology changed
-                self.decider.set_fabric(self.fabric)
-                _freeze()
+            self.rates = self._sweep()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         self.counters.cycles += 1
         if decision.result.replace:
@@ -299,16 +303,39 @@ class Agent:
             if result.changed:
                 self.counters.applies += 1
                 log.info("OpenSM: %s", result.summary())
+            self.counters.reloads += int(result.signalled) * (1 + int(result.rolled_back))
             if result.rolled_back:
                 self.counters.rollbacks += 1
             if not result.ok:
                 self.counters.verify_failures += 1
         self.last = decision
         self._save(decision, result)
-        self.counters.last_success_s = time.time()
+        now = time.time()
+        self.metrics.snapshot.publish(
+            build_snapshot(
+                decision, self.rates, self.capacity, now, per_port=self.config.metrics.per_port
+            )
+        )
+        self.counters.last_success_s = now
         if result is not None and not result.ok:
             raise IbqosError(f"OpenSM did not take the new files: {result.summary()}")
         return decision
+
+    def _sweep(self) -> pd.DataFrame:
+        """One counter sweep (and a new fabric model if the topology changed)."""
+        rates = self.collector.step()
+        sweep = self.collector.last
+        if sweep is not None:
+            self.metrics.sweep_seconds.observe(sweep.duration_s)
+            self.counters.sweep_failed = sweep.failed
+            self.counters.sweep_answered = len(sweep.targets) - sweep.failed
+        if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
+            gc.unfreeze()  # the old model may go now
+            self.fabric = self.collector.fabric  # the topology changed
+            self.decider.set_fabric(self.fabric)
+            self.capacity = level_capacities(self.fabric)
+            _freeze()
+        return rates
 
     def render(self, decision: Decision) -> dict[Path, str]:
         """opensm.conf and the policy as they should be; both pass the checker or nothing
@@ -415,8 +442,14 @@ class Agent:
             lanes = self._lanes(config, self.fabric)
         except IbqosError as err:
             self.counters.config_errors += 1
+            self.counters.config_error_now = True
             log.error("SIGHUP: new config rejected, keeping the old one: %s", err)
             return
+        self.counters.config_error_now = False
+        if config.metrics.listen != self.config.metrics.listen:
+            log.warning("SIGHUP: metrics.listen changes take effect when ibqos restarts")
+        self.metrics.health.fabric = config.metrics.fabric
+        self.metrics.health.routing_engine = lanes.routing_engine
         self._config_text = text
         self.config = config
         self.lanes = lanes

@@ -287,12 +287,15 @@ def run_command(path: Path | None, dry_run: bool, once: bool) -> None:
     """Run the agent: sweep, plan, and rewrite OpenSM's QoS files every collect.interval_s.
 
     SIGTERM ends it after the current cycle (exit 0); SIGHUP re-reads the config.  With
-    --dry-run nothing is written and OpenSM is never signalled.
+    --dry-run nothing is written and OpenSM is never signalled.  Prometheus metrics are
+    served on metrics.listen (not with --once).
     """
     found = find_config(path)
     config = load_config(found)
     agent = Agent(config, found, dry_run=dry_run, echo=lambda text: click.echo(text, nl=False))
     try:
+        if not once:
+            agent.serve_metrics()
         agent.install_signal_handlers()
         ctx = click.get_current_context()
         ctx.exit(agent.run(cycles=1 if once else None))

@@ -142,6 +142,10 @@ class CollectConfig:
             "replay" (a recorded sweep series at *replay_path*).
         interval_s: seconds between sweeps.
         xmit_wait: also read PortXmitWait (PortCounters) where PCE does not carry it.
+        vl_xmit_wait: also read PortVLXmitWaitCounters (per-VL transmit wait, one more MAD
+            per port) from the switches that answer it, for per-lane congestion.  Off by
+            default: the counters are 16 bits wide and saturate after 65,535 ticks, so they
+            need short intervals, and many switches do not implement them.
         ca: CA to send MADs from (native); None: the first.
         port: CA port (native); 0: the first active one.
         window: MADs in flight at most (native).
@@ -156,6 +160,7 @@ class CollectConfig:
     backend: str = "native"
     interval_s: float = 10.0
     xmit_wait: bool = True
+    vl_xmit_wait: bool = False
     ca: str | None = None
     port: int = 0
     window: int = 32
@@ -165,6 +170,58 @@ class CollectConfig:
     per_switch: bool = True
     replay_path: Path | None = None
     replay_loop: bool = False
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """HTTPS for the exporter (``metrics.tls``).
+
+    Attributes:
+        cert_file: the server's certificate chain (PEM).
+        key_file: its private key (PEM).
+        client_ca_file: CA certificates clients must present a certificate from; None:
+            no client certificates asked for.
+    """
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class BasicAuthConfig:
+    """HTTP basic authentication for the exporter (``metrics.basic_auth``).
+
+    Attributes:
+        username: the user Prometheus sends.
+        password: read from ``password_file`` (its first line) when the config is loaded,
+            so the YAML holds no secret.
+        password_file: where it came from (for messages).
+    """
+
+    username: str
+    password: str = field(repr=False)
+    password_file: Path
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus exporter of ``ibqos run`` (``docs/metrics.md``).
+
+    Attributes:
+        listen: (host, port) to serve ``/metrics`` on; None: no exporter.  Loopback by
+            default: the metrics name jobs and users.
+        fabric: the fabric's name in ``ibqos_fabric_info`` (the dashboards' variable).
+        per_port: also export per-port traffic (3 series per swept port).
+        tls: serve HTTPS; None: plain HTTP.
+        basic_auth: require this user and password; None: no authentication.
+    """
+
+    listen: tuple[str, int] | None = ("127.0.0.1", 9683)
+    fabric: str = "default"
+    per_port: bool = False
+    tls: TlsConfig | None = None
+    basic_auth: BasicAuthConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +242,7 @@ class Config:
     classify: Thresholds = field(default_factory=Thresholds)
     lanes: LanesConfig = field(default_factory=LanesConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     lab: LabConfig | None = None
 
 
@@ -219,7 +277,7 @@ def parse_config(data: object, source: str) -> Config:
         data,
         source,
         "",
-        ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "agent", "lab"),
+        ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "agent", "metrics", "lab"),
     )
     osm = _mapping(
         top.get("opensm", {}), source, "opensm", tuple(OpenSMConfig.__dataclass_fields__)
@@ -250,6 +308,7 @@ def parse_config(data: object, source: str) -> Config:
         classify=_classify(top.get("classify", {}), source),
         lanes=_lanes(top.get("lanes", {}), source),
         agent=_agent(top.get("agent", {}), source),
+        metrics=_metrics(top.get("metrics", {}), source),
         lab=lab,
     )
 
@@ -286,6 +345,7 @@ def _collect(value: object, source: str) -> CollectConfig:
         backend=_choice(raw.get("backend", d.backend), source, "collect.backend", BACKENDS),
         interval_s=_number(raw.get("interval_s", d.interval_s), source, "collect.interval_s", 0.01),
         xmit_wait=_bool(raw.get("xmit_wait", d.xmit_wait), source, "collect.xmit_wait"),
+        vl_xmit_wait=_bool(raw.get("vl_xmit_wait", d.vl_xmit_wait), source, "collect.vl_xmit_wait"),
         ca=None if ca is None else _str(ca, source, "collect.ca"),
         port=int(
             _number(raw.get("port", d.port), source, "collect.port", 0, integer=True, maximum=254)
@@ -348,6 +408,65 @@ def _agent(value: object, source: str) -> AgentConfig:
         state_dir=_path(raw.get("state_dir", d.state_dir), source, "agent.state_dir"),
         job_poll_s=_number(raw.get("job_poll_s", d.job_poll_s), source, "agent.job_poll_s", 0.05),
     )
+
+
+def _metrics(value: object, source: str) -> MetricsConfig:
+    d = MetricsConfig()
+    raw = _mapping(value, source, "metrics", ("listen", "fabric", "per_port", "tls", "basic_auth"))
+    listen = d.listen
+    if "listen" in raw:
+        listen = None if raw["listen"] in ("", None) else _listen(raw["listen"], source)
+    fabric = _str(raw.get("fabric", d.fabric), source, "metrics.fabric")
+    tls = None
+    if raw.get("tls") is not None:
+        t = _mapping(raw["tls"], source, "metrics.tls", ("cert_file", "key_file", "client_ca_file"))
+        ca = t.get("client_ca_file")
+        tls = TlsConfig(
+            _readable(t.get("cert_file"), source, "metrics.tls.cert_file"),
+            _readable(t.get("key_file"), source, "metrics.tls.key_file"),
+            None if ca is None else _readable(ca, source, "metrics.tls.client_ca_file"),
+        )
+    auth = None
+    if raw.get("basic_auth") is not None:
+        a = _mapping(raw["basic_auth"], source, "metrics.basic_auth", ("username", "password_file"))
+        key = "metrics.basic_auth.password_file"
+        pw_file = _readable(a.get("password_file"), source, key)
+        lines = pw_file.read_text().splitlines()
+        if not lines or not lines[0]:
+            raise ConfigError(f"{source}: {key}: {pw_file} has no password on its first line")
+        user = _str(a.get("username"), source, "metrics.basic_auth.username")
+        if ":" in user:
+            raise ConfigError(f"{source}: metrics.basic_auth.username: must not contain ':'")
+        auth = BasicAuthConfig(user, lines[0], pw_file)
+    return MetricsConfig(
+        listen=listen,
+        fabric=fabric,
+        per_port=_bool(raw.get("per_port", d.per_port), source, "metrics.per_port"),
+        tls=tls,
+        basic_auth=auth,
+    )
+
+
+def _listen(value: object, source: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6 address]:port``."""
+    text = _str(value, source, "metrics.listen")
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(
+            f"{source}: metrics.listen: expected host:port (e.g. 127.0.0.1:9683), got {text!r}"
+        )
+    return host, int(port)
+
+
+def _readable(value: object, source: str, key: str) -> Path:
+    path = _path(value, source, key)
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{source}: {key}: cannot read {path}: {err.strerror}") from err
+    return path
 
 
 def _host_pattern(value: object, source: str) -> str:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine for ibqos, idempotently:
-#  - Debian packages: OpenSM, ibsim, infiniband-diags, libibumad (the lab's real parts);
+#  - Debian packages: OpenSM, ibsim, infiniband-diags, libibumad (the lab's real parts),
+#    Prometheus (its server and promtool check the exporter, dashboards and rules);
 #  - a virtual environment .venv with ibqos installed editable, plus the dev tools.
 # apt-get runs only when a package is missing; pip only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux)
+PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux prometheus)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

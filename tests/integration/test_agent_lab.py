@@ -41,6 +41,7 @@ def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
         "classify": {"tau_s": 0.0},
         "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
         "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2},
+        "metrics": {"listen": "127.0.0.1:0"},  # any free port: tests never collide on one
     }
     for key, value in extra.items():
         doc.setdefault(key, {}).update(value)

@@ -1,0 +1,20 @@
+"""Prometheus metrics of the agent (``docs/metrics.md``).
+
+- :mod:`~ibqos.metrics.snapshot`: what one cycle leaves for the exporter;
+- :mod:`~ibqos.metrics.families`: the snapshot as metric families at scrape time;
+- :mod:`~ibqos.metrics.health`: the agent's own counters, durations and info;
+- :mod:`~ibqos.metrics.server`: the HTTP(S) endpoint.
+"""
+
+from ibqos.metrics.families import SnapshotCollector
+from ibqos.metrics.health import AgentMetrics, Counters
+from ibqos.metrics.snapshot import Snapshot, build_snapshot, level_capacities
+
+__all__ = [
+    "AgentMetrics",
+    "Counters",
+    "Snapshot",
+    "SnapshotCollector",
+    "build_snapshot",
+    "level_capacities",
+]

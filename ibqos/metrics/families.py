@@ -1,0 +1,308 @@
+"""The snapshot as Prometheus metric families, made at scrape time (``docs/metrics.md``).
+
+:class:`SnapshotCollector` is a custom collector: every scrape yields families built from
+the latest :class:`~ibqos.metrics.snapshot.Snapshot` only, so a job that ended is simply
+not in the next scrape (no stale label sets to remember and delete).  The families of one
+snapshot are built once and served to every scrape until the next snapshot.
+
+Label sets stay bounded: levels, lanes, SLs and classes are small; jobs are one set per
+running job; ports only with ``per_port``.  Unknown values (NaN) are left out.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ibqos.classify import CLASSES
+from ibqos.metrics.snapshot import Snapshot
+from ibqos.plan_output import lane_weights
+
+__all__ = ["SnapshotCollector"]
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+class SnapshotCollector(Collector):
+    """Serves the latest snapshot; :meth:`publish` swaps in a new one (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._families: list[Metric] | None = None
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Serve *snapshot* from the next scrape on."""
+        with self._lock:
+            self._snapshot, self._families = snapshot, None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The snapshot being served (None before the first cycle)."""
+        return self._snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        # no up-front description: the families depend on the snapshot (and registering
+        # must not call collect() before there is one)
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._families is None and self._snapshot is not None:
+                self._families = families(self._snapshot)
+            found = self._families or []
+        yield from found
+
+
+def families(snap: Snapshot) -> list[Metric]:
+    """Every snapshot family of *snap* (``docs/metrics.md``, "The snapshot")."""
+    out: list[Metric] = [
+        GaugeMetricFamily(
+            "ibqos_snapshot_timestamp_seconds",
+            "UNIX time of the decision cycle the snapshot series come from.",
+            value=snap.time_s,
+        )
+    ]
+    out += _levels(snap)
+    out += _lanes(snap)
+    out += _jobs(snap)
+    if snap.ports is not None:
+        out += _ports(snap)
+    return out
+
+
+def _levels(snap: Snapshot) -> list[Metric]:
+    traffic = _gauge(
+        "ibqos_level_traffic_bytes_per_second",
+        "Measured traffic crossing the fat-tree level: sent by CA ports at level 0, sent up"
+        " by the level's switch uplinks above, bytes per second.",
+        ["level"],
+    )
+    capacity = _gauge(
+        "ibqos_level_capacity_bytes_per_second",
+        "Capacity of the level's ports (CA ports at 0, switch uplinks above), one direction,"
+        " bytes per second.",
+        ["level"],
+    )
+    unattributed = _gauge(
+        "ibqos_level_unattributed_bytes_per_second",
+        "Uplink traffic at the level that no running job accounts for, bytes per second.",
+        ["level"],
+    )
+    wait = _gauge(
+        "ibqos_level_xmit_wait_ticks_per_second",
+        "PortXmitWait of the level's ports summed: ticks per second in which they had data"
+        " to send but no credits.",
+        ["level"],
+    )
+    for level, value in sorted(snap.level_traffic.items()):
+        traffic.add_metric([str(level)], value)
+    for level, value in sorted(snap.level_capacity.items()):
+        capacity.add_metric([str(level)], value)
+    for level, value in sorted(snap.decision.unattributed.items()):
+        if math.isfinite(value):
+            unattributed.add_metric([str(level)], value)
+    for level, value in sorted(snap.level_wait.items()):
+        wait.add_metric([str(level)], value)
+    return [traffic, capacity, unattributed, wait]
+
+
+def _lanes(snap: Snapshot) -> list[Metric]:
+    tables = snap.decision.plan.tables
+    if tables is None:  # the routing engine owns SL2VL: no lanes of ibqos's
+        return []
+    traffic = _gauge(
+        "ibqos_lane_traffic_bytes_per_second",
+        "Traffic of the lane's jobs at the fat-tree level (their attributed traffic summed),"
+        " bytes per second.",
+        ["vl", "level"],
+    )
+    util = _gauge(
+        "ibqos_lane_utilization_ratio",
+        "Traffic of the lane's jobs at the level over the level's capacity.",
+        ["vl", "level"],
+    )
+    wait = _gauge(
+        "ibqos_lane_xmit_wait_ticks_per_second",
+        "Congestion of the lane at the level, transmit-wait ticks per second:"
+        ' source="vl" is PortVLXmitWait summed over the level\'s ports, source="port" the'
+        " level's port-wide PortXmitWait split among lanes by their share of its traffic.",
+        ["vl", "level", "source"],
+    )
+    jobs = _gauge("ibqos_lane_jobs", "Running jobs on the lane.", ["vl"])
+    by_class = _gauge(
+        "ibqos_lane_class_jobs", "Running jobs on the lane by intensity class.", ["vl", "class"]
+    )
+    sls = _gauge("ibqos_lane_sls", "Job SLs mapped to the lane.", ["vl"])
+    weight = _gauge(
+        "ibqos_lane_weight",
+        "The lane's VLArbLow weight per arbitration round, in 64-byte units (sum of its entries).",
+        ["vl"],
+    )
+    intensity = _gauge(
+        "ibqos_lane_intensity_ratio",
+        "The lane's intensity as planned: its most intense job's smoothed utilization.",
+        ["vl"],
+    )
+    sl_vl = _gauge("ibqos_sl_vl", "The VL each SL maps to (the value is the VL).", ["sl"])
+
+    lane_of_sl = dict(enumerate(tables.sl_to_vl))
+    job_sls = {job.sl for job in snap.decision.jobs}
+    per_level: dict[tuple[int, int], float] = {}
+    count: dict[int, int] = {}
+    count_cls: dict[tuple[int, str], int] = {}
+    for job in snap.decision.jobs:
+        vl = lane_of_sl[job.sl]
+        count[vl] = count.get(vl, 0) + 1
+        count_cls[vl, job.cls] = count_cls.get((vl, job.cls), 0) + 1
+        for level, fig in job.levels.items():
+            if math.isfinite(fig.bytes_per_s):
+                per_level[vl, level] = per_level.get((vl, level), 0.0) + fig.bytes_per_s
+    weights = lane_weights(tables)
+    for lane in sorted(tables.lanes, key=lambda lane: lane.vl):
+        vl_label = str(lane.vl)
+        jobs.add_metric([vl_label], count.get(lane.vl, 0))
+        for cls in CLASSES:
+            by_class.add_metric([vl_label, cls], count_cls.get((lane.vl, cls), 0))
+        sls.add_metric([vl_label], sum(1 for sl in lane.sls if sl in job_sls))
+        weight.add_metric([vl_label], weights.get(lane.vl, 0))
+        intensity.add_metric([vl_label], lane.intensity)
+        for level in sorted({lv for (v, lv) in per_level if v == lane.vl}):
+            value = per_level[lane.vl, level]
+            traffic.add_metric([vl_label, str(level)], value)
+            cap = snap.level_capacity.get(level, 0.0)
+            if cap > 0:
+                util.add_metric([vl_label, str(level)], value / cap)
+        for level, ticks, source in _lane_waits(snap, lane.vl, per_level):
+            wait.add_metric([vl_label, str(level), source], ticks)
+    for sl, vl_of in sorted(lane_of_sl.items()):
+        sl_vl.add_metric([str(sl)], vl_of)
+    return [traffic, util, wait, jobs, by_class, sls, weight, intensity, sl_vl]
+
+
+def _lane_waits(
+    snap: Snapshot, vl: int, per_level: dict[tuple[int, int], float]
+) -> Iterator[tuple[int, float, str]]:
+    """(level, ticks/s, source) of one lane: measured per VL where read, else the level's
+    port-wide wait split by the lane's share of the level's measured traffic."""
+    if snap.vl_wait is not None:
+        for (v, level), ticks in sorted(snap.vl_wait.items()):
+            if v == vl:
+                yield level, ticks, "vl"
+        return
+    for level, ticks in sorted(snap.level_wait.items()):
+        total = snap.level_traffic.get(level, 0.0)
+        share = per_level.get((vl, level), 0.0) / total if total > 0 else 0.0
+        yield level, ticks * min(share, 1.0), "port"
+
+
+def _jobs(snap: Snapshot) -> list[Metric]:
+    info = _gauge(
+        "ibqos_job_info", "A running job (always 1), with its name and user.", _JOB_INFO_LABELS
+    )
+    nodes = _gauge("ibqos_job_nodes", "The job's hosts found on the fabric.", ["job_id"])
+    traffic = _gauge(
+        "ibqos_job_traffic_bytes_per_second",
+        "The job's traffic at the fat-tree level (level 0 measured, upper levels attributed),"
+        " bytes per second.",
+        ["job_id", "level"],
+    )
+    avail = _gauge(
+        "ibqos_job_available_bytes_per_second",
+        "Uplink capacity of the level's subtrees holding the job's nodes, bytes per second.",
+        ["job_id", "level"],
+    )
+    util = _gauge(
+        "ibqos_job_utilization_ratio",
+        "The job's traffic at the level over its available bandwidth there.",
+        ["job_id", "level"],
+    )
+    intensity = _gauge(
+        "ibqos_job_intensity_ratio",
+        "The job's smoothed intensity: its highest utilization over levels >= 1.",
+        ["job_id"],
+    )
+    cls = _gauge(
+        "ibqos_job_class", "The job's intensity class as the plan uses it (always 1).", _CLS
+    )
+    sl = _gauge("ibqos_job_sl", "The job's service level.", ["job_id"])
+    vl = _gauge("ibqos_job_vl", "The virtual lane the job's SL maps to.", ["job_id"])
+    share = _gauge(
+        "ibqos_job_measured_share_ratio",
+        "Share of the job's upper-level traffic that was measured; the rest was estimated.",
+        ["job_id"],
+    )
+    for job in snap.decision.jobs:
+        jid = job.id
+        info.add_metric([jid, job.name, job.user or ""], 1)
+        nodes.add_metric([jid], len(job.nodes))
+        for level, fig in sorted(job.levels.items()):
+            lv = str(level)
+            if math.isfinite(fig.bytes_per_s):
+                traffic.add_metric([jid, lv], fig.bytes_per_s)
+            if fig.avail_bytes_per_s > 0:
+                avail.add_metric([jid, lv], fig.avail_bytes_per_s)
+            if fig.util is not None:
+                util.add_metric([jid, lv], fig.util)
+        if job.intensity is not None:
+            intensity.add_metric([jid], job.intensity)
+        cls.add_metric([jid, job.cls], 1)
+        sl.add_metric([jid], job.sl)
+        if job.vl is not None:
+            vl.add_metric([jid], job.vl)
+        share.add_metric([jid], job.measured_share)
+    return [info, nodes, traffic, avail, util, intensity, cls, sl, vl, share]
+
+
+_JOB_INFO_LABELS = ("job_id", "name", "user")
+_CLS = ("job_id", "class")
+_PORT_LABELS = ("node_guid", "port", "level")
+
+
+def _ports(snap: Snapshot) -> list[Metric]:
+    ports = snap.ports
+    assert ports is not None
+    out: list[Metric] = []
+    labels = [
+        (f"0x{guid:016x}", str(port), str(level))
+        for guid, port, level in zip(
+            ports["node_guid"].tolist(),
+            ports["port"].tolist(),
+            ports["level"].tolist(),
+            strict=True,
+        )
+    ]
+    for col, name, doc in _PORT_SERIES:
+        family = _gauge(name, doc, _PORT_LABELS)
+        values: list[Any] = ports[col].tolist()
+        for key, value in zip(labels, values, strict=True):
+            if math.isfinite(value):
+                family.add_metric(key, value)
+        out.append(family)
+    return out
+
+
+_PORT_SERIES = (
+    (
+        "xmit_bytes_per_s",
+        "ibqos_port_transmit_bytes_per_second",
+        "Bytes per second the port sent (PortXmitData).",
+    ),
+    (
+        "rcv_bytes_per_s",
+        "ibqos_port_receive_bytes_per_second",
+        "Bytes per second the port received (PortRcvData).",
+    ),
+    (
+        "xmit_wait_per_s",
+        "ibqos_port_xmit_wait_ticks_per_second",
+        "PortXmitWait ticks per second of the port.",
+    ),
+)

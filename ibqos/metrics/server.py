@@ -1,0 +1,128 @@
+"""The HTTP(S) endpoint Prometheus scrapes: ``/metrics`` of one registry.
+
+prometheus-client's own ``make_wsgi_app`` renders the page (text or OpenMetrics, gzip,
+``name[]`` filters).  Its ``start_http_server`` serves TLS (and client certificates) but
+has no basic authentication, so the app is served here by the standard library's WSGI
+server, the same pieces prometheus-client uses, with a small basic-auth check in front.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from ibqos.config import MetricsConfig
+from ibqos.errors import IbqosError
+
+__all__ = ["Exporter", "ExporterError"]
+
+log = logging.getLogger("ibqos.metrics")
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+App = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+class ExporterError(IbqosError):
+    """The exporter could not start (address in use, bad certificate)."""
+
+    category = "metrics"
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stuck scraper never holds up the daemon's exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """One access line per scrape would flood the journal."""
+
+
+def basic_auth(app: App, username: str, password: str) -> App:
+    """*app* behind HTTP basic authentication (401 with a challenge otherwise)."""
+    expected = f"{username}:{password}".encode()
+
+    def guarded(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        scheme, _, token = header.partition(" ")
+        try:
+            given = base64.b64decode(token.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            given = b""
+        # constant time, so the password cannot be guessed byte by byte from timings
+        if scheme.lower() == "basic" and hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("WWW-Authenticate", 'Basic realm="ibqos"'), ("Content-Type", "text/plain")],
+        )
+        return [b"401 Unauthorized\n"]
+
+    return guarded
+
+
+class Exporter:
+    """Serves *registry* on ``cfg.listen`` in a background thread until :meth:`close`.
+
+    Raises:
+        ExporterError: the address cannot be bound or the TLS files do not load.
+    """
+
+    def __init__(self, registry: CollectorRegistry, cfg: MetricsConfig) -> None:
+        if cfg.listen is None:
+            raise ExporterError("metrics.listen: the exporter is turned off")
+        host, port = cfg.listen
+        app: App = make_wsgi_app(registry)
+        if cfg.basic_auth is not None:
+            app = basic_auth(app, cfg.basic_auth.username, cfg.basic_auth.password)
+
+        class Server(_Server):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        try:
+            self.httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+        except OSError as err:
+            raise ExporterError(f"metrics.listen: cannot listen on {host}:{port}: {err}") from err
+        try:
+            if cfg.tls is not None:
+                ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+                ctx.load_cert_chain(str(cfg.tls.cert_file), str(cfg.tls.key_file))
+                if cfg.tls.client_ca_file is not None:
+                    ctx.verify_mode = ssl.CERT_REQUIRED
+                    ctx.load_verify_locations(cafile=str(cfg.tls.client_ca_file))
+                self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        except (OSError, ssl.SSLError) as err:
+            self.httpd.server_close()
+            raise ExporterError(f"metrics.tls: cannot load the certificate or key: {err}") from err
+        self.scheme = "https" if cfg.tls is not None else "http"
+        self.host = host
+        self.port: int = self.httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="ibqos-metrics", daemon=True
+        )
+        self._thread.start()
+        log.info("metrics on %s://%s:%d/metrics", self.scheme, host, self.port)
+
+    @property
+    def url(self) -> str:
+        """Where ``/metrics`` is served."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
