@@ -149,7 +149,7 @@ def test_an_ended_job_s_series_vanish_with_the_next_snapshot() -> None:
 
 
 def test_unknown_values_are_left_out_not_zero() -> None:
-    fabric, hp = setup()
+    fabric, _ = setup()
     table = full_rates(fabric, {})
     table["xmit_bytes_per_s"] = np.nan  # nothing answered
     table["xmit_wait_per_s"] = np.nan
@@ -167,7 +167,7 @@ def test_unknown_values_are_left_out_not_zero() -> None:
 
 
 def test_no_lane_series_when_the_routing_engine_owns_sl2vl() -> None:
-    fabric, hp = setup()
+    fabric, _ = setup()
     table = full_rates(fabric, {})
     lanes = LaneConfig(routing_engine="dfsssp")
     decision = Decider(fabric, lanes, Thresholds(tau_s=0.0)).decide(table, [HEAVY], 0.0)
