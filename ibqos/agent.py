@@ -54,7 +54,7 @@ from ibqos.jobmap import FileJobSource
 from ibqos.jobs import Job
 from ibqos.lanes import resolve_lanes
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
-from ibqos.metrics.server import Exporter
+from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.opensm.check import check_conf, check_policy
 from ibqos.opensm.conf import managed_values, render_conf
 from ibqos.opensm.policy import PolicyJob, render_policy
@@ -179,7 +179,7 @@ class Agent:
             ExporterError: the address is taken or the TLS files do not load.
         """
         if self.config.metrics.listen is not None and self.exporter is None:
-            self.exporter = Exporter(self.metrics.registry, self.config.metrics)
+            self.exporter = Exporter(metrics_app(self.metrics), self.config.metrics)
 
     def close(self) -> None:
         """Stop serving metrics and release the collector's MAD device."""
@@ -293,6 +293,7 @@ class Agent:
         self.counters.cycles += 1
         if decision.result.replace:
             self.counters.plan_changes += 1
+            self.counters.plan_changed_s = time.time()
             log.info("plan: %s", "; ".join(decision.result.reasons))
         files = self.render(decision)
         result: ApplyResult | None = None

@@ -36,7 +36,7 @@ from ibqos.config import MetricsConfig
 from ibqos.decide import Decider
 from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
-from ibqos.metrics.server import Exporter
+from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.planner import LaneConfig
 
 CASES = (("1k", 100), ("10k", 1000), ("50k", 5000))
@@ -83,7 +83,7 @@ def measure(size: str, n_jobs: int, rounds: int, per_port: bool) -> dict[str, fl
     out["bytes"] = len(text)
     out["gzip"] = len(gzip.compress(text))
     out["series"] = sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
-    exporter = Exporter(metrics.registry, MetricsConfig(listen=("127.0.0.1", 0)))
+    exporter = Exporter(metrics_app(metrics), MetricsConfig(listen=("127.0.0.1", 0)))
     try:
         # the URL is our own loopback endpoint
         req = urllib.request.Request(exporter.url, headers={"Accept-Encoding": "gzip"})  # noqa: S310

@@ -9,8 +9,9 @@ histograms, observed as they happen.
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -44,6 +45,8 @@ class Counters:
         last_error: the last failure's message ("" after a good cycle).
         sweep_answered: ports that answered in the last sweep.
         sweep_failed: ports that did not.
+        started_s: UNIX time the daemon started, seconds.
+        plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
     """
 
     cycles: int = 0
@@ -60,6 +63,8 @@ class Counters:
     last_error: str = ""
     sweep_answered: int = 0
     sweep_failed: int = 0
+    started_s: float = field(default_factory=time.time)
+    plan_changed_s: float | None = None
 
 
 #: (attribute, metric name without _total, help)
@@ -129,6 +134,15 @@ class HealthCollector(Collector):
         yield GaugeMetricFamily(
             "ibqos_dry_run", "1 when the agent only shows what it would write.", value=self.dry_run
         )
+        yield GaugeMetricFamily(
+            "ibqos_start_time_seconds", "UNIX time the agent started.", value=c.started_s
+        )
+        if c.plan_changed_s is not None:
+            yield GaugeMetricFamily(
+                "ibqos_last_plan_change_timestamp_seconds",
+                "UNIX time the plan last changed in substance (SLs, SL2VL, VLArb).",
+                value=c.plan_changed_s,
+            )
         if c.last_success_s is not None:
             yield GaugeMetricFamily(
                 "ibqos_last_success_timestamp_seconds",
@@ -138,12 +152,17 @@ class HealthCollector(Collector):
 
 
 class AgentMetrics:
-    """Every metric of one agent, on its own registry.
+    """Every metric of one agent.
+
+    Two registries hold them: :attr:`own` has the agent's counters, info and histograms;
+    :attr:`registry` has those and the snapshot's families, for anything that reads a
+    registry (tests, OpenMetrics).  The endpoint serves :attr:`own` through
+    prometheus-client and the snapshot from its cached text (``ibqos.metrics.families``).
 
     Args:
         counters: the daemon's counters.
         fabric, routing_engine, dry_run: see :class:`HealthCollector`.
-        registry: where to register (tests pass their own); None: a new one.
+        registry: the full registry to fill (tests pass their own); None: a new one.
     """
 
     def __init__(
@@ -155,20 +174,23 @@ class AgentMetrics:
         dry_run: bool,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        self.own = CollectorRegistry()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.health = HealthCollector(counters, fabric, routing_engine, dry_run)
         self.snapshot = SnapshotCollector()
-        self.registry.register(self.health)
-        self.registry.register(self.snapshot)
         self.cycle_seconds = Histogram(
             "ibqos_cycle_duration_seconds",
             "Seconds one decision cycle took: sweep, decide, render, apply.",
             buckets=DURATION_BUCKETS,
-            registry=self.registry,
+            registry=None,
         )
         self.sweep_seconds = Histogram(
             "ibqos_sweep_duration_seconds",
             "Seconds one counter sweep of the fabric took.",
             buckets=DURATION_BUCKETS,
-            registry=self.registry,
+            registry=None,
         )
+        for collector in (self.health, self.cycle_seconds, self.sweep_seconds):
+            self.own.register(collector)
+            self.registry.register(collector)
+        self.registry.register(self.snapshot)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 import subprocess
+import urllib.request
 
 import numpy as np
 import pandas as pd
@@ -12,10 +14,13 @@ from fabric_rates import leaf_up_ports, rates, setup
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ibqos.classify import Thresholds
+from ibqos.config import MetricsConfig
 from ibqos.decide import Decider
 from ibqos.fabric import Fabric
 from ibqos.jobs import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
+from ibqos.metrics.families import SnapshotCollector
+from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.metrics.snapshot import VL_WAIT_COLUMNS
 from ibqos.plan_output import lane_weights
 from ibqos.planner import LaneConfig
@@ -231,3 +236,35 @@ def test_no_label_collides_with_prometheus_target_labels(bad: str) -> None:
     for family in m.registry.collect():
         for sample in family.samples:
             assert bad not in sample.labels, (family.name, sample.labels)
+
+
+def test_the_fast_text_is_byte_for_byte_prometheus_client_s() -> None:
+    odd = Job('q"\\x\ny', ("cn0003",), name='a "quoted"\\name', user="b\nc")  # escapes
+    _, _, snap = cycle(jobs=(HEAVY, LIGHT, odd), per_port=True)
+    collector = SnapshotCollector()
+    collector.publish(snap)
+    reference = CollectorRegistry()
+    reference.register(collector)
+    text = collector.text()
+    assert text == generate_latest(reference)
+    assert b'job_id="q\\"\\\\x\\ny"' in text
+    assert collector.text() is text  # rendered once per snapshot
+
+
+def test_the_endpoint_serves_the_agent_and_the_snapshot_gzipped() -> None:
+    m = metrics(Counters(cycles=2, last_success_s=1.0))
+    m.snapshot.publish(cycle()[2])
+    exp = Exporter(metrics_app(m), MetricsConfig(listen=("127.0.0.1", 0)))
+    try:
+        req = urllib.request.Request(exp.url, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.headers["Content-Encoding"] == "gzip"
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            body = gzip.decompress(resp.read())
+        assert body == generate_latest(m.registry)  # the same page as the full registry
+        with urllib.request.urlopen(exp.url, timeout=5) as resp:
+            assert resp.read() == body and resp.headers["Content-Encoding"] is None
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(exp.url.replace("/metrics", "/other"), timeout=5)
+    finally:
+        exp.close()

@@ -12,17 +12,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
 from ibqos.config import parse_config
 from ibqos.errors import ConfigError
 from ibqos.metrics.server import Exporter, ExporterError
 
 
-def registry() -> CollectorRegistry:
+def registry():
+    """A WSGI app serving one gauge (the endpoint's transport does not care which app)."""
     reg = CollectorRegistry()
     Gauge("ibqos_test_value", "A value for the endpoint tests.", registry=reg).set(42)
-    return reg
+    return make_wsgi_app(reg)
 
 
 def metrics_cfg(tmp_path: Path, **section: object):

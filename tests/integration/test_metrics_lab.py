@@ -1,0 +1,99 @@
+"""The exporter with the real thing: ``ibqos run`` on a lab, scraped by a real Prometheus
+that also evaluates the shipped rules; every dashboard panel's query is run through
+Prometheus's HTTP API and must return data with the labels its legend names."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from dashqueries import panel_queries
+from labcheck import QUIET
+from test_agent_lab import JOB_B, LIGHT_A, agent_config, drive, start_agent, stop_agent, write_jobs
+
+from ibqos.lab.prometheus import PrometheusServer
+
+ROOT = Path(__file__).parents[2]
+RULES = ROOT / "dashboards" / "ibqos.rules.yml"
+HEAVY_A = LIGHT_A | {"rate_bytes_per_s": 1.0e10}  # overloads the leaf uplinks: XmitWait
+
+
+def metrics_url(tmp_path: Path) -> str | None:
+    """The agent's endpoint, from its log line (it listens on any free port)."""
+    m = re.search(r"metrics on (http://\S+/metrics)", (tmp_path / "agent.log").read_text())
+    return None if m is None else m.group(1)
+
+
+def scrape(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read()
+
+
+def test_prometheus_scrapes_the_agent_and_every_panel_has_data(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    write_jobs(lab, HEAVY_A, JOB_B)
+    config = agent_config(lab, tmp_path, metrics={"fabric": "labfab"})
+    proc = start_agent(lab, config, tmp_path)
+    try:
+        drive(lab, lambda: metrics_url(tmp_path) is not None, 30, proc)
+        url = metrics_url(tmp_path)
+        assert url is not None
+        target = url.removeprefix("http://").removesuffix("/metrics")
+        # the agent's own exposition passes promtool's lint once jobs are planned
+        drive(lab, lambda: b'ibqos_job_sl{job_id="B"}' in scrape(url), 30, proc)
+        lint = subprocess.run(
+            ["promtool", "check", "metrics"], input=scrape(url), capture_output=True, check=False
+        )
+        assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
+
+        prom_dir = tmp_path / "prom"
+        prom_dir.mkdir()
+        with PrometheusServer(
+            prom_dir, [target], scrape_interval=0.5, evaluation_interval=0.5, rule_files=[RULES]
+        ) as prom:
+
+            def ready() -> bool:
+                # classes measured, lanes planned, rules evaluated, and some history
+                high = prom.query('ibqos_job_class{job_id="A", class="high"}')
+                util = prom.query("ibqos:level_utilization:ratio")
+                samples = prom.query("count_over_time(ibqos_cycles_total[1m])")
+                return bool(high and util and samples and float(samples[0]["value"][1]) >= 6)
+
+            drive(lab, ready, 60, proc)
+            assert {t["health"] for t in prom.targets()} == {"up"}
+            rules = [r for group in prom.rules() for r in group["rules"]]
+            assert rules and {r["health"] for r in rules} == {"ok"}, rules
+
+            variables = {"instance": target, "fabric": "labfab", "job_id": "A", "level": "1"}
+            checked = 0
+            for q in panel_queries(variables):
+                result = prom.query(q.expr)  # raises with Prometheus's error on a bad query
+                if q.annotation:
+                    continue  # events: empty when nothing happened in the window
+                assert result, f"{q.dashboard} / {q.panel}: no data for {q.expr}"
+                for entry in result:
+                    missing = set(q.legend_labels) - set(entry["metric"])
+                    assert not missing, f"{q.dashboard} / {q.panel}: no {missing} in {entry}"
+                checked += 1
+            assert checked >= 20
+            print(f"{checked} panel queries returned data with their legend's labels")
+
+            # a lane of the heavy job, with its congestion estimated from port XmitWait
+            wait = prom.query('ibqos_lane_xmit_wait_ticks_per_second{level="1"}')
+            assert {e["metric"]["source"] for e in wait} == {"port"}
+            fabric = prom.query('ibqos_fabric_info{fabric="labfab"}')
+            assert [e["metric"]["instance"] for e in fabric] == [target]
+
+            # a job that ends: its series go from the exposition and from Prometheus
+            write_jobs(lab, HEAVY_A)
+            drive(lab, lambda: b'job_id="B"' not in scrape(url), 15, proc)
+            t0 = time.monotonic()
+            drive(lab, lambda: not prom.query('{job_id="B"}'), 10, proc)
+            print(f"an ended job's series left Prometheus {time.monotonic() - t0:.1f} s later")
+            assert prom.query('ibqos_job_sl{job_id="A"}')
+    finally:
+        assert stop_agent(proc) == 0
+    assert "ERROR" not in (tmp_path / "agent.log").read_text()
