@@ -1,6 +1,6 @@
 # The two commands of the README:  make demo  and  make test.
 # Each sets the machine up first (scripts/setup.sh is idempotent).
-.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan
+.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan bench-metrics
 
 VENV := .venv/bin
 
@@ -31,3 +31,6 @@ bench-collect: setup
 
 bench-plan: setup
 	$(VENV)/python scripts/bench_plan.py
+
+bench-metrics: setup
+	$(VENV)/python scripts/bench_metrics.py

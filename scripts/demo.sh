@@ -7,7 +7,9 @@
 # agent would write (a dry run), then runs the agent (`ibqos run`) for a few minutes while
 # jobs start, end and turn heavy. Every round prints what happened, the agent's log, what
 # it measured and decided (`ibqos status`) and what OpenSM programmed into a spine switch
-# (read back with smpquery). Everything is taken down at the end, on error and on Ctrl-C.
+# (read back with smpquery) and what a real Prometheus scraped from the agent's metrics
+# endpoint (the queries of the shipped Grafana dashboards). Everything is taken down at the
+# end, on error and on Ctrl-C.
 # About 3 minutes; IBQOS_DEMO_ROUND_S (default 12) sets the seconds between two rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,8 @@ ROUND_S=${IBQOS_DEMO_ROUND_S:-12} # seconds between two rounds
 T0=$SECONDS
 runner_pid="" # `ibqos lab run ... ibqos run` (the agent's parent)
 agent_pid=""  # the agent itself
+prom_pid=""   # Prometheus, scraping the agent
+PROM_URL=""
 
 stop_agent() {
   # The agent writes its own pid (sh's $$, then exec); SIGTERM ends it after its cycle.
@@ -40,9 +44,16 @@ stop_agent() {
   runner_pid=""
   return "$rc"
 }
+stop_prometheus() {
+  if [ -z "$prom_pid" ]; then return 0; fi
+  kill -TERM "$prom_pid" 2>/dev/null || true
+  wait "$prom_pid" 2>/dev/null || true
+  prom_pid=""
+}
 cleanup() {
   trap - INT TERM
   stop_agent || true
+  stop_prometheus
   if [ -d "$LAB" ]; then "$IBQOS" lab down "$NAME" || true; fi
   rm -rf "$IBQOS_LAB_ROOT"
 }
@@ -127,6 +138,7 @@ doc |= {
     "collect": {"interval_s": 5},  # a sweep every 5 s (default 10)
     "classify": {"tau_s": 10},  # intensity smoothed over ~10 s (default 60)
     "lanes": {"min_hold_s": 10, "min_interval_s": 0},  # class changes held 10 s (60/300)
+    "metrics": {"listen": "127.0.0.1:0", "fabric": "demo"},  # any free port, in the log
 }
 open(sys.argv[2], "w").write(yaml.safe_dump(doc, sort_keys=False))
 PY
@@ -326,11 +338,65 @@ while True:
     time.sleep(0.5)
 PY
 }
-report() { # the agent's view: log, status, switch
+start_prometheus() { # a real Prometheus scraping the agent every second, with ibqos's rules
+  local target prom=$IBQOS_LAB_ROOT/prometheus port
+  target=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$LAB/agent.log" | head -1)
+  port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$prom"
+  cp dashboards/ibqos.rules.yml "$prom/"
+  cat >"$prom/prometheus.yml" <<YML
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [ibqos.rules.yml]
+scrape_configs:
+  - job_name: ibqos
+    static_configs: [{targets: ["$target"]}]
+YML
+  promtool check config "$prom/prometheus.yml" >/dev/null
+  prometheus --config.file="$prom/prometheus.yml" --web.listen-address="127.0.0.1:$port" \
+    --storage.tsdb.path="$prom/data" --storage.tsdb.retention.time=1h >"$prom/log" 2>&1 &
+  prom_pid=$!
+  PROM_URL=http://127.0.0.1:$port
+  note "Prometheus (pid $prom_pid) on $PROM_URL scrapes the agent's metrics on http://$target/metrics"
+}
+
+show_prometheus() { # what the Lanes and Jobs dashboards show now, queried from Prometheus
+  [ -n "$PROM_URL" ] || return 0
+  "$PY" - "$PROM_URL" <<'PY'
+import json, sys, urllib.parse, urllib.request
+url = sys.argv[1]
+def query(expr):
+    q = urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as resp:
+            return json.load(resp)["data"]["result"]
+    except OSError:
+        return []
+def by(expr, label):
+    return {int(e["metric"][label]): float(e["value"][1]) for e in query(expr)}
+util = by('ibqos_lane_utilization_ratio{level="1"}', "vl")
+weight = by("ibqos:lane_weight_share:ratio", "vl")
+jobs = by("ibqos_lane_jobs", "vl")
+if not weight:
+    print("Prometheus: no scrape yet (its first scrape comes ~5 s after it starts)")
+    sys.exit()
+print("Prometheus (as the Lanes dashboard shows it): per VL, jobs, weight share, leaf-uplink utilization")
+for vl in sorted(weight):
+    bar = "#" * round(util.get(vl, 0.0) * 50)
+    print(f"   VL {vl}: {int(jobs.get(vl, 0))} jobs, weight {weight[vl]:5.1%}, uplinks {util.get(vl, 0.0):6.1%} {bar}")
+level = by("ibqos:level_utilization:ratio", "level")
+classes = {e["metric"]["class"]: int(float(e["value"][1])) for e in query("ibqos:job_count_by_class:sum")}
+changes = query("ibqos_plan_changes_total")
+print(f"   leaf uplinks {level.get(1, 0.0):.1%} busy; jobs by class {classes};"
+      f" plan changes so far {int(float(changes[0]['value'][1])) if changes else 0}")
+PY
+}
+
+report() { # the agent's view: log, status, switch, Prometheus
   show_log
   echo "ibqos status (from the agent's state directory):"
   "$IBQOS" status --config "$CFG" | sed 's/^/   /'
   show_switch "$@"
+  show_prometheus
 }
 
 say "the agent: ibqos run, attached to the lab; its log goes to $LAB/agent.log"
@@ -351,6 +417,7 @@ round "the agent starts: 9 jobs running, 8 VLs" \
   "(the dry run above measured first; the daemon plans first, so running jobs get SLs at once)."
 settle 9
 agent_pid=$(cat "$LAB/agent.pid")
+start_prometheus
 report
 
 round "nothing new: the measurements take over" \
@@ -426,6 +493,8 @@ rc=0
 stop_agent || rc=$?
 show_log
 echo "agent exit status: $rc"
+
+stop_prometheus
 
 say "lab down"
 "$IBQOS" lab down "$NAME"
