@@ -178,8 +178,11 @@ class Agent:
         Raises:
             ExporterError: the address is taken or the TLS files do not load.
         """
-        if self.config.metrics.listen is not None and self.exporter is None:
-            self.exporter = Exporter(metrics_app(self.metrics), self.config.metrics)
+        cfg = self.config.metrics
+        if cfg.listen is not None and self.exporter is None:
+            if cfg.basic_auth is not None and cfg.tls is None:
+                log.warning("metrics: basic auth without TLS sends the password in clear text")
+            self.exporter = Exporter(metrics_app(self.metrics), cfg)
 
     def close(self) -> None:
         """Stop serving metrics and release the collector's MAD device."""
@@ -280,7 +283,8 @@ class Agent:
 
     def cycle(self, *, sweep: bool) -> Decision:
         """Sweep (or reuse the last rates), decide, and apply or show the result."""
-        with self.metrics.cycle_seconds.time():  # failed cycles count too: they took time
+        self.counters.cycles += 1  # on entry: a failed cycle is a cycle too
+        with self.metrics.cycle_seconds.time():
             return self._cycle(sweep=sweep)
 
     def _cycle(self, *, sweep: bool) -> Decision:
@@ -290,7 +294,6 @@ class Agent:
         if fresh or self.rates is None:
             self.rates = self._sweep()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
-        self.counters.cycles += 1
         if decision.result.replace:
             self.counters.plan_changes += 1
             self.counters.plan_changed_s = time.time()
@@ -317,9 +320,9 @@ class Agent:
                 decision, self.rates, self.capacity, now, per_port=self.config.metrics.per_port
             )
         )
-        self.counters.last_success_s = now
-        if result is not None and not result.ok:
+        if result is not None and not result.ok:  # measured and decided, not applied
             raise IbqosError(f"OpenSM did not take the new files: {result.summary()}")
+        self.counters.last_success_s = now
         return decision
 
     def _sweep(self) -> pd.DataFrame:
@@ -447,8 +450,8 @@ class Agent:
             log.error("SIGHUP: new config rejected, keeping the old one: %s", err)
             return
         self.counters.config_error_now = False
-        if config.metrics.listen != self.config.metrics.listen:
-            log.warning("SIGHUP: metrics.listen changes take effect when ibqos restarts")
+        if config.metrics != self.config.metrics:
+            log.warning("SIGHUP: changes to the metrics section take effect when ibqos restarts")
         self.metrics.health.fabric = config.metrics.fabric
         self.metrics.health.routing_engine = lanes.routing_engine
         self._config_text = text

@@ -66,12 +66,14 @@ class JobTraffic:
 
     @property
     def measured_share(self) -> float:
-        """Share of all the job's attributed bytes/s (over every level) that was measured."""
-        total = sum(v for v in self.bytes_per_s.values() if np.isfinite(v))
+        """Share of the job's upper-level (l >= 1) bytes/s that was measured; 1.0 when it
+        sent nothing up (nothing was estimated).  Level 0 is left out: it is always
+        measured, and counting it would hide how much of the shared part was a guess."""
+        upper = [(lvl, v) for lvl, v in self.bytes_per_s.items() if lvl >= 1 and np.isfinite(v)]
+        total = sum(v for _, v in upper)
         if total <= 0:
             return 1.0
-        part = sum(self.measured[lvl] * v for lvl, v in self.bytes_per_s.items() if np.isfinite(v))
-        return part / total
+        return sum(self.measured[lvl] * v for lvl, v in upper) / total
 
 
 @dataclass
@@ -110,7 +112,8 @@ class Attribution:
     @property
     def measured_share(self) -> FloatArray:
         """:attr:`JobTraffic.measured_share` of every job."""
-        known = np.isfinite(self.bytes_per_s)
+        upper = np.array([lvl >= 1 for lvl in self.levels], dtype=np.bool_)
+        known = np.isfinite(self.bytes_per_s) & upper
         rate = np.where(known, self.bytes_per_s, 0.0)
         total = rate.sum(axis=1)
         part = np.where(known, self.measured * rate, 0.0).sum(axis=1)

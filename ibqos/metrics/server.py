@@ -47,11 +47,29 @@ class ExporterError(IbqosError):
     category = "metrics"
 
 
+#: seconds a client may take for its TLS handshake or its request
+CLIENT_TIMEOUT_S = 10.0
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck scraper never holds up the daemon's exit
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # In the connection's own thread: the TLS handshake (deferred from accept, where
+        # one silent client would block every other scrape), with a time limit.
+        request.settimeout(CLIENT_TIMEOUT_S)
+        if isinstance(request, ssl.SSLSocket):
+            try:
+                request.do_handshake()
+            except (OSError, ssl.SSLError) as err:
+                log.debug("metrics: TLS handshake with %s failed: %s", client_address, err)
+                return
+        super().finish_request(request, client_address)
+
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT_S
+
     def log_message(self, format: str, *args: Any) -> None:
         """One access line per scrape would flood the journal."""
 
@@ -127,7 +145,9 @@ class Exporter:
                 if cfg.tls.client_ca_file is not None:
                     ctx.verify_mode = ssl.CERT_REQUIRED
                     ctx.load_verify_locations(cafile=str(cfg.tls.client_ca_file))
-                self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+                self.httpd.socket = ctx.wrap_socket(
+                    self.httpd.socket, server_side=True, do_handshake_on_connect=False
+                )
         except (OSError, ssl.SSLError) as err:
             self.httpd.server_close()
             raise ExporterError(f"metrics.tls: cannot load the certificate or key: {err}") from err

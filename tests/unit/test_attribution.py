@@ -246,3 +246,12 @@ def test_no_jobs() -> None:
     got = Attributor(fabric).attribute(rates(fabric, {}, 1e9), [])
     assert got.jobs == {} and got.bytes_per_s.shape == (0, 2) and len(got.measured_share) == 0
     assert got.unattributed[1] > 0  # every uplink's bytes: nobody takes them
+
+
+def test_the_measured_share_is_of_the_upper_levels_only() -> None:
+    from ibqos.attribution import JobTraffic
+
+    # level 0 is always measured; counting it would make an all-estimated job look half known
+    t = JobTraffic("j", {0: 100.0, 1: 100.0, 2: 300.0}, {0: 1.0, 1: 0.0, 2: 0.5})
+    assert t.measured_share == (0.0 * 100 + 0.5 * 300) / 400
+    assert JobTraffic("j", {0: 5.0, 1: 0.0}, {0: 1.0, 1: 0.0}).measured_share == 1.0
