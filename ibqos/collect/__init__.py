@@ -34,6 +34,7 @@ def make_backend(cfg: CollectConfig) -> Backend:
             workers=cfg.workers,
             per_switch=cfg.per_switch,
             xmit_wait=cfg.xmit_wait,
+            vl_xmit_wait=cfg.vl_xmit_wait,
             # one process reads many ports, and each starts a MAD client: seconds, not a reply
             timeout_s=max(cfg.timeout_s, 10.0),
         )
@@ -51,4 +52,5 @@ def make_backend(cfg: CollectConfig) -> Backend:
         timeout_s=cfg.timeout_s,
         retries=cfg.retries,
         xmit_wait=cfg.xmit_wait,
+        vl_xmit_wait=cfg.vl_xmit_wait,
     )

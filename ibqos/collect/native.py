@@ -14,6 +14,14 @@ whether PortCountersExtended (64-bit) is there, whether PortCounters has PortXmi
 whether PCE also carries it.  Per-SL data counters have no capability bit, so switches are
 probed for PortXmitDataSL by trying it (status 0x000C or no reply: not supported).
 
+With ``vl_xmit_wait`` on, every node (switch or CA) is also asked once for
+PortVLXmitWaitCounters (IBA 16.1.4, attribute 0x001C), which no capability bit announces
+either.  A good reply adds one Get per port to every sweep, whose sixteen 16-bit counters
+fill the ``vl_xmit_wait0..15`` columns.  An error status (0x000C on a PMA without it) means
+not supported, for good; no reply is asked again after ``REPROBE_SWEEPS`` sweeps, since a
+lost probe would otherwise hide a node's lanes until a restart.  Per-VL readings that fail
+later leave only those columns empty: the row's data counters and ``error`` stand.
+
 Window under the lab: umad2sim holds one lock while it writes a request to ibsim's datagram
 socket, and its receiver thread needs that lock to queue a reply.  With more requests out
 than a unix datagram queue holds (``net.unix.max_dgram_qlen``, 10 by default) both sides can
@@ -29,20 +37,21 @@ import struct
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from ibqos.collect.sweep import Sweep, Target
+from ibqos.collect.sweep import VL_COUNT, VL_WAIT_COLUMNS, Sweep, Target
 from ibqos.errors import CollectError
 from ibqos.mad import pma
 
 log = logging.getLogger("ibqos.collect")
 
-#: sweeps between two tries of a node whose ClassPortInfo did not answer
+#: sweeps between two tries of a node whose ClassPortInfo (or PortVLXmitWaitCounters
+#: probe) did not answer
 REPROBE_SWEEPS = 10
 
 _U64_MAX = np.uint64(2**64 - 1)
@@ -98,11 +107,14 @@ class NodeCaps:
         cap_mask: PerfMgt ClassPortInfo.CapabilityMask.
         cap_mask2: CapabilityMask2 (27 bits).
         per_sl: PortXmitDataSL answered (switches only are probed).
+        vl_xmit_wait: PortVLXmitWaitCounters answered (probed only with
+            ``NativeBackend(vl_xmit_wait=True)``).
     """
 
     cap_mask: int
     cap_mask2: int
     per_sl: bool = False
+    vl_xmit_wait: bool = False
 
     @property
     def extended(self) -> bool:
@@ -305,6 +317,9 @@ class NativeBackend:
         retries: extra tries after a timeout or a busy reply.
         xmit_wait: also read PortCounters for PortXmitWait where PCE does not carry it
             (one more Get per port).
+        vl_xmit_wait: also read PortVLXmitWaitCounters of every port whose node answers
+            it (one more Get per port); the sweep table then has the ``vl_xmit_wait0..15``
+            columns.
         transport: an already open MAD port (tests); default opens ``UmadPort(ca, port)``.
     """
 
@@ -319,6 +334,7 @@ class NativeBackend:
         timeout_s: float = 0.5,
         retries: int = 2,
         xmit_wait: bool = True,
+        vl_xmit_wait: bool = False,
         transport: Transport | None = None,
     ) -> None:
         if transport is None:
@@ -330,12 +346,14 @@ class NativeBackend:
             log.info("umad2sim: in-flight window %d capped at %d", window, limit)
         self.pipeline = Pipeline(transport, min(window, max(1, limit)), timeout_s, retries)
         self.xmit_wait = xmit_wait
+        self.vl_xmit_wait = vl_xmit_wait
         self.caps: dict[int, NodeCaps | None] = {}  # None: ClassPortInfo failed
         self._warned_32bit: set[int] = set()
         self._caps_gen = 0  # bumped when caps change: cached request plans go stale
         self._cached: _Plan | None = None
         self._sweeps = 0
         self._failed_at: dict[int, int] = {}  # node GUID -> sweep its ClassPortInfo failed
+        self._vl_due: dict[int, int] = {}  # node GUID -> sweep to ask again for VL counters
 
     def close(self) -> None:
         """Close the MAD port."""
@@ -350,23 +368,37 @@ class NativeBackend:
     # -- capabilities ---------------------------------------------------------------
     def probe(self, targets: Sequence[Target]) -> None:
         """Read ClassPortInfo of every node not probed yet, then try per-SL counters on
-        the switches among them.  A node that does not answer is tried again after
-        ``REPROBE_SWEEPS`` sweeps (each try costs it ``retries`` timeouts)."""
+        the switches among them (and per-VL XmitWait on all of them, if asked for).  A
+        node that does not answer is tried again after ``REPROBE_SWEEPS`` sweeps (each
+        try costs it ``retries`` timeouts)."""
         self._sweeps += 1
         first: dict[int, Target] = {}
+        vl_again: dict[int, Target] = {}
         for tg in targets:
             if tg.node_guid not in self.caps:
                 first.setdefault(tg.node_guid, tg)
             elif self.caps[tg.node_guid] is None:
                 if self._sweeps - self._failed_at.get(tg.node_guid, 0) >= REPROBE_SWEEPS:
                     first.setdefault(tg.node_guid, tg)
-        if not first:
+            elif self._vl_due and self._vl_due.get(tg.node_guid, self._sweeps + 1) <= self._sweeps:
+                vl_again.setdefault(tg.node_guid, tg)
+        if not first and not vl_again:
             return
-        nodes = list(first.values())
+        caps = self._probe_classes(list(first.values())) if first else {}
+        if self.vl_xmit_wait:
+            answered = [tg for tg in first.values() if tg.node_guid in caps]
+            self._probe_vl([*answered, *vl_again.values()], caps)
+        if caps:  # the request plan changes only when a node gains capabilities
+            self.caps.update(caps)
+            self._caps_gen += 1
+
+    def _probe_classes(self, nodes: list[Target]) -> dict[int, NodeCaps]:
+        """ClassPortInfo of *nodes*, then PortXmitDataSL of the switches among them: the
+        caps of those that answered (those that did not are recorded as failed)."""
+        caps: dict[int, NodeCaps] = {}
         res = self.pipeline.run([Request(tg.lid, pma.ATTR_CLASS_PORT_INFO, 0) for tg in nodes])
         recs = pma.decode(res.mads.tobytes(), pma.ATTR_CLASS_PORT_INFO)
         bad = pma.check_replies(recs, pma.ATTR_CLASS_PORT_INFO)
-        caps: dict[int, NodeCaps] = {}
         for tg, rec, err, rerr in zip(nodes, recs, bad, res.error, strict=True):
             why = rerr or err
             if why:
@@ -386,15 +418,47 @@ class NativeBackend:
             bad = pma.check_replies(recs, pma.ATTR_PORT_XMIT_DATA_SL)
             for tg, err, rerr in zip(switches, bad, res.error, strict=True):
                 if not (err or rerr):
-                    c = caps[tg.node_guid]
-                    caps[tg.node_guid] = NodeCaps(c.cap_mask, c.cap_mask2, per_sl=True)
-        if caps:  # the request plan changes only when a node gains capabilities
-            self.caps.update(caps)
-            self._caps_gen += 1
+                    caps[tg.node_guid] = replace(caps[tg.node_guid], per_sl=True)
+        return caps
+
+    def _probe_vl(self, nodes: list[Target], caps: dict[int, NodeCaps]) -> None:
+        """Ask one port of each of *nodes* for PortVLXmitWaitCounters; record in *caps*
+        the nodes that answer (their caps are taken from *caps*, else from ``self.caps``).
+
+        No capability bit announces the attribute.  An error status (0x000C: not
+        implemented) is final; no reply (ibsim's answer to what it lacks, or a lost MAD)
+        is asked again after ``REPROBE_SWEEPS`` sweeps.
+        """
+        if not nodes:
+            return
+        attr = pma.ATTR_PORT_VL_XMIT_WAIT
+        res = self.pipeline.run([Request(tg.lid, attr, tg.port) for tg in nodes])
+        bad = pma.check_replies(pma.decode(res.mads.tobytes(), attr), attr)
+        for tg, err, rerr in zip(nodes, bad, res.error, strict=True):
+            self._vl_due.pop(tg.node_guid, None)
+            known = caps.get(tg.node_guid) or self.caps.get(tg.node_guid)
+            if known is None:
+                continue
+            if not (err or rerr):
+                caps[tg.node_guid] = replace(known, vl_xmit_wait=True)
+                continue
+            if rerr:  # nothing came back: maybe lost, so not final
+                self._vl_due[tg.node_guid] = self._sweeps + REPROBE_SWEEPS
+                later = f"; asked again in {REPROBE_SWEEPS} sweeps"
+            else:
+                later = ""
+            log.info(
+                "%s: no PortVLXmitWaitCounters (%s): its per-VL columns stay empty%s",
+                _where(tg),
+                rerr or err,
+                later,
+            )
 
     # -- sweep ----------------------------------------------------------------------
     def sweep(self, targets: Sequence[Target]) -> Sweep:
-        """Read PortCountersExtended (or PortCounters) of every target once."""
+        """Read PortCountersExtended (or PortCounters) of every target once, plus
+        PortCounters for XmitWait and PortVLXmitWaitCounters where configured and
+        supported."""
         started, t0 = time.time(), time.monotonic()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         stats0 = dict(self.pipeline.stats)
@@ -432,6 +496,7 @@ class NativeBackend:
         ports: list[int] = []
         main = np.full(n, -1, dtype=np.int64)  # request of each target's counters
         wait = np.full(n, -1, dtype=np.int64)  # its PortCounters, for XmitWait
+        vl = np.full(n, -1, dtype=np.int64)  # its PortVLXmitWaitCounters
         caps = [self.caps.get(t.node_guid) for t in targets]
         for k, (tg, c) in enumerate(zip(targets, caps, strict=True)):
             if c is None:
@@ -454,6 +519,11 @@ class NativeBackend:
                         "%s: no PortCountersExtended; 32-bit PortCounters saturate quickly",
                         _where(tg),
                     )
+            if self.vl_xmit_wait and c.vl_xmit_wait:
+                vl[k] = len(lids)
+                lids.append(tg.lid)
+                ports.append(tg.port)
+                attrs.append(pma.ATTR_PORT_VL_XMIT_WAIT)
         self._cached = _Plan(
             key=key,
             targets=targets,
@@ -462,6 +532,7 @@ class NativeBackend:
             ports=np.array(ports, dtype=np.int64),
             main=main,
             wait=wait,
+            vl=vl,
             node_guid=np.array([t.node_guid for t in targets], dtype=np.uint64),
             port=np.array([t.port for t in targets], dtype=np.uint8),
             lid=np.array([t.lid for t in targets], dtype=np.uint16),
@@ -483,8 +554,12 @@ class NativeBackend:
         bits = np.zeros(n, dtype=np.uint8)
         error = np.full(n, "no ClassPortInfo from this node", dtype=object)
         time_s = np.full(n, np.nan)
+        # rows with a data-counter request, and its attribute (none at all when no node
+        # answered ClassPortInfo: then ``attrs`` is empty)
+        asked = np.flatnonzero(main >= 0)
+        asked_attr = attrs[main[asked]]
         for attr, width in ((pma.ATTR_PORT_COUNTERS_EXT, 64), (pma.ATTR_PORT_COUNTERS, 32)):
-            rows = np.flatnonzero((main >= 0) & (attrs[np.maximum(main, 0)] == attr))
+            rows = asked[asked_attr == attr]
             if not len(rows):
                 continue
             idx = main[rows]
@@ -530,7 +605,8 @@ class NativeBackend:
                 log.warning(
                     "lid %d port %d: XmitWait (PortCounters): %s", plan.lid[r], plan.port[r], w
                 )
-        # every column already has its SWEEP_DTYPES dtype: no astype copy of the frame
+        vl_cols = self._vl_columns(plan, res, errors, error) if self.vl_xmit_wait else {}
+        # every column already has its sweep_dtypes() dtype: no astype copy of the frame
         return pd.DataFrame(
             {
                 "node_guid": plan.node_guid,
@@ -540,15 +616,57 @@ class NativeBackend:
                 **{c: pd.arrays.IntegerArray(v, missing[c]) for c, v in cols.items()},
                 "counter_bits": bits,
                 "error": pd.Series(error, dtype=object, copy=False),
+                **vl_cols,
             },
             copy=False,
         )
+
+    @staticmethod
+    def _vl_columns(
+        plan: _Plan, res: Result, errors: np.ndarray, error: np.ndarray
+    ) -> dict[str, pd.arrays.IntegerArray]:
+        """The ``vl_xmit_wait0..15`` columns, decoded in bulk: <NA> where the node has no
+        such counters, the reply failed, or the row's data counters are in error.
+
+        *errors* are the transport's per-request errors, *error* the rows' final errors.
+        A failed VL reply leaves the row's ``error`` alone (one summary line is logged).
+        """
+        n = len(plan.vl)
+        # one row per VL, so each column below is a contiguous slice
+        values = np.zeros((VL_COUNT, n), dtype=np.uint64)
+        missing = np.ones((VL_COUNT, n), dtype=bool)
+        rows = np.flatnonzero(plan.vl >= 0)
+        if len(rows):
+            attr = pma.ATTR_PORT_VL_XMIT_WAIT
+            idx = plan.vl[rows]
+            recs = pma.decode(res.mads[idx].tobytes(), attr)
+            why = np.where(errors[idx] != "", errors[idx], pma.check_replies(recs, attr))
+            port_bad = recs["port_select"] != plan.port[rows]
+            why = np.where((why == "") & port_bad, "reply for another port", why)
+            data_ok = error[rows] == ""
+            good = (why == "") & data_ok
+            values[:, rows[good]] = recs["vl_xmit_wait"][good].T
+            missing[:, rows[good]] = False
+            lost = np.flatnonzero((why != "") & data_ok)
+            if len(lost):
+                r = rows[lost[0]]
+                log.warning(
+                    "PortVLXmitWaitCounters of %d ports not read, their per-VL columns are "
+                    "empty (first: lid %d port %d: %s)",
+                    len(lost),
+                    plan.lid[r],
+                    plan.port[r],
+                    why[lost[0]],
+                )
+        return {
+            c: pd.arrays.IntegerArray(values[v], missing[v]) for v, c in enumerate(VL_WAIT_COLUMNS)
+        }
 
 
 @dataclass(frozen=True)
 class _Plan:
     """A sweep's requests (``lids``/``attrs``/``ports``), where each target's replies are
-    (``main``, ``wait``: request index or -1), and per-target columns."""
+    (``main``, ``wait``, ``vl``: request index or -1), and per-target columns."""
 
     key: tuple[int, int, int]
     targets: Sequence[Target]
@@ -557,6 +675,7 @@ class _Plan:
     ports: np.ndarray
     main: np.ndarray
     wait: np.ndarray
+    vl: np.ndarray
     node_guid: np.ndarray
     port: np.ndarray
     lid: np.ndarray

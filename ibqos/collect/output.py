@@ -2,7 +2,10 @@
 
 JSON is a list of row objects (keys and units in :mod:`ibqos.collect.rates`; ``node_guid``
 as a ``0x%016x`` string, NaN as null).  With several tables (``--count``), each is one line
-(JSON Lines).  CSV has a header and the same keys as the JSON.
+(JSON Lines).  CSV has a header and the same keys as the JSON.  Both carry every column of
+the rates table, so the per-VL ``vl<n>_xmit_wait_per_s`` keys appear exactly when the
+sweep read them (``collect.vl_xmit_wait``); the aligned text leaves those 16 out to stay
+readable.
 """
 
 from __future__ import annotations

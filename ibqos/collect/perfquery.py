@@ -18,6 +18,25 @@ How ports are grouped into processes:
 - CA ports, and every target in per-port mode: one process per port
   (``perfquery -x 7 1``).  A CA's PMA only answers for the port the query arrived on.
 - With ``xmit_wait`` on, the same worker then runs the PortCounters query for the group.
+- With ``vl_xmit_wait`` on, the same worker then reads PortVLXmitWaitCounters with
+  ``perfquery -e --vlxmitcounters LID PORT``, one process per port in either mode:
+  perfquery reads only the first port of a list for this attribute (it loops over ports
+  for PortCounters and PortCountersExtended only).  ``-e`` makes libibmad print the MAD
+  status of a failed Get (``MAD completed with error status 0xc``).  While a node's
+  support is unknown, its first answer decides, as the native backend's probe does: an
+  error status means not supported, for good; no reply (``_do_madrpc failed``) means not
+  supported for ``REPROBE_SWEEPS`` sweeps; either way the group's other ports are skipped
+  (in per-port mode each group is one port, so every port of a new node is tried once,
+  each costing three 1 s libibmad tries when there is no reply).  The values share the
+  row's ``time_s`` (the data counters' reading): they are read a few processes later, but
+  as many later in every sweep, so the intervals agree.  Output::
+
+      # PortVLXmitWaitCounters counters: Lid 3 port 2
+      PortSelect:......................2
+      CounterSelect:...................0x0000
+      PortVLXmitWait0:.................0
+      ...
+      PortVLXmitWait15:................0
 
 Every process first sends Get(ClassPortInfo), then one Get per port; each MAD that crosses a
 simulated link adds to the data counters it crosses (reference C.3), which ``stats["mads"]``
@@ -49,10 +68,18 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
-from ibqos.collect.sweep import SWEEP_DTYPES, Sweep, Target, empty_table
+from ibqos.collect.sweep import (
+    VL_COUNT,
+    VL_WAIT_COLUMNS,
+    Sweep,
+    Target,
+    empty_table,
+    sweep_dtypes,
+)
 from ibqos.errors import CollectError, MadError
 
 logger = logging.getLogger("ibqos.collect")
@@ -67,12 +94,23 @@ __all__ = [
 #: PerfMgt ClassPortInfo CapabilityMask bits (reference B.3).
 CAP_EXT_WIDTH = 0x0200
 CAP_XMIT_WAIT = 0x1000
+#: sweeps between two probes of a node whose PortVLXmitWaitCounters got no reply
+REPROBE_SWEEPS = 10
 
 U64_MAX = 2**64 - 1
 _HEADER = re.compile(
     r"^# Port (extended )?counters: Lid (\d+) port (\d+) "
     r"\(CapMask: 0x([0-9A-Fa-f]+)(?: CapMask2: 0x([0-9A-Fa-f]+))?\)$"
 )
+#: ``common_func`` in perfquery.c: no capability masks in this header
+_VL_HEADER = re.compile(r"^# PortVLXmitWaitCounters counters: Lid (\d+) port (\d+)$")
+_VL_FIELDS = tuple(f"PortVLXmitWait{vl}" for vl in range(VL_COUNT))
+#: what perfquery prints (stdout) when the PortVLXmitWaitCounters Get itself failed
+_VL_IBERROR = "cannot query PortVLXmitWaitCounters"
+#: libibmad's words (stderr, with ``-e``) for a reply with an error status
+_STATUS_ERROR = "MAD completed with error status"
+#: libibmad's words (stderr) for a Get that got no reply after its retries
+_NO_REPLY = "_do_madrpc failed"
 _FIELD = re.compile(r"^([A-Za-z0-9_]+):\.*(0x[0-9A-Fa-f]+|[0-9]+)$")
 _IBERROR = re.compile(r"^\S+: iberror: ")
 #: Fields a block must have to be complete.  perfquery prints them in this order, the last
@@ -98,9 +136,11 @@ class CounterBlock:
         extended: PortCountersExtended (``-x``) rather than PortCounters.
         lid: LID the query went to.
         port: port number from the header.
-        cap_mask: PerfMgt ClassPortInfo CapabilityMask.
+        cap_mask: PerfMgt ClassPortInfo CapabilityMask (0 in PortVLXmitWaitCounters
+            blocks, whose header has none).
         cap_mask2: CapabilityMask2 (``-x`` headers only).
         fields: every ``Name:....value`` line of the block, as integers.
+        vl_xmit_wait: a PortVLXmitWaitCounters block (``--vlxmitcounters``).
     """
 
     extended: bool
@@ -109,6 +149,7 @@ class CounterBlock:
     cap_mask: int
     cap_mask2: int | None
     fields: dict[str, int]
+    vl_xmit_wait: bool = False
 
 
 def parse_perfquery(text: str, source: str = "perfquery") -> tuple[list[CounterBlock], str]:
@@ -148,6 +189,18 @@ def parse_perfquery(text: str, source: str = "perfquery") -> tuple[list[CounterB
                 fields={},
             )
             blocks.append(current)
+        elif m := _VL_HEADER.match(line):
+            _check_block(current, source)
+            current = CounterBlock(
+                extended=False,
+                lid=int(m.group(1)),
+                port=int(m.group(2)),
+                cap_mask=0,
+                cap_mask2=None,
+                fields={},
+                vl_xmit_wait=True,
+            )
+            blocks.append(current)
         elif m := _FIELD.match(line):
             if current is None:
                 raise MadError(f"{where}: counter before any header: {line[:60]!r}")
@@ -169,7 +222,9 @@ def _check_block(block: CounterBlock | None, source: str) -> None:
     if block is None:
         return
     required: tuple[str, ...] = _REQUIRED
-    if not block.extended:
+    if block.vl_xmit_wait:
+        required = ("PortSelect", *_VL_FIELDS)
+    elif not block.extended:
         required += _REQUIRED_BASIC
     elif block.cap_mask & CAP_EXT_WIDTH:
         required += _REQUIRED_IETF
@@ -196,11 +251,18 @@ def last_message(stdout: str, stderr: str) -> str:
     return "no message"
 
 
+#: which attribute a perfquery process reads: PortCounters, PortCountersExtended or
+#: PortVLXmitWaitCounters
+_Kind = Literal["basic", "extended", "vl"]
+_FLAGS: dict[str, list[str]] = {"basic": [], "extended": ["-x"], "vl": ["-e", "--vlxmitcounters"]}
+
+
 @dataclass
 class _Group:
     """Targets read by one perfquery process (plus its PortCounters twin)."""
 
     lid: int
+    node_guid: int
     rows: list[int]  # indices into the sweep's targets
     ports: list[int]  # distinct ports, ascending
 
@@ -212,12 +274,17 @@ class _Result:
     time_s: float = float("nan")
     extended: dict[int, CounterBlock] = field(default_factory=dict)
     basic: dict[int, CounterBlock] = field(default_factory=dict)
+    vl: dict[int, CounterBlock] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # port -> message
     processes: int = 0
     failed: int = 0
     timeouts: int = 0
     mads: int = 0
     exec_error: str = ""
+    message: str = ""  # why the last failed process failed
+    iberror: str = ""  # the iberror line the last process printed, if any
+    vl_verdict: str = ""  # "yes", "no" or "lost": what the node's VL reads said
+    vl_message: str = ""  # why "no" or "lost"
 
 
 class PerfqueryBackend:
@@ -234,6 +301,9 @@ class PerfqueryBackend:
             there).
         binary: the perfquery program.
         extra_args: options passed before the others, e.g. ``["-C", "mlx5_0", "-P", "1"]``.
+        vl_xmit_wait: also read PortVLXmitWaitCounters (one more process per port, see
+            the module docstring); the sweep table then has the ``vl_xmit_wait0..15``
+            columns.
 
     Raises:
         CollectError: *binary* is not found.
@@ -253,6 +323,7 @@ class PerfqueryBackend:
         cwd: Path | None = None,
         binary: str = "perfquery",
         extra_args: Sequence[str] = (),
+        vl_xmit_wait: bool = False,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -261,6 +332,7 @@ class PerfqueryBackend:
         self.workers = workers
         self.per_switch = per_switch
         self.xmit_wait = xmit_wait
+        self.vl_xmit_wait = vl_xmit_wait
         self.timeout_s = timeout_s
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
@@ -272,6 +344,9 @@ class PerfqueryBackend:
         self.binary = found
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._vl_known: dict[int, bool] = {}  # node GUID -> answers PortVLXmitWaitCounters
+        self._vl_due: dict[int, int] = {}  # node GUID -> sweep to probe it again
+        self._sweeps = 0
 
     def sweep(self, targets: Sequence[Target]) -> Sweep:
         """Read every target once (see the module docstring for how).
@@ -281,6 +356,7 @@ class PerfqueryBackend:
         killed after ``timeout_s``, ``mads`` the PMA Gets they were asked to send
         (ClassPortInfo plus one per port, per process; retries by libibmad not counted).
         ``cpu_s`` is this process's CPU time plus that of its finished children.
+        PortVLXmitWaitCounters processes count in all of these.
 
         Raises:
             CollectError: perfquery could not be started at all.
@@ -289,6 +365,11 @@ class PerfqueryBackend:
         started = time.time()
         t0 = time.monotonic()
         cpu0 = _cpu_s()
+        self._sweeps += 1
+        for guid, due in list(self._vl_due.items()):
+            if due <= self._sweeps:  # its VL probe got no reply a while ago: try again
+                del self._vl_due[guid]
+                self._vl_known.pop(guid, None)
         groups = self._groups(targets)
         pool = self._executor()
         results = list(pool.map(self._read_group, groups))
@@ -303,7 +384,9 @@ class PerfqueryBackend:
         ):
             # every process failed to open the local MAD port: no device here, not a port
             raise CollectError(messages[0])
-        table = _table(targets, groups, results, self.xmit_wait)
+        if self.vl_xmit_wait:
+            self._vl_learn(groups, results)
+        table = _table(targets, groups, results, self.xmit_wait, self.vl_xmit_wait)
         stats = {
             "sent": sum(r.processes for r in results),
             "answered": sum(r.processes - r.failed for r in results),
@@ -348,10 +431,10 @@ class PerfqueryBackend:
             if self.per_switch and t.is_switch:
                 group = by_switch.get(t.lid)
                 if group is None:
-                    group = by_switch[t.lid] = _Group(t.lid, [], [])
+                    group = by_switch[t.lid] = _Group(t.lid, t.node_guid, [], [])
                     groups.append(group)
             else:
-                group = _Group(t.lid, [], [])
+                group = _Group(t.lid, t.node_guid, [], [])
                 groups.append(group)
             group.rows.append(i)
             if t.port not in group.ports:
@@ -362,15 +445,66 @@ class PerfqueryBackend:
 
     def _read_group(self, group: _Group) -> _Result:
         result = _Result()
-        result.extended = self._read(group.lid, group.ports, True, result)
+        result.extended = self._read(group.lid, group.ports, "extended", result)
         result.time_s = time.time()
         read = [p for p in group.ports if p in result.extended]
         if self.xmit_wait and read:
-            result.basic = self._read(group.lid, read, False, result, "PortCounters: ")
+            result.basic = self._read(group.lid, read, "basic", result, "PortCounters: ")
+        if self.vl_xmit_wait and read:
+            self._read_vl(group, read, result)
         return result
 
+    def _read_vl(self, group: _Group, ports: list[int], result: _Result) -> None:
+        """Read PortVLXmitWaitCounters of *ports* into ``result.vl``, one process each.
+
+        Runs in a worker: it only reads what is known of the node (the main thread
+        updates that after the sweep, from ``result.vl_verdict``).
+        """
+        known = self._vl_known.get(group.node_guid)
+        if known is False:
+            return
+        for port in ports:
+            got, msg = self._run(group.lid, [port], "vl", result)
+            result.vl.update(got)
+            if got:
+                result.vl_verdict = "yes"
+            elif known is None and not result.vl_verdict:
+                verdict = _vl_verdict(result, msg)
+                if verdict:  # the node's first answer says it has none: skip the rest
+                    result.vl_verdict, result.vl_message = verdict, msg
+                    return
+
+    def _vl_learn(self, groups: Sequence[_Group], results: Sequence[_Result]) -> None:
+        """Remember which nodes answer PortVLXmitWaitCounters, from the verdicts of the
+        sweep's groups of nodes not known yet (one good port anywhere is enough)."""
+        rank = {"lost": 1, "no": 2, "yes": 3}
+        verdicts: dict[int, tuple[str, int, str]] = {}
+        for group, res in zip(groups, results, strict=True):
+            guid = group.node_guid
+            if not res.vl_verdict or guid in self._vl_known:
+                continue
+            best = verdicts.get(guid)
+            if best is None or rank[res.vl_verdict] > rank[best[0]]:
+                verdicts[guid] = (res.vl_verdict, group.lid, res.vl_message)
+        for guid, (verdict, lid, message) in verdicts.items():
+            self._vl_known[guid] = verdict == "yes"
+            if verdict == "yes":
+                continue
+            later = ""
+            if verdict == "lost":  # nothing came back: maybe lost, so not final
+                self._vl_due[guid] = self._sweeps + REPROBE_SWEEPS
+                later = f"; asked again in {REPROBE_SWEEPS} sweeps"
+            logger.info(
+                "node 0x%016x (lid %d): no PortVLXmitWaitCounters (%s): its per-VL columns "
+                "stay empty%s",
+                guid,
+                lid,
+                message,
+                later,
+            )
+
     def _read(
-        self, lid: int, ports: list[int], extended: bool, result: _Result, kind: str = ""
+        self, lid: int, ports: list[int], kind: _Kind, result: _Result, label: str = ""
     ) -> dict[int, CounterBlock]:
         """Read *ports* of *lid*; failed ports get their message in ``result.errors``.
 
@@ -381,27 +515,28 @@ class PerfqueryBackend:
         blocks: dict[int, CounterBlock] = {}
         todo = list(ports)
         while todo:
-            got, msg = self._run(lid, todo, extended, result)
+            got, msg = self._run(lid, todo, kind, result)
             blocks.update(got)
             if not msg:
                 break
             unread = [p for p in todo if p not in got]
             bad = unread[:1] if got else unread
             for port in bad:
-                result.errors.setdefault(port, f"lid {lid} port {port}: {kind}{msg}")
+                result.errors.setdefault(port, f"lid {lid} port {port}: {label}{msg}")
             todo = unread[1:] if got else []
         return blocks
 
     def _run(
-        self, lid: int, ports: list[int], extended: bool, result: _Result
+        self, lid: int, ports: list[int], kind: _Kind, result: _Result
     ) -> tuple[dict[int, CounterBlock], str]:
         """Run one process: the blocks it printed by port, and what went wrong ("" if not)."""
         port_list = ",".join(str(p) for p in ports)
-        flag = ["-x"] if extended else []
+        flag = _FLAGS[kind]
         argv = ["perfquery", *self.extra_args, *flag, str(lid), port_list]
         what = " ".join(["perfquery", *flag, str(lid), port_list])
         result.processes += 1
         result.mads += 1 + len(ports)  # Get(ClassPortInfo), then one Get per port
+        result.iberror = ""  # this process's, once its output is parsed
         try:
             proc = subprocess.run(
                 argv,
@@ -421,8 +556,8 @@ class PerfqueryBackend:
             result.exec_error = f"{err.strerror or err}"
             return self._failed(what, {}, f"cannot run perfquery: {err.strerror}", result)
         try:
-            parsed, _ = parse_perfquery(proc.stdout, what)
-            blocks = _blocks_by_port(parsed, lid, ports, extended, what)
+            parsed, result.iberror = parse_perfquery(proc.stdout, what)
+            blocks = _blocks_by_port(parsed, lid, ports, kind, what)
         except MadError as err:
             return self._failed(what, {}, f"unreadable perfquery output: {err}", result)
         if proc.returncode != 0 or len(blocks) < len(ports):
@@ -437,19 +572,20 @@ class PerfqueryBackend:
         what: str, blocks: dict[int, CounterBlock], msg: str, result: _Result
     ) -> tuple[dict[int, CounterBlock], str]:
         result.failed += 1
+        result.message = msg
         logger.warning("%s: %s", what, msg)
         return blocks, msg
 
 
 def _blocks_by_port(
-    blocks: list[CounterBlock], lid: int, ports: list[int], extended: bool, source: str
+    blocks: list[CounterBlock], lid: int, ports: list[int], kind: _Kind, source: str
 ) -> dict[int, CounterBlock]:
     out: dict[int, CounterBlock] = {}
     for b in blocks:
-        if b.extended != extended or b.lid != lid or b.port not in ports:
-            kind = "extended " if b.extended else ""
+        if _kind(b) != kind or b.lid != lid or b.port not in ports:
+            name = {"basic": "", "extended": "extended ", "vl": "PortVLXmitWaitCounters "}
             raise MadError(
-                f"{source}: unexpected block: {kind}counters of lid {b.lid} port {b.port}"
+                f"{source}: unexpected block: {name[_kind(b)]}counters of lid {b.lid} port {b.port}"
             )
         if b.port in out:
             raise MadError(f"{source}: port {b.port} printed twice")
@@ -457,11 +593,34 @@ def _blocks_by_port(
     return out
 
 
+def _vl_verdict(result: _Result, message: str) -> str:
+    """What a failed PortVLXmitWaitCounters process says of its node: "no" (an error
+    status), "lost" (no reply to that Get), or "" (something else failed, such as the
+    process or ClassPortInfo: nothing learnt)."""
+    if _VL_IBERROR not in result.iberror:
+        return ""
+    if _STATUS_ERROR in message:
+        return "no"
+    return "lost" if _NO_REPLY in message else ""
+
+
+def _kind(block: CounterBlock) -> _Kind:
+    if block.vl_xmit_wait:
+        return "vl"
+    return "extended" if block.extended else "basic"
+
+
 def _table(
-    targets: Sequence[Target], groups: Sequence[_Group], results: Sequence[_Result], wait: bool
+    targets: Sequence[Target],
+    groups: Sequence[_Group],
+    results: Sequence[_Result],
+    wait: bool,
+    vl: bool = False,
 ) -> pd.DataFrame:
-    """The sweep table, built column by column from Python ints so uint64 stays exact."""
-    cols: dict[str, list[object]] = {str(c): v.tolist() for c, v in empty_table(targets).items()}
+    """The sweep table, built column by column from Python ints so uint64 stays exact;
+    with the per-VL columns if *vl*."""
+    blank = empty_table(targets, vl_wait=vl)
+    cols: dict[str, list[object]] = {str(c): v.tolist() for c, v in blank.items()}
     for group, res in zip(groups, results, strict=True):
         for i in group.rows:
             port = targets[i].port
@@ -477,13 +636,16 @@ def _table(
             cols["rcv_pkts"][i] = f["PortRcvPkts"]
             cols["counter_bits"][i] = 64
             cols["error"][i] = ""
-            if not wait:
-                continue
-            basic = res.basic.get(port)
-            # without PortCounters only XmitWait stays unknown (the failure is logged)
+            # without PortCounters only XmitWait stays unknown (the failure is logged);
+            # likewise the per-VL counters
+            basic = res.basic.get(port) if wait else None
             if basic is not None and basic.cap_mask & CAP_XMIT_WAIT:
                 cols["xmit_wait"][i] = basic.fields["PortXmitWait"]
-    return pd.DataFrame(cols).astype(SWEEP_DTYPES)
+            block = res.vl.get(port)
+            if block is not None:
+                for col, name in zip(VL_WAIT_COLUMNS, _VL_FIELDS, strict=True):
+                    cols[col][i] = block.fields[name]
+    return pd.DataFrame(cols).astype(sweep_dtypes(vl))
 
 
 def _cpu_s() -> float:

@@ -14,7 +14,8 @@ number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates tab
   was not read in the previous sweep (missing from it, or an error row there), a row in
   error now, a counter the port does not have (XmitWait), an interval that is not
   positive, or a counter stuck at its maximum (PMA counters saturate instead of wrapping:
-  a 32-bit PortXmitData after 16 GiB), which is logged once per port and counter.
+  a 32-bit PortXmitData after 16 GiB, a 16-bit PortVLXmitWait after 65,535 ticks), which
+  is logged once per port and counter.
 
 Rates table columns (``RATES_DTYPES``), one row per row of the sweep, in its order.  They
 are the stable output of ``ibqos collect`` (see :func:`rows_for_json`):
@@ -38,6 +39,20 @@ xmit_wait_per_s   float64   PortXmitWait ticks per second
 reset             bool      a counter of this port went down since the previous reading
 error             object    "" or why the port was not read (str), from the sweep
 ================  ========  ==========================================================
+
+When the sweep has the per-VL columns (``collect.vl_xmit_wait``), and only then, 16 more
+columns follow ``error`` (``VL_WAIT_RATE_DTYPES``), by the same rules; a per-VL counter that
+went down also sets ``reset``:
+
+=====================  ========  =====================================================
+column                 dtype     meaning
+=====================  ========  =====================================================
+vl0_xmit_wait_per_s    float64   PortVLXmitWait0 ticks per second: time VL 0 had data
+                                 to send and no credit, in the PMA's ticks; NaN where
+                                 unknown (not read, not supported, saturated at 65,535)
+...                    ...       ...
+vl15_xmit_wait_per_s   float64   PortVLXmitWait15 ticks per second
+=====================  ========  =====================================================
 """
 
 from __future__ import annotations
@@ -51,11 +66,19 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ibqos.collect.sweep import COUNTERS, Sweep
+from ibqos.collect.sweep import COUNTERS, VL_COUNT, VL_WAIT_COLUMNS, Sweep, has_vl_wait
 
 log = logging.getLogger("ibqos.collect")
 
-__all__ = ["RATES_DTYPES", "RATE_COLUMNS", "RateTracker", "rows_for_json"]
+__all__ = [
+    "RATES_DTYPES",
+    "RATE_COLUMNS",
+    "VL_WAIT_RATE_COLUMNS",
+    "VL_WAIT_RATE_DTYPES",
+    "RateTracker",
+    "rows_for_json",
+    "vl_wait_rate_column",
+]
 
 RATES_DTYPES: dict[str, str] = {
     "node_guid": "uint64",
@@ -76,6 +99,18 @@ RATES_DTYPES: dict[str, str] = {
 }
 #: Rate column of each sweep counter.
 RATE_COLUMNS: dict[str, str] = {c: f"{c}_per_s" for c in COUNTERS}
+
+
+def vl_wait_rate_column(vl: int) -> str:
+    """Name of the rates column of VL *vl*'s transmit wait: ``vl3_xmit_wait_per_s``."""
+    return f"vl{vl}_xmit_wait_per_s"
+
+
+#: Rates columns of the per-VL transmit wait, VL 0 first; present only when the sweep
+#: read the per-VL counters (test ``VL_WAIT_RATE_COLUMNS[0] in rates.columns``).
+VL_WAIT_RATE_COLUMNS: tuple[str, ...] = tuple(vl_wait_rate_column(vl) for vl in range(VL_COUNT))
+VL_WAIT_RATE_DTYPES: dict[str, str] = {c: "float64" for c in VL_WAIT_RATE_COLUMNS}
+_VL_RATE_OF = dict(zip(VL_WAIT_COLUMNS, VL_WAIT_RATE_COLUMNS, strict=True))
 
 Key = tuple[int, int]
 _U64 = npt.NDArray[np.uint64]
@@ -110,7 +145,9 @@ class RateTracker:
             [table["node_guid"].to_numpy(np.uint64), table["port"].to_numpy(np.uint64)]
         )
         good = (table["error"] == "").to_numpy(bool) & table["time_s"].notna().to_numpy(bool)
-        prev = self._aligned(keys)
+        vl_wait = has_vl_wait(table)
+        counters = (*COUNTERS, *VL_WAIT_COLUMNS) if vl_wait else COUNTERS
+        prev = self._aligned(keys, counters)
         now_t = table["time_s"].to_numpy(np.float64)
         interval = now_t - prev["time_s"].to_numpy(np.float64)
         usable = good & prev["_seen"].to_numpy(bool) & (interval > 0)
@@ -118,7 +155,7 @@ class RateTracker:
         reset = np.zeros(n, dtype=bool)
         rates: dict[str, npt.NDArray[np.float64]] = {}
         narrow = (table["counter_bits"] == 32).to_numpy(bool)
-        for col in COUNTERS:
+        for col in counters:
             cur, cur_ok = _u64(table[col])
             old, old_ok = _u64(prev[col])
             stuck = cur_ok & _saturated(col, cur, narrow)
@@ -131,7 +168,7 @@ class RateTracker:
             delta = np.where(went_down, cur, cur - old)
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = delta.astype(np.float64) / interval
-            rates[RATE_COLUMNS[col]] = np.where(ok, rate, np.nan)
+            rates[RATE_COLUMNS.get(col) or _VL_RATE_OF[col]] = np.where(ok, rate, np.nan)
             reset |= went_down
         guids = table["node_guid"].tolist()
         ports = table["port"].tolist()
@@ -139,7 +176,7 @@ class RateTracker:
             key = (int(guids[i]), int(ports[i]))
             self.resets[key] = self.resets.get(key, 0) + 1
         self.total_resets += int(reset.sum())
-        self._remember(table, keys, good)
+        self._remember(table, keys, good, counters)
         targets = sweep.targets
         out = pd.DataFrame(
             {
@@ -151,12 +188,13 @@ class RateTracker:
                 "role": [t.role for t in targets],
                 "time_s": now_t,
                 "interval_s": interval,
-                **rates,
+                **{RATE_COLUMNS[c]: rates[RATE_COLUMNS[c]] for c in COUNTERS},
                 "reset": reset,
                 "error": table["error"].astype(object).to_numpy(),
+                **{c: rates[c] for c in (VL_WAIT_RATE_COLUMNS if vl_wait else ())},
             }
         )
-        return out.astype(RATES_DTYPES)
+        return out.astype({**RATES_DTYPES, **(VL_WAIT_RATE_DTYPES if vl_wait else {})})
 
     def _warn_stuck(self, table: pd.DataFrame, col: str, stuck: _BOOL) -> None:
         """Log once per port and counter that it is stuck at its maximum."""
@@ -172,37 +210,50 @@ class RateTracker:
                     *key,
                 )
 
-    def _aligned(self, keys: pd.MultiIndex) -> pd.DataFrame:
-        """The previous reading of each key, in *keys* order (``_seen`` False if none)."""
-        cols = ["time_s", *COUNTERS]
-        if self._prev is None:
-            empty = pd.DataFrame({"time_s": np.full(len(keys), np.nan)})
-            for c in COUNTERS:
-                empty[c] = pd.array([pd.NA] * len(keys), dtype="UInt64")
-            empty["_seen"] = False
-            return empty
-        aligned = self._prev[cols].reindex(keys)
-        aligned["_seen"] = self._prev["_seen"].reindex(keys, fill_value=False).to_numpy(bool)
-        return aligned.reset_index(drop=True)
+    def _aligned(self, keys: pd.MultiIndex, counters: tuple[str, ...]) -> pd.DataFrame:
+        """The previous reading of each key, in *keys* order (``_seen`` False if none).
 
-    def _remember(self, table: pd.DataFrame, keys: pd.MultiIndex, good: _BOOL) -> None:
-        kept = table.loc[good, ["time_s", *COUNTERS]].copy()
+        A counter the previous sweep did not have (the per-VL ones, when they were just
+        turned on) is missing in every row.
+        """
+        if self._prev is None:
+            aligned = pd.DataFrame({"time_s": np.full(len(keys), np.nan)})
+            aligned["_seen"] = False
+        else:
+            have = [c for c in counters if c in self._prev.columns]
+            aligned = self._prev[["time_s", *have]].reindex(keys)
+            aligned["_seen"] = self._prev["_seen"].reindex(keys, fill_value=False).to_numpy(bool)
+            aligned = aligned.reset_index(drop=True)
+        n = len(keys)
+        for c in counters:
+            if c not in aligned.columns:  # all missing, built without a list of n NAs
+                aligned[c] = pd.arrays.IntegerArray(np.zeros(n, np.uint64), np.ones(n, bool))
+        return aligned
+
+    def _remember(
+        self, table: pd.DataFrame, keys: pd.MultiIndex, good: _BOOL, counters: tuple[str, ...]
+    ) -> None:
+        kept = table.loc[good, ["time_s", *counters]].copy()
         kept.index = keys[good]
         kept = kept[~kept.index.duplicated(keep="last")]
         kept["_seen"] = True
         self._prev = kept
 
 
+_U16_MAX = np.uint64(2**16 - 1)
 _U32_MAX = np.uint64(2**32 - 1)
 _U64_MAX = np.uint64(2**64 - 1)
 
 
 def _saturated(col: str, cur: _U64, narrow: _BOOL) -> _BOOL:
     """Counters at the value a PMA counter sticks at (IBA 16.1.3.5: counters do not wrap):
-    the top of 64 bits, of 32 bits for PortCounters rows (data x 4, in bytes), and of 32
-    bits for XmitWait, which only PortCounters carries on most PMAs."""
+    the top of 64 bits, of 32 bits for PortCounters rows (data x 4, in bytes), of 32
+    bits for XmitWait, which only PortCounters carries on most PMAs, and of 16 bits for
+    the per-VL XmitWait (PortVLXmitWaitCounters has nothing wider)."""
     top32 = _U32_MAX * np.uint64(4) if col.endswith("bytes") else _U32_MAX
     stuck: _BOOL = cur == _U64_MAX
+    if col in _VL_RATE_OF:
+        return np.asarray(stuck | (cur == _U16_MAX), dtype=np.bool_)
     if col == "xmit_wait":
         return np.asarray(stuck | (cur == _U32_MAX), dtype=np.bool_)
     return np.asarray(stuck | (narrow & (cur == top32)), dtype=np.bool_)

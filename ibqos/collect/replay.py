@@ -42,6 +42,14 @@ counter_bits   decimal (64, 32 or 0)
 error          text; empty when the port was read
 =============  =========================================================================
 
+A sweep read with ``collect.vl_xmit_wait`` on has 16 more columns after ``error``,
+``vl_xmit_wait0`` .. ``vl_xmit_wait15`` (``VL_CSV_COLUMNS``): decimal ticks, 0 to 65535,
+empty when missing.  Each CSV's header says which of the two column lists it has, so one
+recording may hold both (the option was turned on between two runs); the index lists the
+longer one as soon as any sweep has the per-VL columns.  Recordings made before these
+columns existed are read as they are; an ibqos that predates them rejects a recording
+that has them (``columns: expected [...]``) rather than dropping them unnoticed.
+
 So a replayed sweep has exactly the recorded table, dtypes and all, and the recorded
 targets, backend name, times and stats.  Every file is written with
 :func:`ibqos.fsio.atomic_write`, the CSV before the index, so a crash leaves at worst an
@@ -62,11 +70,28 @@ from typing import Any
 
 import pandas as pd
 
-from ibqos.collect.sweep import COUNTERS, SWEEP_DTYPES, Sweep, Target, empty_table
+from ibqos.collect.sweep import (
+    COUNTERS,
+    SWEEP_DTYPES,
+    VL_WAIT_COLUMNS,
+    Sweep,
+    Target,
+    empty_table,
+    has_vl_wait,
+    sweep_dtypes,
+)
 from ibqos.errors import CollectError
 from ibqos.fsio import atomic_write
 
-__all__ = ["CSV_COLUMNS", "FORMAT", "INDEX", "VERSION", "ReplayBackend", "SweepRecorder"]
+__all__ = [
+    "CSV_COLUMNS",
+    "FORMAT",
+    "INDEX",
+    "VERSION",
+    "VL_CSV_COLUMNS",
+    "ReplayBackend",
+    "SweepRecorder",
+]
 
 FORMAT = "ibqos-sweep-recording"
 VERSION = 1
@@ -76,12 +101,22 @@ CSV_COLUMNS: tuple[str, ...] = (
     *TARGET_COLUMNS,
     *(c for c in SWEEP_DTYPES if c not in TARGET_COLUMNS),
 )
+#: The columns of a sweep that has the per-VL transmit-wait counters.
+VL_CSV_COLUMNS: tuple[str, ...] = (*CSV_COLUMNS, *VL_WAIT_COLUMNS)
 NOT_RECORDED = "not in recording"
 _SWEEP_FILE = re.compile(r"sweep-[0-9]{6,}\.csv")
 _ROLES = ("host", "down", "up")
 _UINT = re.compile(r"[0-9]+")
 #: Largest value of each bounded integer column.
-_LIMITS = {"port": 0xFF, "lid": 0xFFFF, "level": 0xFF, "counter_bits": 0xFF}
+_LIMITS = {
+    "port": 0xFF,
+    "lid": 0xFFFF,
+    "level": 0xFF,
+    "counter_bits": 0xFF,
+    **{c: 0xFFFF for c in VL_WAIT_COLUMNS},  # PortVLXmitWait counters are 16 bits wide
+}
+#: counters that may be empty (missing) in a CSV
+_NULLABLE = frozenset((*COUNTERS, *VL_WAIT_COLUMNS))
 _U64_MAX = 2**64 - 1
 
 
@@ -98,7 +133,10 @@ class SweepRecorder:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         index = self.dir / INDEX
-        self._sweeps: list[dict[str, Any]] = _load_index(index) if index.exists() else []
+        self._sweeps: list[dict[str, Any]] = []
+        self._columns = CSV_COLUMNS
+        if index.exists():
+            self._sweeps, self._columns = _load_index(index)
 
     @property
     def count(self) -> int:
@@ -112,6 +150,8 @@ class SweepRecorder:
             ValueError: the sweep's table does not match its targets.
         """
         _check_sweep(sweep)
+        if has_vl_wait(sweep.table):
+            self._columns = VL_CSV_COLUMNS  # the index lists every column any CSV has
         name = f"sweep-{len(self._sweeps) + 1:06d}.csv"
         path = self.dir / name
         atomic_write(path, _to_csv(sweep))
@@ -127,7 +167,7 @@ class SweepRecorder:
         index = {
             "format": FORMAT,
             "version": VERSION,
-            "columns": list(CSV_COLUMNS),
+            "columns": list(self._columns),
             "sweeps": [*self._sweeps, entry],
         }
         atomic_write(self.dir / INDEX, json.dumps(index, indent=1) + "\n")
@@ -162,7 +202,7 @@ class ReplayBackend:
     def __init__(self, directory: Path, loop: bool = False) -> None:
         self.dir = Path(directory)
         self.loop = loop
-        self._sweeps = _load_index(self.dir / INDEX)
+        self._sweeps, _ = _load_index(self.dir / INDEX)
         self._next = 0
 
     @property
@@ -198,7 +238,8 @@ class ReplayBackend:
 # -- writing --------------------------------------------------------------------------
 def _check_sweep(sweep: Sweep) -> None:
     table = sweep.table
-    if list(table.columns) != list(SWEEP_DTYPES) or len(table) != len(sweep.targets):
+    columns = list(sweep_dtypes(has_vl_wait(table)))
+    if list(table.columns) != columns or len(table) != len(sweep.targets):
         raise ValueError("sweep table does not have one row per target in the sweep columns")
     guids, ports, lids = (table[c].tolist() for c in ("node_guid", "port", "lid"))
     keys = zip(guids, ports, lids, strict=True)
@@ -210,8 +251,9 @@ def _check_sweep(sweep: Sweep) -> None:
 def _to_csv(sweep: Sweep) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    columns = {c: sweep.table[c].tolist() for c in SWEEP_DTYPES}
+    vl = VL_WAIT_COLUMNS if has_vl_wait(sweep.table) else ()
+    writer.writerow((*CSV_COLUMNS, *vl))
+    columns = {c: sweep.table[c].tolist() for c in (*SWEEP_DTYPES, *vl)}
     for i, t in enumerate(sweep.targets):
         writer.writerow(
             [
@@ -226,6 +268,7 @@ def _to_csv(sweep: Sweep) -> str:
                 *(_uint_text(columns[c][i]) for c in COUNTERS),
                 int(columns["counter_bits"][i]),
                 str(columns["error"][i]),
+                *(_uint_text(columns[c][i]) for c in vl),
             ]
         )
     return buf.getvalue()
@@ -250,8 +293,8 @@ def _read_text(path: Path, missing: str) -> str:
         raise CollectError(f"{path}: cannot read: {err}") from err
 
 
-def _load_index(path: Path) -> list[dict[str, Any]]:
-    """The sweep entries of a recording's index, checked."""
+def _load_index(path: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The sweep entries of a recording's index, checked, and its column list."""
     text = _read_text(path, f": {path.parent} is not a sweep recording")
     try:
         data = json.loads(text)
@@ -263,14 +306,18 @@ def _load_index(path: Path) -> list[dict[str, Any]]:
         raise CollectError(
             f"{path}: recording version {data.get('version')!r}; this ibqos reads {VERSION}"
         )
-    if data.get("columns") != list(CSV_COLUMNS):
-        raise CollectError(f"{path}: columns: expected {list(CSV_COLUMNS)}")
+    columns = data.get("columns")
+    if columns not in (list(CSV_COLUMNS), list(VL_CSV_COLUMNS)):
+        raise CollectError(
+            f"{path}: columns: expected {list(CSV_COLUMNS)}, optionally followed by "
+            f"{VL_WAIT_COLUMNS[0]} .. {VL_WAIT_COLUMNS[-1]}"
+        )
     sweeps = data.get("sweeps")
     if not isinstance(sweeps, list):
         raise CollectError(f"{path}: sweeps: expected a list")
     for i, entry in enumerate(sweeps):
         _check_entry(entry, f"{path}: sweeps[{i}]")
-    return sweeps
+    return sweeps, tuple(columns)
 
 
 def _check_entry(entry: Any, where: str) -> None:
@@ -301,8 +348,12 @@ def _read_sweep(path: Path, entry: dict[str, Any]) -> Sweep:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)
-        if header is None or tuple(header) != CSV_COLUMNS:
-            raise CollectError(f"{path}: line 1: expected the header {','.join(CSV_COLUMNS)}")
+        if header is None or tuple(header) not in (CSV_COLUMNS, VL_CSV_COLUMNS):
+            raise CollectError(
+                f"{path}: line 1: expected the header {','.join(CSV_COLUMNS)} "
+                f"(optionally followed by {VL_WAIT_COLUMNS[0]}..{VL_WAIT_COLUMNS[-1]})"
+            )
+        columns = tuple(header)
         rows: list[tuple[int, list[str]]] = []
         while True:
             start = reader.line_num + 1  # a quoted field may span lines: name the first
@@ -313,13 +364,14 @@ def _read_sweep(path: Path, entry: dict[str, Any]) -> Sweep:
     except csv.Error as err:
         raise CollectError(f"{path}: line {reader.line_num}: {err}") from None
     targets: list[Target] = []
-    cols: dict[str, list[Any]] = {c: [] for c in SWEEP_DTYPES}
+    dtypes = sweep_dtypes(columns == VL_CSV_COLUMNS)
+    cols: dict[str, list[Any]] = {c: [] for c in dtypes}
     for lineno, row in rows:
-        if len(row) != len(CSV_COLUMNS):
+        if len(row) != len(columns):
             raise CollectError(
-                f"{path}: line {lineno}: expected {len(CSV_COLUMNS)} fields, got {len(row)}"
+                f"{path}: line {lineno}: expected {len(columns)} fields, got {len(row)}"
             )
-        values = dict(zip(CSV_COLUMNS, row, strict=True))
+        values = dict(zip(columns, row, strict=True))
         parsed = {c: _parse(c, v, f"{path}: line {lineno}, column {c}") for c, v in values.items()}
         targets.append(
             Target(
@@ -332,13 +384,13 @@ def _read_sweep(path: Path, entry: dict[str, Any]) -> Sweep:
                 is_switch=parsed["is_switch"],
             )
         )
-        for c in SWEEP_DTYPES:
+        for c in dtypes:
             cols[c].append(parsed[c])
     if len(targets) != entry["rows"]:
         raise CollectError(f"{path}: {len(targets)} rows, but {INDEX} lists {entry['rows']}")
     return Sweep(
         targets=targets,
-        table=pd.DataFrame(cols).astype(SWEEP_DTYPES),
+        table=pd.DataFrame(cols).astype(dtypes),
         backend=entry["backend"],
         started_s=float(entry["started_s"]),
         duration_s=float(entry["duration_s"]),
@@ -370,7 +422,7 @@ def _parse(column: str, text: str, where: str) -> Any:
         if not re.fullmatch(r"0x[0-9a-fA-F]{1,16}", text):
             raise CollectError(f"{where}: expected 0x and up to 16 hex digits, got {text!r}")
         return int(text, 16)
-    if column in COUNTERS and text == "":
+    if column in _NULLABLE and text == "":
         return pd.NA
     if not _UINT.fullmatch(text):
         raise CollectError(f"{where}: expected an unsigned integer, got {text!r}")
@@ -387,9 +439,11 @@ def _select(recorded: Sweep, targets: list[Target]) -> Sweep:
     for i, t in enumerate(recorded.targets):
         where.setdefault((t.node_guid, t.port), i)
     picks = [where.get((t.node_guid, t.port)) for t in targets]
-    blank = empty_table(targets)
+    vl_wait = has_vl_wait(recorded.table)
+    blank = empty_table(targets, vl_wait=vl_wait)
+    dtypes = sweep_dtypes(vl_wait)
     cols: dict[str, list[Any]] = {}
-    for col in SWEEP_DTYPES:
+    for col in dtypes:
         have = recorded.table[col].tolist()
         default = blank[col].tolist()
         if col in ("node_guid", "port", "lid"):
@@ -400,7 +454,7 @@ def _select(recorded: Sweep, targets: list[Target]) -> Sweep:
             cols[col] = [default[i] if p is None else have[p] for i, p in enumerate(picks)]
     return Sweep(
         targets=targets,
-        table=pd.DataFrame(cols).astype(SWEEP_DTYPES),
+        table=pd.DataFrame(cols).astype(dtypes),
         backend=recorded.backend,
         started_s=recorded.started_s,
         duration_s=recorded.duration_s,

@@ -22,6 +22,21 @@ xmit_wait      UInt64     PortXmitWait, ticks; <NA> where the port does not supp
 counter_bits   uint8      64 (PortCountersExtended) or 32 (PortCounters fallback); 0 if failed
 error          object     "" when read, else one line saying what went wrong
 =============  =========  ===============================================================
+
+With ``collect.vl_xmit_wait`` on, the table has 16 more columns after ``error``
+(``VL_WAIT_DTYPES``), and only then, so a default table is exactly the one above:
+
+=================  =========  ============================================================
+column             dtype      meaning
+=================  =========  ============================================================
+vl_xmit_wait0      UInt64     PortVLXmitWaitCounters.PortVLXmitWait0, ticks (16-bit
+                              counter); <NA> where not read: the node does not support
+                              it, its reply did not come, or the port's row is in error
+...                ...        ...
+vl_xmit_wait15     UInt64     PortVLXmitWait15, ticks
+=================  =========  ============================================================
+
+A missing VL reading never makes the row an error: ``error`` is about the data counters.
 """
 
 from __future__ import annotations
@@ -48,6 +63,22 @@ SWEEP_DTYPES: dict[str, str] = {
     "error": "object",
 }
 COUNTERS = ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait")
+
+#: Virtual lanes a PortVLXmitWaitCounters reply has a counter for (IBA 16.1.4).
+VL_COUNT = 16
+#: Sweep columns of the per-VL transmit-wait counters, VL 0 first.
+VL_WAIT_COLUMNS: tuple[str, ...] = tuple(f"vl_xmit_wait{vl}" for vl in range(VL_COUNT))
+VL_WAIT_DTYPES: dict[str, str] = {c: "UInt64" for c in VL_WAIT_COLUMNS}
+
+
+def sweep_dtypes(vl_wait: bool = False) -> dict[str, str]:
+    """Columns and dtypes of a sweep table, with the per-VL columns if *vl_wait*."""
+    return {**SWEEP_DTYPES, **VL_WAIT_DTYPES} if vl_wait else dict(SWEEP_DTYPES)
+
+
+def has_vl_wait(table: pd.DataFrame) -> bool:
+    """The sweep table carries the per-VL transmit-wait columns."""
+    return VL_WAIT_COLUMNS[0] in table.columns
 
 
 @dataclass(frozen=True)
@@ -118,8 +149,9 @@ class Backend(Protocol):
         ...
 
 
-def empty_table(targets: Sequence[Target]) -> pd.DataFrame:
-    """A sweep table for *targets* with every counter missing and error "not read"."""
+def empty_table(targets: Sequence[Target], vl_wait: bool = False) -> pd.DataFrame:
+    """A sweep table for *targets* with every counter missing and error "not read" (and
+    the per-VL columns, all missing, if *vl_wait*)."""
     n = len(targets)
     cols: dict[str, object] = {
         "node_guid": [t.node_guid for t in targets],
@@ -129,5 +161,6 @@ def empty_table(targets: Sequence[Target]) -> pd.DataFrame:
         **{c: [pd.NA] * n for c in COUNTERS},
         "counter_bits": [0] * n,
         "error": ["not read"] * n,
+        **{c: [pd.NA] * n for c in (VL_WAIT_COLUMNS if vl_wait else ())},
     }
-    return pd.DataFrame(cols).astype(SWEEP_DTYPES)
+    return pd.DataFrame(cols).astype(sweep_dtypes(vl_wait))

@@ -15,11 +15,33 @@ simulator models sharing properly; the lab only has to stay physically possible.
 Ground truth is kept per job and per fat-tree level: level 0 is every byte the job's hosts
 inject; level *l* >= 1 the bytes whose destination lies outside the source's level-*l*
 subtree, i.e. that cross the uplinks of level-*l* switches (DESIGN.md section 1).
+
+Transmit wait (PortCounters.PortXmitWait) is modelled too, by one rule: a port whose offered
+load *L* over a tick (the same average the throttling uses) exceeds its capacity *C* adds
+
+    ticks = (L - C) / L  x  XMIT_WAIT_TICKS_PER_S  x  dt
+
+that is, the share of the offered bytes the link could not carry, taken as the share of
+the tick its senders were held back, times a tick rate.  A port at or below capacity adds
+0.  This is a model, not a measurement: a real PMA counts ticks in which the port had
+data and no credit, in implementation-defined ticks (of the order of nanoseconds on
+current hardware), and credits run out upstream of a bottleneck as well as at it.  The
+counter is 32 bits and sticks at its top, as the real one does (about 43 s of full stall
+at 1e8 ticks/s).
+
+Told each job's VL (``tick(dt, vls={job id: VL})``), the model also splits every port's
+new wait over the VLs in proportion to the bytes each VL offered there in the tick
+(PortVLXmitWaitCounters: 16 bits, sticky at 65,535, which is 0.66 ms of full stall at this
+tick rate).  Without VLs the per-VL counters are never written.
+:meth:`TrafficModel.wait_counters` gives both as the PerformanceSet fields ibsim takes
+(``PortCounters.PortXmitWait``, ``PortVLXmitWaitCounters.PortVLXmitWaitCounters<n>``);
+the lab's tick (:meth:`ibqos.lab.lab.Lab.tick`) writes only the data counters so far.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +52,19 @@ from ibqos.patterns import traffic_matrix
 from ibqos.topology import Port, Topology
 
 MTU_BYTES = 2048  # ibsim ports report an MTU of 2048 (reference C.5)
+#: PortXmitWait ticks per second of full stall, in this model (see the module docstring):
+#: one tick per 10 ns, the order of magnitude real PMAs count in.
+XMIT_WAIT_TICKS_PER_S = 1e8
+#: PortCounters.PortXmitWait is 32 bits wide and sticks at its top (IBA 16.1.3.5).
+XMIT_WAIT_MAX = 2**32 - 1
+#: PortVLXmitWaitCounters.PortVLXmitWait<n> are 16 bits wide (IBA 16.1.4).
+VL_XMIT_WAIT_MAX = 2**16 - 1
+VL_COUNT = 16
+#: ibsim PerformanceSet names (reference C.4) of the wait counters the model drives
+XMIT_WAIT_FIELD = "PortCounters.PortXmitWait"
+VL_XMIT_WAIT_FIELDS = tuple(
+    f"PortVLXmitWaitCounters.PortVLXmitWaitCounters{vl}" for vl in range(VL_COUNT)
+)
 
 
 def comm_seconds(job: Job, start: float, t0: float, t1: float) -> float:
@@ -93,6 +128,10 @@ class TrafficModel:
         self.capacity = np.array([link.rate_bytes_per_s if link else 0.0 for link in links])
         self.xmit_bytes = np.zeros(len(ports))
         self.rcv_bytes = np.zeros(len(ports))
+        #: PortXmitWait ticks per dense port index, not yet clamped to 32 bits
+        self.xmit_wait = np.zeros(len(ports))
+        #: per-VL wait ticks, (port, VL); None until a tick is told the jobs' VLs
+        self.vl_xmit_wait: FloatArray | None = None
         self.jobs: dict[str, JobLoad] = {}
         self.finished: dict[str, JobLoad] = {}
         self.time = 0.0
@@ -111,10 +150,26 @@ class TrafficModel:
                     load.truth += old.truth
                 self.jobs[job.id] = load
 
-    def tick(self, dt: float) -> None:
-        """Advance model time by *dt* seconds and add the traffic of that window."""
+    def tick(self, dt: float, vls: Mapping[str, int] | None = None) -> None:
+        """Advance model time by *dt* seconds and add the traffic of that window.
+
+        Args:
+            dt: seconds.
+            vls: VL (0-15) of each job, by job id, to split the transmit wait over the
+                VLs; a job not in it is on VL 0 (the default lane).  None: the per-VL
+                counters are left as they are.
+
+        Raises:
+            ValueError: a VL outside 0-15.
+        """
         t0, t1 = self.time, self.time + dt
         self.time = t1
+        if vls is not None:
+            bad = {jid: vl for jid, vl in vls.items() if not 0 <= vl < VL_COUNT}
+            if bad:
+                raise ValueError(f"VLs must be 0-{VL_COUNT - 1}, got {bad}")
+            if self.vl_xmit_wait is None:
+                self.vl_xmit_wait = np.zeros((len(self.capacity), VL_COUNT))
         if dt <= 0 or not self.jobs:
             return
         loads = list(self.jobs.values())
@@ -123,6 +178,18 @@ class TrafficModel:
         offered = busy @ xmit / dt
         with np.errstate(divide="ignore", invalid="ignore"):
             port_factor = np.where(offered > self.capacity, self.capacity / offered, 1.0)
+            # the share of the offered bytes the link could not carry: 0 at or below capacity
+            over = np.where(offered > self.capacity, 1.0 - port_factor, 0.0)
+        wait = over * XMIT_WAIT_TICKS_PER_S * dt
+        self.xmit_wait += wait
+        if vls is not None and self.vl_xmit_wait is not None and wait.any():
+            lane = np.zeros((len(loads), VL_COUNT))
+            lane[np.arange(len(loads)), [vls.get(j.job.id, 0) for j in loads]] = 1.0
+            by_vl = (busy[:, None] * xmit).T @ lane  # (port, VL): bytes offered in the tick
+            total = by_vl.sum(axis=1, keepdims=True)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(total > 0, by_vl / total, 0.0)
+            self.vl_xmit_wait += wait[:, None] * share
         factor = np.array([float(port_factor[j.xmit > 0].min(initial=1.0)) for j in loads])
         scale = busy * factor
         self.xmit_bytes += scale @ xmit
@@ -162,6 +229,18 @@ class TrafficModel:
         data in 4-octet words, packets of at most :data:`MTU_BYTES`."""
         i = self.router.port_index[port]
         return _counters(float(self.xmit_bytes[i]), float(self.rcv_bytes[i]))
+
+    def wait_counters(self, port: Port) -> dict[str, int]:
+        """The modelled wait counters of a port, by ibsim PerformanceSet field name
+        (``Attribute.Field``): PortCounters.PortXmitWait, and the sixteen
+        PortVLXmitWaitCounters once a tick was told the jobs' VLs.  Whole ticks, stuck
+        at the counters' maxima as real ones are."""
+        i = self.router.port_index[port]
+        out = {XMIT_WAIT_FIELD: min(int(self.xmit_wait[i]), XMIT_WAIT_MAX)}
+        if self.vl_xmit_wait is not None:
+            for name, ticks in zip(VL_XMIT_WAIT_FIELDS, self.vl_xmit_wait[i], strict=True):
+                out[name] = min(int(ticks), VL_XMIT_WAIT_MAX)
+        return out
 
 
 def _counters(xmit: float, rcv: float) -> tuple[int, int, int, int]:

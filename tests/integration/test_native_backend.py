@@ -9,14 +9,24 @@ replays exactly and that the three backends agree on one fabric state.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pandas as pd
-from labcheck import MAD_BYTES, QUIET, check_against_lab, lab_values
+import pytest
+from labcheck import (
+    MAD_BYTES,
+    QUIET,
+    check_against_lab,
+    lab_values,
+    port_of,
+    targets_from_topology,
+)
 
 from ibqos.collect.perfquery import PerfqueryBackend
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import ReplayBackend
-from ibqos.collect.sweep import SWEEP_DTYPES
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.fabric import fabric_from_lab
 
 JSON_KEYS = {
@@ -146,3 +156,137 @@ def test_collect_rejects_a_bad_window_in_one_line(make_lab, tmp_path):
     assert out.stderr.strip() == (
         f"ibqos: config: {cfg}: collect.window: expected an integer >= 1, got 0"
     )
+
+
+# -- PortVLXmitWaitCounters ------------------------------------------------------------
+VL_CHILD = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+from pathlib import Path
+from ibqos.collect.native import NativeBackend
+from ibqos.collect.replay import SweepRecorder
+from ibqos.collect.sweep import Target
+targets = [Target(*t) for t in json.loads(sys.stdin.readline())]
+rec = SweepRecorder(Path(sys.argv[1]))
+with NativeBackend(timeout_s=0.2, retries=1, vl_xmit_wait=True) as nb:
+    for _ in range(int(sys.argv[2])):
+        rec.record(nb.sweep(targets))
+        print("swept", flush=True)
+        sys.stdin.readline()  # the test changes counters in between
+"""
+
+VL_FIELD = "PortVLXmitWaitCounters.PortVLXmitWaitCounters"
+
+
+def sweep_between(lab, targets, rec, between):
+    """Sweep *targets* natively with vl_xmit_wait on (in a lab client), calling each of
+    *between* after the sweep of its index; return the recorded sweeps."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", VL_CHILD, str(rec), str(len(between) + 1)],
+        env=lab.env(),
+        cwd=lab.paths.run,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps([[*vars(t).values()] for t in targets]) + "\n")
+        proc.stdin.flush()
+        for step in [*between, None]:
+            assert proc.stdout.readline() == "swept\n", proc.stderr.read() if proc.stderr else ""
+            if step is not None:
+                step()
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    replay = ReplayBackend(rec)
+    return [replay.sweep([]) for _ in range(replay.count)], stderr
+
+
+def perf_set(lab, port, value):
+    errors = lab.ibsim.command([f'PerformanceSet "{port.node}"[{port.num}] {VL_FIELD}3={value}'])
+    assert errors == []
+
+
+def test_vl_xmit_wait_appears_on_its_vl_and_port_only(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = targets_from_topology(lab.topo)
+    chosen = next(t for t in targets if t.level == 1 and t.role == "up")
+    port = port_of(lab.topo, chosen)
+    perf_set(lab, port, 1000)
+    sweeps, _ = sweep_between(lab, targets, tmp_path / "rec", [lambda: perf_set(lab, port, 6000)])
+    first, second = sweeps
+    for s in sweeps:
+        assert s.table.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+        assert (s.table["error"] == "").all()
+        assert s.table[list(VL_WAIT_COLUMNS)].notna().all().all()  # ibsim answers everywhere
+    # the first sweep probes each node once (ClassPortInfo, PortXmitDataSL on switches,
+    # then PortVLXmitWaitCounters); the second is three Gets per port
+    nodes = len({t.node_guid for t in targets})
+    assert second.stats["sent"] == second.stats["answered"] == 3 * len(targets)
+    assert first.stats["answered"] == 2 * nodes + 3 * len(targets)
+    row = targets.index(chosen)
+    assert first.table["vl_xmit_wait3"].iat[row] == 1000
+    assert second.table["vl_xmit_wait3"].iat[row] == 6000
+    tracker = RateTracker()
+    tracker.update(first)
+    rates = tracker.update(second)
+    assert list(rates.columns[-16:]) == list(VL_WAIT_RATE_COLUMNS)
+    interval = rates["interval_s"].iat[row]
+    assert interval > 0
+    assert rates["vl3_xmit_wait_per_s"].iat[row] == pytest.approx(5000 / interval)
+    others = rates[list(VL_WAIT_RATE_COLUMNS)].to_numpy()
+    others[row, 3] = 0.0
+    assert (others == 0).all()  # every other VL of every port, and VL 3 of every other port
+    assert not rates["reset"].any() and (rates["error"] == "").all()
+
+
+def test_vl_counters_that_get_no_reply_are_missing_not_errors(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = targets_from_topology(lab.topo)
+    leaf = next(t for t in targets if t.level == 1)
+    node = port_of(lab.topo, leaf).node
+    # ibsim drops every PortVLXmitWaitCounters MAD to this switch: no reply, as a PMA
+    # that ignores the attribute
+    assert lab.ibsim.command([f'Error "{node}"[0] 100 0x1c']) == []
+    sweeps, stderr = sweep_between(lab, targets, tmp_path / "rec", [lambda: None])
+    mine = [i for i, t in enumerate(targets) if t.node_guid == leaf.node_guid]
+    assert len(mine) == 7
+    for s in sweeps:
+        t = s.table
+        assert (t["error"] == "").all() and t["xmit_bytes"].notna().all()
+        assert t.loc[mine, list(VL_WAIT_COLUMNS)].isna().all().all()
+        rest = [i for i in range(len(targets)) if i not in mine]
+        assert t.loc[rest, list(VL_WAIT_COLUMNS)].notna().all().all()
+    assert f"{leaf.node_desc} port {leaf.port} (lid {leaf.lid}): no PortVLXmitWaitCounters" in (
+        stderr
+    )
+    # probed once, then left alone: the second sweep sends no VL Get to that switch
+    assert sweeps[1].stats["sent"] == 3 * len(targets) - len(mine)
+
+
+def test_collect_json_has_vl_keys_only_when_configured(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = fabric_from_lab(lab).targets()
+    cfg = tmp_path / "ibqos.yaml"
+    cfg.write_text(lab.paths.config.read_text() + "collect:\n  vl_xmit_wait: true\n")
+    for config, want in ((cfg, True), (lab.paths.config, False)):
+        argv = ["ibqos", "collect", "--once", "--interval", "0.2", "--format", "json"]
+        out = lab.run([*argv, "--config", str(config)], check=True)
+        rows = json.loads(out.stdout)
+        assert len(rows) == len(targets)
+        for r in rows:
+            assert JSON_KEYS <= set(r)
+            assert (set(VL_WAIT_RATE_COLUMNS) <= set(r)) is want
+            assert not want or all(r[c] == 0 for c in VL_WAIT_RATE_COLUMNS)
+    out = lab.run(
+        ["ibqos", "collect", "--once", "--interval", "0.1", "--format", "csv", "--config", str(cfg)]
+    )
+    assert out.stdout.splitlines()[0].endswith(",error," + ",".join(VL_WAIT_RATE_COLUMNS))

@@ -12,23 +12,26 @@ packet, above what the lab wrote, per Get sent since the lab cleared the counter
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
 import pandas as pd
+import pytest
 from labcheck import (
     HOLD_SLOT,
     MAD_BYTES,
     QUIET,
     check_against_lab,
     lab_values,
+    port_of,
     targets_from_topology,
 )
 
 from ibqos.collect.perfquery import PerfqueryBackend
-from ibqos.collect.rates import RateTracker
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import ReplayBackend, SweepRecorder
-from ibqos.collect.sweep import SWEEP_DTYPES, Target
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Target, sweep_dtypes
 
 
 def test_both_modes_read_what_the_lab_wrote(make_lab, jobs, tmp_path):
@@ -139,3 +142,107 @@ def test_a_full_simulator_is_reported_not_waited_for(make_lab):
                 proc.stdout.close()
     with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run) as backend:
         assert backend.sweep(targets).failed == 0  # the slots came back
+
+
+VL_FIELD = "PortVLXmitWaitCounters.PortVLXmitWaitCounters"
+
+
+def test_vl_xmit_wait_appears_on_its_vl_and_port_only(make_lab):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = targets_from_topology(lab.topo)
+    chosen = next(t for t in targets if t.level == 2)  # a spine port this time
+    port = port_of(lab.topo, chosen)
+    row = targets.index(chosen)
+    options = {"env": lab.env(), "cwd": lab.paths.run, "workers": 4, "vl_xmit_wait": True}
+
+    def set_vl3(value):
+        command = f'PerformanceSet "{port.node}"[{port.num}] {VL_FIELD}3={value}'
+        assert lab.ibsim.command([command]) == []
+
+    for per_switch, value, delta in ((True, 100, 4000), (False, 9000, 300)):
+        set_vl3(value)
+        with PerfqueryBackend(per_switch=per_switch, **options) as backend:
+            first = backend.sweep(targets)
+            set_vl3(value + delta)
+            second = backend.sweep(targets)
+        assert first.table["vl_xmit_wait3"].iat[row] == value
+        for s in (first, second):
+            assert s.table.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+            assert (s.table["error"] == "").all() and s.stats["failed"] == 0
+            assert s.table[list(VL_WAIT_COLUMNS)].notna().all().all()
+        assert second.table["vl_xmit_wait3"].iat[row] == value + delta
+        # one VL process per port (perfquery reads one port per --vlxmitcounters run),
+        # beside the -x and PortCounters processes of each group
+        groups = 4 + 9 if per_switch else len(targets)
+        assert second.stats["sent"] == 2 * groups + len(targets)
+        tracker = RateTracker()
+        tracker.update(first)
+        rates = tracker.update(second)
+        interval = rates["interval_s"].iat[row]
+        assert rates["vl3_xmit_wait_per_s"].iat[row] == pytest.approx(delta / interval)
+        others = rates[list(VL_WAIT_RATE_COLUMNS)].to_numpy()
+        others[row, 3] = 0.0
+        assert (others == 0).all(), per_switch
+        assert not rates["reset"].any()
+
+
+def test_vl_counters_that_get_no_reply_are_missing_not_errors(make_lab, caplog):
+    lab = make_lab("1;4;1", opensm_options=QUIET)
+    targets = targets_from_topology(lab.topo)
+    switch = next(t for t in targets if t.is_switch)
+    node = port_of(lab.topo, switch).node
+    assert lab.ibsim.command([f'Error "{node}"[0] 100 0x1c']) == []
+    options = {"env": lab.env(), "cwd": lab.paths.run, "vl_xmit_wait": True}
+    with PerfqueryBackend(**options) as backend:
+        with caplog.at_level(logging.INFO, "ibqos.collect"):
+            sweeps = [backend.sweep(targets) for _ in range(2)]
+    mine = [i for i, t in enumerate(targets) if t.is_switch]
+    rest = [i for i, t in enumerate(targets) if not t.is_switch]
+    for s in sweeps:
+        assert (s.table["error"] == "").all() and s.table["xmit_bytes"].notna().all()
+        assert s.table.loc[mine, list(VL_WAIT_COLUMNS)].isna().all().all()
+        assert s.table.loc[rest, list(VL_WAIT_COLUMNS)].notna().all().all()
+    assert "_do_madrpc failed" in caplog.text and "asked again in 10 sweeps" in caplog.text
+    # the switch was probed on one port in the first sweep, and not asked after that
+    assert sweeps[0].stats["failed"] == 1
+    assert sweeps[1].stats["sent"] == 2 * (1 + len(rest)) + len(rest)
+
+
+OVERLOAD = """jobs:
+  - {id: "a", nodes: "cn[0001-0002]", pattern: ring,
+     rate_bytes_per_s: 3.0e10, duty: 1.0, period_s: 0.1}
+  - {id: "b", nodes: "cn[0001-0002]", pattern: ring,
+     rate_bytes_per_s: 1.0e10, duty: 1.0, period_s: 0.1}
+"""
+
+
+def test_modelled_xmit_wait_is_what_the_collector_reads(make_lab, tmp_path):
+    """The traffic model's wait counters, written with PerformanceSet under the names
+    ``TrafficModel.wait_counters`` gives, read back by perfquery (PortCounters and
+    PortVLXmitWaitCounters).  The lab's own tick writes only the data counters so far,
+    so this test writes them as the lab would."""
+    jobs = tmp_path / "overload.yaml"
+    jobs.write_text(OVERLOAD)
+    lab = make_lab("1;4;1", jobs=jobs, opensm_options=QUIET)
+    assert lab.model is not None and lab.ibsim is not None
+    lab.model.tick(1e-4, vls={"a": 2, "b": 5})  # 4e10 B/s offered on 4xEDR: overloaded
+    lines = []
+    want = {}
+    for port in lab.model.router.ports:
+        counters = lab.model.wait_counters(port)
+        want[port] = counters
+        lines += [f'PerformanceSet "{port.node}"[{port.num}] {f}={v}' for f, v in counters.items()]
+    assert lab.ibsim.command(lines) == []
+    targets = targets_from_topology(lab.topo)
+    with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run, vl_xmit_wait=True) as backend:
+        s = backend.sweep(targets)
+    assert (s.table["error"] == "").all()
+    waited = 0
+    for i, t in enumerate(targets):
+        counters = want[port_of(lab.topo, t)]
+        assert s.table["xmit_wait"].iat[i] == counters["PortCounters.PortXmitWait"]
+        for vl in range(16):
+            field = f"PortVLXmitWaitCounters.PortVLXmitWaitCounters{vl}"
+            assert s.table[f"vl_xmit_wait{vl}"].iat[i] == counters[field]
+        waited += counters["PortCounters.PortXmitWait"] > 0
+    assert waited >= 2  # both hosts' ports, at least, are over capacity

@@ -16,8 +16,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from ibqos.collect.native import NativeBackend, Pipeline, Request
-from ibqos.collect.sweep import SWEEP_DTYPES, Target
+from ibqos.collect.native import REPROBE_SWEEPS, NativeBackend, NodeCaps, Pipeline, Request
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Target, sweep_dtypes
 from ibqos.errors import CollectError, MadError
 from ibqos.mad import pma
 
@@ -31,6 +31,10 @@ class ScriptedFabric:
     ``faults[(lid, port_select, attr)]`` is a list of what to do with successive requests
     for that key: "drop", "truncate", "garble", "wrong-attr", "busy", "returned" (the kernel
     hands the request back: timed out), "dup" (answer twice), or a status word (int).
+
+    PortVLXmitWaitCounters: the LIDs in ``vl`` answer with ``vl_values[(lid, port)]``
+    (default: VL *n* holds ``port * 100 + n``); the others answer status 0x000C, as a real
+    PMA without the attribute does.
     """
 
     def __init__(self, caps: dict[int, tuple[int, int]], counters: dict[tuple[int, int], int]):
@@ -38,6 +42,8 @@ class ScriptedFabric:
         self.counters = counters  # (lid, port) -> base value; counters are base + k
         self.faults: dict[tuple[int, int, int], list[object]] = {}
         self.per_sl: set[int] = set()  # lids that implement PortXmitDataSL
+        self.vl: set[int] = set()  # lids that implement PortVLXmitWaitCounters
+        self.vl_values: dict[tuple[int, int], list[int]] = {}
         self.hdr = 64
         self.mad_in = memoryview(bytearray(pma.MAD_SIZE))
         self.queue: deque[tuple[bytes, int]] = deque()  # (mad, umad status)
@@ -79,6 +85,8 @@ class ScriptedFabric:
             dlid not in self.per_sl
         ):
             fault = pma.STATUS_UNSUP_METHOD_ATTR
+        if attr == pma.ATTR_PORT_VL_XMIT_WAIT and dlid not in self.vl and fault is None:
+            fault = pma.STATUS_UNSUP_METHOD_ATTR
         reply = bytearray(self.reply(req, dlid, attr, port))
         reply[3] = pma.METHOD_GET_RESP
         if isinstance(fault, int):
@@ -112,6 +120,9 @@ class ScriptedFabric:
         elif attr == pma.ATTR_PORT_COUNTERS:
             small = base & 0xFFFFFFFF
             struct.pack_into(">5I", mad, d + 24, small, small + 1, small + 2, small + 3, 7)
+        elif attr == pma.ATTR_PORT_VL_XMIT_WAIT:
+            values = self.vl_values.get((lid, port), [port * 100 + vl for vl in range(16)])
+            struct.pack_into(">16H", mad, d + 4, *values)
         return bytes(mad)
 
     def recv(self, timeout_ms: int) -> int:
@@ -344,3 +355,156 @@ def test_bulk_decoding_rejects_partial_mads_and_unknown_attributes() -> None:
         pma.decode(bytes(300), pma.ATTR_PORT_COUNTERS_EXT)
     with pytest.raises(MadError, match="no bulk layout for attribute 0x0099"):
         pma.decode(bytes(256), 0x99)
+
+
+# -- PortVLXmitWaitCounters -----------------------------------------------------------
+VL_ATTR = pma.ATTR_PORT_VL_XMIT_WAIT
+
+
+def vl_of(table, row: int) -> list[object]:
+    return [table[c].iat[row] for c in VL_WAIT_COLUMNS]
+
+
+def vl_sent(fab: ScriptedFabric) -> list[tuple[int, int]]:
+    return [(lid, port) for lid, attr, port in fab.sent if attr == VL_ATTR]
+
+
+def test_vl_counters_are_off_by_default(fab: ScriptedFabric) -> None:
+    fab.vl.add(1)
+    s = backend(fab).sweep([switch(1, 1), ca(3)])
+    assert list(s.table.columns) == list(SWEEP_DTYPES)
+    assert vl_sent(fab) == []
+
+
+def test_vl_counters_are_read_where_the_node_answers(fab: ScriptedFabric) -> None:
+    fab.vl.add(1)  # the switch has them; the CA answers 0x000C
+    fab.vl_values[(1, 3)] = [0] * 15 + [65535]
+    targets = [switch(1, p) for p in range(1, 5)] + [ca(3)]
+    nb = backend(fab, vl_xmit_wait=True)
+    s = nb.sweep(targets)
+    t = s.table
+    assert t.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+    assert list(t.columns[-16:]) == list(VL_WAIT_COLUMNS)
+    assert (t["error"] == "").all() and t["xmit_bytes"].notna().all()
+    assert vl_of(t, 0) == [100 + vl for vl in range(16)]
+    assert vl_of(t, 3) == [400 + vl for vl in range(16)]
+    assert vl_of(t, 2) == [0] * 15 + [65535]
+    assert t.loc[4, list(VL_WAIT_COLUMNS)].isna().all()  # the CA: missing, not 0
+    # one probe per node (first port of each), then one Get per port of the switch only
+    assert vl_sent(fab) == [(1, 1), (3, 1), (1, 1), (1, 2), (1, 3), (1, 4)]
+    caps, ca_caps = nb.caps[0x101], nb.caps[0x203]
+    assert caps is not None and caps.vl_xmit_wait
+    assert ca_caps is not None and not ca_caps.vl_xmit_wait
+    fab.sent.clear()
+    s = nb.sweep(targets)
+    assert vl_sent(fab) == [(1, 1), (1, 2), (1, 3), (1, 4)]  # the CA is not asked again
+    assert s.table.loc[4, list(VL_WAIT_COLUMNS)].isna().all()
+
+
+def test_a_lost_vl_reply_leaves_the_port_row_alone(
+    fab: ScriptedFabric, caplog: pytest.LogCaptureFixture
+) -> None:
+    fab.vl.add(1)
+    targets = [switch(1, p) for p in range(1, 5)]
+    nb = backend(fab, vl_xmit_wait=True)
+    nb.sweep(targets)  # probes
+    fab.faults[(1, 2, VL_ATTR)] = ["drop", "drop"]
+    fab.faults[(1, 4, VL_ATTR)] = [pma.STATUS_INVALID_FIELD]
+    with caplog.at_level(logging.WARNING, "ibqos.collect"):
+        s = nb.sweep(targets)
+    t = s.table
+    assert t["error"].tolist() == ["", "", "", ""]
+    assert t["xmit_bytes"].tolist() == [4000, 8000, 12000, 16000]
+    assert t["xmit_wait"].tolist() == [7] * 4
+    assert t.loc[[1, 3], list(VL_WAIT_COLUMNS)].isna().all().all()
+    assert t.loc[[0, 2], list(VL_WAIT_COLUMNS)].notna().all().all()
+    assert s.failed == 0 and s.stats["failed"] == 0
+    lines = [r.getMessage() for r in caplog.records if "PortVLXmitWaitCounters" in r.getMessage()]
+    assert lines == [
+        "PortVLXmitWaitCounters of 2 ports not read, their per-VL columns are empty "
+        "(first: lid 1 port 2: no reply after 2 tries (0.01 s each))"
+    ]
+    # and the node stays one that has them: the next sweep reads every port again
+    assert backend_caps(nb, 0x101).vl_xmit_wait
+    s = nb.sweep(targets)
+    assert s.table[list(VL_WAIT_COLUMNS)].notna().all().all()
+
+
+def backend_caps(nb: NativeBackend, guid: int) -> NodeCaps:
+    caps = nb.caps[guid]
+    assert caps is not None
+    return caps
+
+
+def test_a_port_in_error_has_no_vl_values(fab: ScriptedFabric) -> None:
+    fab.vl.add(1)
+    fab.faults[(1, 2, pma.ATTR_PORT_COUNTERS_EXT)] = ["garble"]
+    s = backend(fab, vl_xmit_wait=True).sweep([switch(1, 1), switch(1, 2)])
+    assert s.table["error"].tolist() == ["", "not a PerfMgt MAD (class 0x81)"]
+    assert s.table.loc[1, list(VL_WAIT_COLUMNS)].isna().all()
+    assert vl_of(s.table, 0)[:2] == [100, 101]
+
+
+def test_an_unanswered_vl_probe_is_tried_again_later(
+    fab: ScriptedFabric, caplog: pytest.LogCaptureFixture
+) -> None:
+    fab.vl.add(1)
+    fab.faults[(1, 1, VL_ATTR)] = ["drop", "drop"]  # the probe and its retry
+    targets = [switch(1, 1), switch(1, 2)]
+    nb = backend(fab, vl_xmit_wait=True)
+    with caplog.at_level(logging.INFO, "ibqos.collect"):
+        s = nb.sweep(targets)
+    assert s.table[list(VL_WAIT_COLUMNS)].isna().all().all()
+    assert (s.table["error"] == "").all()
+    assert "sw1 port 1 (lid 1): no PortVLXmitWaitCounters (no reply after 2 tries" in caplog.text
+    assert "asked again in 10 sweeps" in caplog.text
+    fab.sent.clear()
+    for _ in range(REPROBE_SWEEPS - 1):
+        s = nb.sweep(targets)
+    assert vl_sent(fab) == []  # not asked in between
+    s = nb.sweep(targets)
+    assert vl_sent(fab) == [(1, 1), (1, 1), (1, 2)]  # probe, then both ports
+    assert vl_of(s.table, 1)[0] == 200
+
+
+def test_an_error_status_to_the_vl_probe_is_final(fab: ScriptedFabric) -> None:
+    targets = [switch(1, 1), ca(3)]  # neither implements it: status 0x000C
+    nb = backend(fab, vl_xmit_wait=True)
+    for _ in range(REPROBE_SWEEPS + 2):
+        s = nb.sweep(targets)
+    assert vl_sent(fab) == [(1, 1), (3, 1)]
+    assert s.table[list(VL_WAIT_COLUMNS)].isna().all().all()
+    assert s.table.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+
+
+def test_vl_counters_of_a_node_probed_later(fab: ScriptedFabric) -> None:
+    """A node whose ClassPortInfo failed gets its VL probe when it finally answers."""
+    fab.vl.add(1)
+    fab.faults[(1, 0, pma.ATTR_CLASS_PORT_INFO)] = ["drop", "drop"]
+    nb = backend(fab, vl_xmit_wait=True)
+    s = nb.sweep([switch(1, 1)])
+    assert s.table["error"].tolist() == ["no ClassPortInfo from this node"]
+    assert s.table[list(VL_WAIT_COLUMNS)].isna().all().all()
+    for _ in range(REPROBE_SWEEPS):
+        s = nb.sweep([switch(1, 1)])
+    assert s.table["error"].tolist() == [""]
+    assert vl_of(s.table, 0) == [100 + vl for vl in range(16)]
+
+
+def test_vl_replies_decode_like_the_scapy_layer(fab: ScriptedFabric) -> None:
+    from ibqos.mad.layers import MAD, PortVLXmitWaitCounters
+
+    fab.vl.add(1)
+    fab.vl_values[(1, 2)] = [65535, 1, 0, 77, *range(1000, 1012)]
+    pipe = Pipeline(fab, window=2, timeout_s=0.1, retries=0)
+    res = pipe.run([Request(1, VL_ATTR, 2)])
+    recs = pma.decode(res.mads.tobytes(), VL_ATTR)
+    layer = MAD(res.mads[0].tobytes())[PortVLXmitWaitCounters]
+    want = [getattr(layer, f"PortVLXmitWait{vl}") for vl in range(16)]
+    assert recs["vl_xmit_wait"][0].tolist() == want == fab.vl_values[(1, 2)]
+
+
+def test_a_sweep_where_no_node_answers_is_all_error_rows(fab: ScriptedFabric) -> None:
+    s = backend(fab).sweep([ca(9), ca(8)])  # no such LIDs: no request at all gets sent
+    assert s.table["error"].tolist() == ["no ClassPortInfo from this node"] * 2
+    assert s.table.dtypes.astype(str).to_dict() == SWEEP_DTYPES

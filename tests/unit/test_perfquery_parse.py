@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ibqos.collect.perfquery import PerfqueryBackend, last_message, parse_perfquery
-from ibqos.collect.sweep import SWEEP_DTYPES, Target
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Target, sweep_dtypes
 from ibqos.errors import CollectError, MadError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perfquery"
@@ -416,3 +416,208 @@ def test_table_is_in_target_order_with_duplicates(fake):
     assert sorted(fake.calls()) == ["-x 4 1,2", "4 1,2"]  # each port read once
     one = sweep.table["xmit_bytes"]
     assert one.iat[1] == one.iat[2] != one.iat[0]
+
+
+# -- PortVLXmitWaitCounters (--vlxmitcounters) ----------------------------------------
+VL_DATA = DATA.parent / "perfquery-vl"
+VL_CASES = sorted(p.name for p in VL_DATA.iterdir() if (p / "expected.json").exists())
+
+
+def vl_case(name: str) -> dict[str, object]:
+    d = VL_DATA / name
+    return {
+        "argv": json.loads((d / "argv.json").read_text()),
+        "stdout": (d / "stdout.txt").read_text(),
+        "stderr": (d / "stderr.txt").read_text(),
+        "rc": int((d / "returncode.txt").read_text()),
+        "expected": json.loads((d / "expected.json").read_text()),
+    }
+
+
+def vl_output(lid: int, port: int) -> str:
+    """The recorded block of lid 3 port 2 (VL 3 = 77, VL 7 = 65535) as another port's."""
+    out = vl_case("vl-switch-port")["stdout"]
+    return out.replace("Lid 3 port 2\n", f"Lid {lid} port {port}\n").replace(
+        "PortSelect:......................2\n", f"PortSelect:......................{port}\n"
+    )
+
+
+def vl_unsupported(lid: int) -> dict[str, object]:
+    """What a PMA without the attribute makes perfquery print: the recorded status 0x1c
+    failure with the status a real PMA gives, 0xc (ibsim implements it everywhere)."""
+    bad = vl_case("vl-switch-bad-port")
+    stderr = bad["stderr"].replace("status 0x1c;", "status 0xc;").replace("Lid 3)", f"Lid {lid})")
+    assert "MAD completed with error status 0xc; dport" in stderr
+    return {"stdout": bad["stdout"], "stderr": stderr, "rc": bad["rc"]}
+
+
+def vl_no_reply() -> dict[str, object]:
+    c = vl_case("vl-no-reply")
+    return {"stdout": c["stdout"], "stderr": c["stderr"], "rc": c["rc"]}
+
+
+@pytest.mark.parametrize("name", VL_CASES)
+def test_recorded_vl_outputs_parse_as_recorded(name):
+    c = vl_case(name)
+    blocks, iberror = parse_perfquery(c["stdout"], name)
+    want = c["expected"]["blocks"]
+    assert [(b.lid, b.port) for b in blocks] == [(w["lid"], w["port"]) for w in want]
+    for b, w in zip(blocks, want, strict=True):
+        assert b.vl_xmit_wait and not b.extended
+        assert b.cap_mask == 0 and b.cap_mask2 is None  # this header has no masks
+        assert b.fields == w["fields"]
+    assert bool(iberror) == (c["rc"] != 0)
+    if iberror:
+        assert iberror == "perfquery: iberror: failed: cannot query PortVLXmitWaitCounters"
+
+
+def test_recorded_vl_values():
+    (block,) = parse_perfquery(vl_case("vl-switch-port")["stdout"])[0]
+    values = [block.fields[f"PortVLXmitWait{vl}"] for vl in range(16)]
+    assert values == [0, 0, 0, 77, 0, 0, 0, 65535, 0, 0, 0, 0, 0, 0, 0, 0]
+    # a port list reads only its first port for this attribute (perfquery.c common_func)
+    c = vl_case("vl-switch-port-list")
+    assert c["argv"][-1] == "1,2,3" and c["rc"] == 0
+    assert [b.port for b in parse_perfquery(c["stdout"])[0]] == [1]
+
+
+def test_recorded_vl_failures_say_why_on_stderr():
+    assert last_message("", vl_case("vl-switch-bad-port")["stderr"]).endswith(
+        "mad_rpc: MAD completed with error status 0x1c; dport (Lid 3)"
+    )
+    assert last_message("", vl_case("vl-no-reply")["stderr"]).endswith(
+        "mad_rpc: _do_madrpc failed; dport (Lid 3)"
+    )
+
+
+VL_GOOD = vl_case("vl-switch-port")["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (VL_GOOD.replace("PortVLXmitWait15:", "PortVLXmitWait16:"), "lacks PortVLXmitWait15"),
+        (VL_GOOD.replace("Lid 3 port 2", "Lid 3 port 5"), "has PortSelect 2"),
+        (
+            VL_GOOD.replace("# PortVLXmitWaitCounters counters", "# PortVLXmitWait counters"),
+            "line 1",
+        ),
+        (VL_GOOD[:-3], "truncated"),
+    ],
+)
+def test_broken_vl_output_is_rejected(text, match):
+    with pytest.raises(MadError, match=match):
+        parse_perfquery(text, "pq")
+
+
+def vl_calls(fake: Fake) -> list[str]:
+    return [c for c in fake.calls() if "--vlxmitcounters" in c]
+
+
+def vl_values(table, row: int) -> list[object]:
+    return [table[c].iat[row] for c in VL_WAIT_COLUMNS]
+
+
+@pytest.mark.parametrize("per_switch", [True, False])
+def test_vl_counters_one_process_per_port_until_a_node_says_no(fake, per_switch):
+    for port in range(1, 8):
+        fake.cases[f"-e --vlxmitcounters 3 {port}"] = {"stdout": vl_output(3, port)}
+    fake.cases["-e --vlxmitcounters 2 1"] = {"stdout": vl_case("vl-ca")["stdout"]}
+    for port in (1, 2):
+        fake.cases[f"-e --vlxmitcounters 4 {port}"] = vl_unsupported(4)
+    targets = [*leaf_targets(), CA_TARGET, *spine_targets()]
+    if not per_switch:
+        targets = [CA_TARGET, *spine_targets()]
+        lines = case("spine-x-ports")["stdout"].splitlines(keepends=True)
+        start = [i for i, line in enumerate(lines) if line.startswith("#")]
+        for port in (1, 2):
+            block = lines[start[port - 1] : [*start, len(lines)][port]]
+            fake.cases[f"-x 4 {port}"] = {"stdout": "".join(block)}
+    backend = PerfqueryBackend(
+        workers=3, per_switch=per_switch, xmit_wait=False, vl_xmit_wait=True, env=fake.env()
+    )
+    with backend:
+        s = backend.sweep(targets)
+        first = sorted(vl_calls(fake))
+        fake.log.unlink()
+        again = backend.sweep(targets)
+    t = s.table
+    assert t.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+    assert (t["error"] == "").all() and t["xmit_bytes"].notna().all()
+    spine_rows = [i for i, tg in enumerate(targets) if tg.lid == 4]
+    assert t.loc[spine_rows, list(VL_WAIT_COLUMNS)].isna().all().all()  # 0xc: missing
+    ca_row = targets.index(CA_TARGET)
+    assert vl_values(t, ca_row) == [0] * 16
+    prefix = "-e --vlxmitcounters "
+    if per_switch:
+        for i in range(7):
+            assert vl_values(t, i) == [0, 0, 0, 77, 0, 0, 0, 65535, *[0] * 8]
+        # one process per port of the leaf and the CA; the spine's first port said no, so
+        # its second is not asked
+        leaf = [f"{prefix}3 {p}" for p in range(1, 8)]
+        assert first == sorted([prefix + "2 1", *leaf, prefix + "4 1"])
+        assert sorted(vl_calls(fake)) == sorted([prefix + "2 1", *leaf])
+        assert s.stats["sent"] == 3 + 9 and s.stats["failed"] == 1
+        assert s.stats["mads"] == (1 + 7) + (1 + 1) + (1 + 2) + 2 * 9
+    else:
+        # one group per port: both spine ports are asked in the first sweep
+        assert first == [prefix + "2 1", prefix + "4 1", prefix + "4 2"]
+        assert vl_calls(fake) == [prefix + "2 1"]  # and the spine not again
+    assert again.table.loc[spine_rows, list(VL_WAIT_COLUMNS)].isna().all().all()
+    assert vl_values(again.table, ca_row) == [0] * 16
+
+
+def test_a_failed_vl_read_leaves_the_row_alone(fake, caplog):
+    for port in (1, 2):
+        fake.cases[f"-e --vlxmitcounters 4 {port}"] = {"stdout": vl_output(4, port)}
+    with PerfqueryBackend(vl_xmit_wait=True, env=fake.env()) as backend:
+        backend.sweep(spine_targets())  # the spine answers: it has them
+        fake.cases["-e --vlxmitcounters 4 2"] = vl_no_reply()
+        fake.env()
+        with caplog.at_level(logging.WARNING, "ibqos.collect"):
+            s = backend.sweep(spine_targets())
+    t = s.table
+    assert t["error"].tolist() == ["", ""]
+    assert t["xmit_bytes"].notna().all() and t["xmit_wait"].notna().all()
+    assert vl_values(t, 0)[3] == 77 and t.loc[1, list(VL_WAIT_COLUMNS)].isna().all()
+    assert "perfquery -e --vlxmitcounters 4 2: perfquery exited 255: ibwarn: [" in caplog.text
+    assert s.failed == 0 and s.stats["failed"] == 1
+
+
+def test_an_unanswered_vl_probe_is_tried_again_later(fake, caplog):
+    from ibqos.collect.perfquery import REPROBE_SWEEPS
+
+    fake.cases["-e --vlxmitcounters 2 1"] = vl_no_reply()
+    with PerfqueryBackend(xmit_wait=False, vl_xmit_wait=True, env=fake.env()) as backend:
+        with caplog.at_level(logging.INFO, "ibqos.collect"):
+            s = backend.sweep([CA_TARGET])
+        assert s.table["error"].iat[0] == "" and s.table["xmit_bytes"].notna().iat[0]
+        assert s.table.loc[0, list(VL_WAIT_COLUMNS)].isna().all()
+        assert "no PortVLXmitWaitCounters" in caplog.text
+        assert "asked again in 10 sweeps" in caplog.text
+        for _ in range(REPROBE_SWEEPS - 1):
+            backend.sweep([CA_TARGET])
+        assert len(vl_calls(fake)) == 1
+        fake.cases["-e --vlxmitcounters 2 1"] = {"stdout": vl_case("vl-ca")["stdout"]}
+        fake.env()
+        s = backend.sweep([CA_TARGET])
+    assert len(vl_calls(fake)) == 2
+    assert vl_values(s.table, 0) == [0] * 16
+
+
+def test_a_vl_process_timeout_decides_nothing(fake):
+    fake.cases["-e --vlxmitcounters 2 1"] = {"sleep": 30}
+    with PerfqueryBackend(xmit_wait=False, vl_xmit_wait=True, timeout_s=0.5, env=fake.env()) as b:
+        s = b.sweep([CA_TARGET])
+        assert s.table["error"].iat[0] == "" and s.stats["timeouts"] == 1
+        assert s.table.loc[0, list(VL_WAIT_COLUMNS)].isna().all()
+        fake.cases["-e --vlxmitcounters 2 1"] = {"stdout": vl_case("vl-ca")["stdout"]}
+        fake.env()
+        s = b.sweep([CA_TARGET])  # still unknown, so probed again at once
+    assert vl_values(s.table, 0) == [0] * 16
+
+
+def test_vl_off_by_default(fake):
+    with PerfqueryBackend(env=fake.env()) as backend:
+        s = backend.sweep([CA_TARGET])
+    assert list(s.table.columns) == list(SWEEP_DTYPES) and vl_calls(fake) == []

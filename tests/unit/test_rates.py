@@ -9,8 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ibqos.collect.rates import RATES_DTYPES, RateTracker, rows_for_json
-from ibqos.collect.sweep import COUNTERS, SWEEP_DTYPES, Sweep, Target
+from ibqos.collect.rates import (
+    RATES_DTYPES,
+    VL_WAIT_RATE_COLUMNS,
+    VL_WAIT_RATE_DTYPES,
+    RateTracker,
+    rows_for_json,
+    vl_wait_rate_column,
+)
+from ibqos.collect.sweep import COUNTERS, SWEEP_DTYPES, VL_WAIT_COLUMNS, Sweep, Target, sweep_dtypes
 
 NA = pd.NA
 NAN = float("nan")
@@ -306,3 +313,135 @@ def test_a_sweep_with_nothing_read_forgets_every_port():
     rt.update(sweep([]))
     assert rt.update(sweep([(A, row(3.0, 20))]))["xmit_bytes_per_s"].isna().all()
     assert rt.update(sweep([(A, row(4.0, 30))]))["xmit_bytes_per_s"].tolist() == [10.0]
+
+
+# -- per-VL transmit wait ---------------------------------------------------------------
+def vl_sweep(readings):
+    """A sweep like ``sweep()`` with the per-VL columns: each reading is (target, row,
+    VL values: a list of 16 (NA allowed), or None for all missing)."""
+    base = sweep([(t, r) for t, r, _ in readings])
+    for vl, col in enumerate(VL_WAIT_COLUMNS):
+        base.table[col] = [NA if v is None else v[vl] for _, _, v in readings]
+    base.table = base.table.astype(sweep_dtypes(vl_wait=True))
+    return base
+
+
+def vls(**values):
+    """16 VL counters, 0 except those given as vl<n>=value."""
+    out = [0] * 16
+    for key, value in values.items():
+        out[int(key[2:])] = value
+    return out
+
+
+def test_vl_rate_columns_are_named_and_typed():
+    assert VL_WAIT_RATE_COLUMNS[0] == "vl0_xmit_wait_per_s" == vl_wait_rate_column(0)
+    assert VL_WAIT_RATE_COLUMNS[15] == "vl15_xmit_wait_per_s"
+    assert len(VL_WAIT_RATE_COLUMNS) == 16
+    assert set(VL_WAIT_RATE_DTYPES.values()) == {"float64"}
+    assert not set(VL_WAIT_RATE_COLUMNS) & set(RATES_DTYPES)  # RATES_DTYPES is unchanged
+
+
+def test_vl_rates_absent_when_the_sweep_has_no_vl_columns():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0))]))
+    out = rt.update(sweep([(A, row(1.0, 10))]))
+    assert list(out.columns) == list(RATES_DTYPES)
+    assert "vl0_xmit_wait_per_s" not in out.columns
+
+
+def test_vl_rates_follow_the_counter_rules():
+    rt = RateTracker()
+    first = rt.update(
+        vl_sweep(
+            [
+                (A, row(10.0, 100), vls(vl3=1000, vl5=500)),
+                (B, row(10.0, 100), None),  # a node without the counters
+            ]
+        )
+    )
+    assert list(first.columns) == [*RATES_DTYPES, *VL_WAIT_RATE_COLUMNS]
+    assert first.dtypes.astype(str).to_dict() == {**RATES_DTYPES, **VL_WAIT_RATE_DTYPES}
+    assert first[list(VL_WAIT_RATE_COLUMNS)].isna().all().all()  # first reading: no rates
+    out = rt.update(
+        vl_sweep([(A, row(12.0, 300), vls(vl3=1600, vl5=100)), (B, row(12.0, 300), None)])
+    )
+    a = out.iloc[0]
+    assert a["vl3_xmit_wait_per_s"] == 300.0  # (1600 - 1000) ticks / 2 s
+    assert a["vl5_xmit_wait_per_s"] == 50.0  # went down: a reset, the new value is the delta
+    assert a["vl0_xmit_wait_per_s"] == 0.0
+    assert bool(a["reset"]) and rt.resets == {(A.node_guid, A.port): 1}
+    assert a["xmit_bytes_per_s"] == 100.0  # the data counters did not reset
+    assert out.iloc[1][list(VL_WAIT_RATE_COLUMNS)].isna().all()  # missing, not 0
+    assert out["xmit_bytes_per_s"].iat[1] == 100.0 and not out["reset"].iat[1]
+
+
+def test_a_vl_counter_stuck_at_65535_has_no_rate(caplog):
+    rt = RateTracker()
+    rt.update(vl_sweep([(A, row(0.0), vls(vl2=65000, vl4=7))]))
+    with caplog.at_level("WARNING", "ibqos.collect"):
+        out = rt.update(vl_sweep([(A, row(1.0), vls(vl2=65535, vl4=9))]))
+        again = rt.update(vl_sweep([(A, row(2.0), vls(vl2=65535, vl4=11))]))
+    for o in (out, again):
+        assert math.isnan(o["vl2_xmit_wait_per_s"].iat[0])  # 16 bits: saturated
+        assert o["vl4_xmit_wait_per_s"].iat[0] == 2.0
+    assert caplog.text.count("vl_xmit_wait2 is stuck at its maximum") == 1  # once per port
+    # cleared (PerfMgr, perfquery -R): the next reading counts from the new value
+    out = rt.update(vl_sweep([(A, row(3.0), vls(vl2=40, vl4=11))]))
+    assert out["vl2_xmit_wait_per_s"].iat[0] == 40.0 and bool(out["reset"].iat[0])
+
+
+def test_a_missing_vl_reading_gives_nan_for_that_vl_only():
+    rt = RateTracker()
+    rt.update(vl_sweep([(A, row(0.0, 0), vls(vl1=5))]))
+    missing = vls(vl1=9)
+    missing[7] = NA
+    out = rt.update(vl_sweep([(A, row(1.0, 8), missing)]))
+    assert out["error"].iat[0] == "" and out["xmit_bytes_per_s"].iat[0] == 8.0
+    assert out["vl1_xmit_wait_per_s"].iat[0] == 4.0
+    assert math.isnan(out["vl7_xmit_wait_per_s"].iat[0])
+    # VL 7 was not read last time: still no rate for it, the others go on
+    out = rt.update(vl_sweep([(A, row(2.0, 16), vls(vl1=9, vl7=3))]))
+    assert math.isnan(out["vl7_xmit_wait_per_s"].iat[0])
+    assert out["vl1_xmit_wait_per_s"].iat[0] == 0.0
+
+
+def test_vl_columns_turned_on_or_off_between_sweeps():
+    rt = RateTracker()
+    rt.update(sweep([(A, row(0.0, 0))]))
+    on = rt.update(vl_sweep([(A, row(1.0, 10), vls(vl3=4))]))
+    assert on["xmit_bytes_per_s"].iat[0] == 10.0
+    assert on[list(VL_WAIT_RATE_COLUMNS)].isna().all().all()  # nothing to compare with
+    on = rt.update(vl_sweep([(A, row(2.0, 20), vls(vl3=10))]))
+    assert on["vl3_xmit_wait_per_s"].iat[0] == 6.0
+    off = rt.update(sweep([(A, row(3.0, 30))]))
+    assert list(off.columns) == list(RATES_DTYPES) and off["xmit_bytes_per_s"].iat[0] == 10.0
+    back = rt.update(vl_sweep([(A, row(4.0, 40), vls(vl3=12))]))
+    assert math.isnan(back["vl3_xmit_wait_per_s"].iat[0])  # the VL gap is a gap
+
+
+def test_an_error_row_has_no_vl_rates():
+    rt = RateTracker()
+    rt.update(vl_sweep([(A, row(0.0), vls(vl0=1))]))
+    out = rt.update(vl_sweep([(A, failed(), None)]))
+    assert out[list(VL_WAIT_RATE_COLUMNS)].isna().all().all()
+
+
+def test_rows_for_json_have_vl_keys_only_when_read():
+    rt = RateTracker()
+    rt.update(vl_sweep([(A, row(0.0), vls(vl3=0)), (B, row(0.0), None)]))
+    rows = rows_for_json(rt.update(vl_sweep([(A, row(2.0), vls(vl3=8)), (B, row(2.0), None)])))
+    assert list(rows[0])[-16:] == list(VL_WAIT_RATE_COLUMNS)
+    assert rows[0]["vl3_xmit_wait_per_s"] == 4.0 and rows[0]["vl0_xmit_wait_per_s"] == 0.0
+    assert rows[1]["vl3_xmit_wait_per_s"] is None
+    json.dumps(rows, allow_nan=False)
+    plain = RateTracker()
+    plain.update(sweep([(A, row(0.0))]))
+    rows = rows_for_json(plain.update(sweep([(A, row(1.0))])))
+    assert not any(k.startswith("vl") for k in rows[0])
+
+
+def test_vl_rate_columns_are_documented():
+    import ibqos.collect.rates as mod
+
+    assert "\nvl0_xmit_wait_per_s " in mod.__doc__ and "\nvl15_xmit_wait_per_s " in mod.__doc__

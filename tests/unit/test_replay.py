@@ -8,8 +8,9 @@ import re
 import pandas as pd
 import pytest
 
-from ibqos.collect.replay import CSV_COLUMNS, INDEX, ReplayBackend, SweepRecorder
-from ibqos.collect.sweep import SWEEP_DTYPES, Sweep, Target
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
+from ibqos.collect.replay import CSV_COLUMNS, INDEX, VL_CSV_COLUMNS, ReplayBackend, SweepRecorder
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Sweep, Target, sweep_dtypes
 from ibqos.errors import CollectError
 
 U64 = 2**64 - 1
@@ -230,3 +231,97 @@ def test_empty_recording(tmp_path):
     )
     rec.record(empty)
     assert_same(ReplayBackend(tmp_path).sweep([]), empty)
+
+
+# -- per-VL transmit-wait columns -------------------------------------------------------
+def make_vl_sweep(k: int) -> Sweep:
+    """make_sweep(k) with the per-VL columns: row 0 counts up on VL 3, row 1 is at the
+    16-bit top on VL 15, rows 2 (error) and 3 (a node without them) are missing."""
+    s = make_sweep(k)
+    for vl, col in enumerate(VL_WAIT_COLUMNS):
+        s.table[col] = [100 * k if vl == 3 else 0, 65535 if vl == 15 else vl, pd.NA, pd.NA]
+    s.table = s.table.astype(sweep_dtypes(vl_wait=True))
+    return s
+
+
+def test_vl_columns_round_trip(tmp_path):
+    rec = SweepRecorder(tmp_path / "vl")
+    for k in range(2):
+        rec.record(make_vl_sweep(k))
+    index = json.loads((tmp_path / "vl" / INDEX).read_text())
+    assert index["columns"] == list(VL_CSV_COLUMNS) and index["version"] == 1
+    lines = (tmp_path / "vl" / "sweep-000002.csv").read_text().split("\n")
+    assert lines[0] == ",".join(VL_CSV_COLUMNS)
+    assert lines[1].endswith(",64,,0,0,0,100,0,0,0,0,0,0,0,0,0,0,0,0")
+    assert lines[-2].endswith(",32," + "," * 16)  # the CA row: error "", no VL values
+    replay = ReplayBackend(tmp_path / "vl")
+    for k in range(2):
+        assert_same(replay.sweep([]), make_vl_sweep(k))
+
+
+def test_vl_columns_replay_into_rates(tmp_path):
+    rec = SweepRecorder(tmp_path / "vl")
+    for k in range(2):
+        rec.record(make_vl_sweep(k))
+    replay, tracker = ReplayBackend(tmp_path / "vl"), RateTracker()
+    tracker.update(replay.sweep([]))
+    rates = tracker.update(replay.sweep([]))
+    assert list(rates.columns[-16:]) == list(VL_WAIT_RATE_COLUMNS)
+    assert rates["vl3_xmit_wait_per_s"].iat[0] == 100.0  # 100 ticks over 1 s
+    assert rates["vl15_xmit_wait_per_s"].isna().iat[1]  # stuck at 65535
+
+
+def test_a_recording_may_turn_vl_columns_on(recording):
+    """Sweeps recorded before the option was on keep their columns; the index lists the
+    longer column list from the first sweep that has them on."""
+    SweepRecorder(recording).record(make_vl_sweep(2))
+    index = json.loads((recording / INDEX).read_text())
+    assert index["columns"] == list(VL_CSV_COLUMNS)
+    replay = ReplayBackend(recording)
+    assert_same(replay.sweep([]), make_sweep(0))
+    assert_same(replay.sweep([]), make_sweep(1))
+    assert_same(replay.sweep([]), make_vl_sweep(2))
+
+
+def test_old_recordings_still_replay(recording):
+    index = json.loads((recording / INDEX).read_text())
+    assert index["columns"] == list(CSV_COLUMNS)  # what ibqos wrote before the VL columns
+    s = ReplayBackend(recording).sweep([])
+    assert list(s.table.columns) == list(SWEEP_DTYPES)
+
+
+def test_vl_targets_select_rows(tmp_path):
+    SweepRecorder(tmp_path / "vl").record(make_vl_sweep(1))
+    unknown = Target(0x1234, "ghost", 1, 99, 0, "host", False)
+    s = ReplayBackend(tmp_path / "vl").sweep([TARGETS[0], unknown])
+    assert s.table.dtypes.astype(str).to_dict() == sweep_dtypes(vl_wait=True)
+    assert s.table["vl_xmit_wait3"].tolist() == [100, pd.NA]
+    assert s.table["error"].tolist() == ["", "not in recording"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        (
+            ",64,,0,0,0,100,",
+            ",64,,0,0,0,65536,",
+            "column vl_xmit_wait3: 65536 is larger than 65535",
+        ),
+        (",64,,0,0,0,100,", ",64,,0,0,0,-1,", "column vl_xmit_wait3: expected an unsigned integer"),
+        (",0,0,0,0,0,0,0,0,0,0,0,0\n", ",0,0,0,0,0,0,0,0,0,0,0\n", "expected 31 fields, got 30"),
+        ("error,vl_xmit_wait0,", "error,vl_wait0,", "line 1: expected the header"),
+    ],
+)
+def test_bad_vl_csv(tmp_path, old, new, match):
+    SweepRecorder(tmp_path / "vl").record(make_vl_sweep(1))
+    edit(tmp_path / "vl" / "sweep-000001.csv", old, new)
+    with pytest.raises(CollectError, match=match):
+        ReplayBackend(tmp_path / "vl").sweep([])
+
+
+def test_index_with_unknown_extra_columns_is_rejected(recording):
+    edit(recording / INDEX, '"error"', '"error",\n  "vl_wait0"')
+    with pytest.raises(
+        CollectError, match=r"optionally followed by vl_xmit_wait0 \.\. vl_xmit_wait15"
+    ):
+        ReplayBackend(recording)

@@ -17,7 +17,14 @@ import pytest
 from ibqos.errors import LabError
 from ibqos.jobs import Job
 from ibqos.lab.routes import Router, parse_lft_dump
-from ibqos.lab.traffic import TrafficModel, comm_seconds
+from ibqos.lab.traffic import (
+    VL_XMIT_WAIT_FIELDS,
+    XMIT_WAIT_FIELD,
+    XMIT_WAIT_MAX,
+    XMIT_WAIT_TICKS_PER_S,
+    TrafficModel,
+    comm_seconds,
+)
 from ibqos.patterns import traffic_matrix
 from ibqos.topology import Node, Port, Topology, parse_ibnetdiscover
 
@@ -722,3 +729,118 @@ def test_reparameterised_job_keeps_its_bytes(
     assert set(model.jobs) == {"r"} and not model.finished
     hosts = 2  # cn0001 and cn0009, on different leaves
     assert model.jobs["r"].truth[0] == pytest.approx(hosts * (1e9 + 2e9) * 0.5, rel=1e-9)
+
+
+# --- transmit wait ----------------------------------------------------------------------
+
+
+def expected_wait(offered: np.ndarray, capacity: np.ndarray, dt: float) -> np.ndarray:
+    """The documented rule: (L - C) / L of the tick, at XMIT_WAIT_TICKS_PER_S, where L > C."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(offered > capacity, (offered - capacity) / offered, 0.0)
+    return over * XMIT_WAIT_TICKS_PER_S * dt
+
+
+def test_no_wait_at_or_below_capacity(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    topo = two[0]
+    model = build_model(two)
+    model.set_jobs((A2A, HALO))
+    model.tick(0.1)
+    assert not model.xmit_wait.any()
+    assert model.wait_counters(host_port(topo, "cn0001")) == {XMIT_WAIT_FIELD: 0}
+    # exactly at capacity is not over it
+    full = make_job(cn(1, 9), "ring", rate=EDR_4X, duty=1.0, job_id="full")
+    model.set_jobs((full,))
+    model.tick(0.1)
+    assert not model.xmit_wait.any()
+
+
+@pytest.mark.parametrize(("duty", "over"), [(1.0, 0.75), (0.5, 0.5)])
+def test_overload_adds_wait_by_the_rule(
+    duty: float, over: float, two: tuple[Topology, dict[int, dict[int, int]], Router]
+) -> None:
+    topo = two[0]
+    model = build_model(two)
+    heavy = make_job(cn(1, 9), "ring", rate=5e10, duty=duty, period=0.01, job_id="heavy")
+    model.set_jobs((heavy,))
+    dt = 0.01
+    model.tick(dt)
+    # 5e10 B/s offered (x duty, averaged over the tick) on a 12.5e9 B/s link
+    src = model.router.port_index[host_port(topo, "cn0001")]
+    assert model.xmit_wait[src] == pytest.approx(over * XMIT_WAIT_TICKS_PER_S * dt)
+    job = model.jobs["heavy"]
+    np.testing.assert_allclose(
+        model.xmit_wait, expected_wait(job.xmit * duty, model.capacity, dt), rtol=1e-12
+    )
+    assert (model.xmit_wait[job.xmit == 0] == 0).all()  # ports the job does not use
+    assert model.wait_counters(host_port(topo, "cn0001")) == {
+        XMIT_WAIT_FIELD: int(over * XMIT_WAIT_TICKS_PER_S * dt)
+    }
+    model.tick(dt)  # cumulative, like the counter
+    assert model.xmit_wait[src] == pytest.approx(2 * over * XMIT_WAIT_TICKS_PER_S * dt)
+
+
+def test_wait_sticks_at_32_bits(two: tuple[Topology, dict[int, dict[int, int]], Router]) -> None:
+    topo = two[0]
+    model = build_model(two)
+    model.set_jobs((make_job(cn(1, 9), "ring", rate=5e10, duty=1.0, job_id="heavy"),))
+    model.tick(100.0)  # 75 s of stall: more ticks than 32 bits hold
+    counters = model.wait_counters(host_port(topo, "cn0001"))
+    assert counters[XMIT_WAIT_FIELD] == XMIT_WAIT_MAX
+
+
+def test_wait_splits_over_the_jobs_vls(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    topo = two[0]
+    model = build_model(two)
+    # the same two hosts, so the same ports: 3e10 + 1e10 B/s offered on 12.5e9 B/s links
+    a = make_job(cn(1, 9), "ring", rate=3e10, duty=1.0, job_id="a")
+    b = make_job(cn(1, 9), "ring", rate=1e10, duty=1.0, job_id="b")
+    other = make_job(cn(17, 25), "ring", rate=1e9, duty=1.0, job_id="other")  # no VL given
+    model.set_jobs((a, b, other))
+    dt = 1e-4
+    model.tick(dt, vls={"a": 2, "b": 5})
+    src = host_port(topo, "cn0001")
+    i = model.router.port_index[src]
+    wait = (1 - EDR_4X / 4e10) * XMIT_WAIT_TICKS_PER_S * dt
+    assert model.xmit_wait[i] == pytest.approx(wait)
+    assert model.vl_xmit_wait is not None
+    np.testing.assert_allclose(model.vl_xmit_wait.sum(axis=1), model.xmit_wait, rtol=1e-12)
+    assert model.vl_xmit_wait[i, 2] == pytest.approx(0.75 * wait)
+    assert model.vl_xmit_wait[i, 5] == pytest.approx(0.25 * wait)
+    counters = model.wait_counters(src)
+    assert list(counters) == [XMIT_WAIT_FIELD, *VL_XMIT_WAIT_FIELDS]
+    assert VL_XMIT_WAIT_FIELDS[3] == "PortVLXmitWaitCounters.PortVLXmitWaitCounters3"
+    assert counters[VL_XMIT_WAIT_FIELDS[2]] == int(0.75 * wait)
+    assert counters[VL_XMIT_WAIT_FIELDS[5]] == int(0.25 * wait)
+    assert sum(counters[f] for f in VL_XMIT_WAIT_FIELDS) <= counters[XMIT_WAIT_FIELD]
+    # the light job's ports are not overloaded: nothing on VL 0 anywhere
+    assert not model.vl_xmit_wait[:, 0].any()
+    # 16-bit counters stick at 65,535
+    model.tick(0.1, vls={"a": 2, "b": 5})
+    assert model.wait_counters(src)[VL_XMIT_WAIT_FIELDS[2]] == 65535
+
+
+def test_without_vls_the_vl_counters_are_left_alone(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    topo = two[0]
+    model = build_model(two)
+    model.set_jobs((make_job(cn(1, 9), "ring", rate=5e10, duty=1.0, job_id="heavy"),))
+    model.tick(0.01)
+    assert model.vl_xmit_wait is None
+    assert list(model.wait_counters(host_port(topo, "cn0001"))) == [XMIT_WAIT_FIELD]
+    model.tick(1e-4, vls={})  # told, but the job has no VL: the default lane, VL 0
+    assert model.vl_xmit_wait is not None
+    i = model.router.port_index[host_port(topo, "cn0001")]
+    assert model.vl_xmit_wait[i, 0] == pytest.approx(0.75 * XMIT_WAIT_TICKS_PER_S * 1e-4)
+    assert not model.vl_xmit_wait[:, 1:].any()
+
+
+def test_bad_vl_is_refused(two: tuple[Topology, dict[int, dict[int, int]], Router]) -> None:
+    model = build_model(two)
+    with pytest.raises(ValueError, match="VLs must be 0-15"):
+        model.tick(0.01, vls={"j1": 16})
