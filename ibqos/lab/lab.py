@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from ibqos import jobs as jobsmod
@@ -123,6 +124,7 @@ class Lab:
         self.opensm: OpenSM | None = None
         self.model: TrafficModel | None = None
         self.written: dict[Port, tuple[int, ...]] = {}
+        self.written_wait: dict[Port, dict[str, int]] = {}
         self.ticks = 0
         self.lines_last_tick = 0
         self._jobs_stamp: tuple[float, int] | None = None
@@ -292,6 +294,16 @@ class Lab:
                         _perfset(port, f, new) for f in (field, MIRRORS.get(field)) if f is not None
                     ]
             self.written[port] = values
+        # XmitWait of overloaded ports (only those ever overloaded have any)
+        for i in np.flatnonzero(self.model.xmit_wait).tolist():
+            port = self.model.router.ports[i]
+            waits, seen = self.model.wait_counters(port), self.written_wait.get(port, {})
+            lines += [
+                f'PerformanceSet "{port.node}"[{port.num}] {field}={value}'
+                for field, value in waits.items()
+                if value != seen.get(field, 0)
+            ]
+            self.written_wait[port] = waits
         t1 = time.monotonic()
         errors = self.ibsim.command(lines) if lines else []
         self.timings["tick_model_s"] = t1 - t0

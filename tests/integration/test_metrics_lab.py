@@ -18,7 +18,9 @@ from ibqos.lab.prometheus import PrometheusServer
 
 ROOT = Path(__file__).parents[2]
 RULES = ROOT / "dashboards" / "ibqos.rules.yml"
-HEAVY_A = LIGHT_A | {"rate_bytes_per_s": 1.0e10}  # overloads the leaf uplinks: XmitWait
+# offered 2e10 B/s per node: more than a 4x EDR link (1.25e10) carries, so host links and
+# the leaf uplinks towards cn0005/cn0006 are overloaded and the lab model counts XmitWait
+HEAVY_A = LIGHT_A | {"rate_bytes_per_s": 2.0e10}
 
 
 def metrics_url(tmp_path: Path) -> str | None:
@@ -81,9 +83,15 @@ def test_prometheus_scrapes_the_agent_and_every_panel_has_data(make_lab, tmp_pat
             assert checked >= 20
             print(f"{checked} panel queries returned data with their legend's labels")
 
-            # a lane of the heavy job, with its congestion estimated from port XmitWait
+            # the heavy job overloads its leaves' uplinks: the lab model's XmitWait, read
+            # through the PMA, shows at level 1 and on the heavy job's lane the most
+            level = prom.query('ibqos_level_xmit_wait_ticks_per_second{level="1"}')
+            assert level and float(level[0]["value"][1]) > 0
             wait = prom.query('ibqos_lane_xmit_wait_ticks_per_second{level="1"}')
             assert {e["metric"]["source"] for e in wait} == {"port"}
+            heavy_vl = prom.query('ibqos_job_vl{job_id="A"}')[0]["value"][1]
+            top = max(wait, key=lambda e: float(e["value"][1]))
+            assert top["metric"]["vl"] == heavy_vl and float(top["value"][1]) > 0
             fabric = prom.query('ibqos_fabric_info{fabric="labfab"}')
             assert [e["metric"]["instance"] for e in fabric] == [target]
 
