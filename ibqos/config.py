@@ -432,13 +432,13 @@ def _metrics(value: object, source: str) -> MetricsConfig:
         key = "metrics.basic_auth.password_file"
         pw_file = _readable(a.get("password_file"), source, key)
         # trimmed, as Prometheus trims its own password_file
-        lines = pw_file.read_text().strip().splitlines()
-        if not lines or not lines[0].strip():
+        password = (pw_file.read_text().strip().splitlines() or [""])[0].strip()
+        if not password:
             raise ConfigError(f"{source}: {key}: {pw_file} has no password on its first line")
         user = _str(a.get("username"), source, "metrics.basic_auth.username")
         if ":" in user:
             raise ConfigError(f"{source}: metrics.basic_auth.username: must not contain ':'")
-        auth = BasicAuthConfig(user, lines[0].strip(), pw_file)
+        auth = BasicAuthConfig(user, password, pw_file)
     return MetricsConfig(
         listen=listen,
         fabric=fabric,

@@ -53,6 +53,8 @@ NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 #: PortCountersExtended fields the model drives, in the order of TrafficModel.totals().
 FIELDS = ("PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")
 #: Unicast packet counters mirror the packet counters: all modelled traffic is unicast.
+#: the attribute those fields belong to
+EXT = "PortCountersExtended"
 MIRRORS = {"PortXmitPkts": "PortUnicastXmitPkts", "PortRcvPkts": "PortUnicastRcvPkts"}
 
 
@@ -235,7 +237,7 @@ class Lab:
         """
         assert self.ibsim is not None and self.model is not None
         names = [*FIELDS, *MIRRORS.values()]
-        lines = [_perfset(p, f, 0) for p in self.model.router.ports for f in names]
+        lines = [_perfset(p, f"{EXT}.{f}", 0) for p in self.model.router.ports for f in names]
         errors = self.ibsim.command(lines)
         if errors:
             raise LabError(f"ibsim rejected clearing the counters: {errors[0]}")
@@ -291,18 +293,16 @@ class Lab:
             for field, new, prev in zip(FIELDS, values, old, strict=True):
                 if new != prev:
                     lines += [
-                        _perfset(port, f, new) for f in (field, MIRRORS.get(field)) if f is not None
+                        _perfset(port, f"{EXT}.{f}", new)
+                        for f in (field, MIRRORS.get(field))
+                        if f is not None
                     ]
             self.written[port] = values
         # XmitWait of overloaded ports (only those ever overloaded have any)
         for i in np.flatnonzero(self.model.xmit_wait).tolist():
             port = self.model.router.ports[i]
             waits, seen = self.model.wait_counters(port), self.written_wait.get(port, {})
-            lines += [
-                f'PerformanceSet "{port.node}"[{port.num}] {field}={value}'
-                for field, value in waits.items()
-                if value != seen.get(field, 0)
-            ]
+            lines += [_perfset(port, f, v) for f, v in waits.items() if v != seen.get(f, 0)]
             self.written_wait[port] = waits
         t1 = time.monotonic()
         errors = self.ibsim.command(lines) if lines else []
@@ -456,7 +456,8 @@ def hostnames(topo: Topology) -> set[str]:
 
 
 def _perfset(port: Port, field: str, value: int) -> str:
-    return f'PerformanceSet "{port.node}"[{port.num}] PortCountersExtended.{field}={value}'
+    """The ibsim console line that sets *field* (``Attribute.Field``) of *port*."""
+    return f'PerformanceSet "{port.node}"[{port.num}] {field}={value}'
 
 
 def _check_speeds(topo: Topology) -> None:

@@ -59,21 +59,13 @@ class SnapshotCollector(Collector):
         """The snapshot's families in the text format (b"" before the first snapshot)."""
         with self._lock:
             snapshot, text = self._snapshot, self._text
-            if text is not None or snapshot is None:
-                return text or b""
-            built = self._built()
-        # rendered outside the lock, so publish() never waits for a scrape (~0.1 s at 80k
-        # series); two scrapes at once may both render, and the bytes are the same
-        text = exposition(built)
+        if text is not None or snapshot is None:
+            return text or b""
+        text = exposition(self._built())
         with self._lock:
             if self._snapshot is snapshot:
                 self._text = text
         return text
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        """The snapshot being served (None before the first cycle)."""
-        return self._snapshot
 
     def describe(self) -> Iterable[Metric]:
         # no up-front description: the families depend on the snapshot (and registering
@@ -81,15 +73,22 @@ class SnapshotCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            found = self._built()
-        yield from found
+        yield from self._built()
 
     def _built(self) -> list[Metric]:
-        """The families of the current snapshot, built once (call with the lock held)."""
-        if self._families is None and self._snapshot is not None:
-            self._families = families(self._snapshot)
-        return self._families or []
+        """The families of the current snapshot, built once per snapshot.
+
+        Built and rendered outside the lock, so publish() never waits for a scrape (~1 s
+        at 80k series); two scrapes at once may both build, and get the same families.
+        """
+        with self._lock:
+            snapshot, built = self._snapshot, self._families
+        if built is None and snapshot is not None:
+            built = families(snapshot)
+            with self._lock:
+                if self._snapshot is snapshot:
+                    self._families = built
+        return built or []
 
 
 def exposition(metrics: Iterable[Metric]) -> bytes:

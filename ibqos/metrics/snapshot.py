@@ -19,13 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
 from ibqos.decide import Decision
 from ibqos.fabric import Fabric
 
-__all__ = ["VL_WAIT_COLUMNS", "Snapshot", "build_snapshot", "level_capacities"]
-
-#: per-VL XmitWait rate columns of a rates table read with ``collect.vl_xmit_wait``
-VL_WAIT_COLUMNS = tuple(f"vl{vl}_xmit_wait_per_s" for vl in range(16))
+__all__ = ["Snapshot", "build_snapshot", "level_capacities"]
 #: rates columns the per-port series are made of
 PORT_COLUMNS = ("node_guid", "port", "level", "xmit_bytes_per_s", "rcv_bytes_per_s")
 
@@ -84,7 +82,7 @@ def build_snapshot(
     uplink = np.where(role == "host", 0, np.where(role == "up", level, -1))
     keep = uplink >= 0
     sums = pd.DataFrame({"level": uplink[keep]})
-    waits = list(VL_WAIT_COLUMNS) if VL_WAIT_COLUMNS[0] in rates.columns else []
+    waits = list(VL_WAIT_RATE_COLUMNS) if VL_WAIT_RATE_COLUMNS[0] in rates.columns else []
     for col in ("xmit_bytes_per_s", "xmit_wait_per_s", *waits):
         sums[col] = rates[col].to_numpy(dtype=np.float64)[keep]
     grouped = sums.groupby("level")

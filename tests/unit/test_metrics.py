@@ -14,6 +14,7 @@ from fabric_rates import leaf_up_ports, rates, setup
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ibqos.classify import Thresholds
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
 from ibqos.config import MetricsConfig
 from ibqos.decide import Decider
 from ibqos.fabric import Fabric
@@ -21,7 +22,6 @@ from ibqos.jobs import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.families import SnapshotCollector
 from ibqos.metrics.server import Exporter, metrics_app
-from ibqos.metrics.snapshot import VL_WAIT_COLUMNS
 from ibqos.plan_output import lane_weights
 from ibqos.planner import LaneConfig
 
@@ -56,7 +56,7 @@ def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=Fa
                 xmit[key] = LINK * util
     table = full_rates(fabric, xmit)
     if vl_wait:
-        for vl, col in enumerate(VL_WAIT_COLUMNS):
+        for vl, col in enumerate(VL_WAIT_RATE_COLUMNS):
             table[col] = [float(vl) if fp.role == "up" else 0.0 for fp in fabric.ports.values()]
     decider = Decider(fabric, LaneConfig(min_interval_s=0.0), Thresholds(tau_s=0.0))
     decision = decider.decide(table, list(jobs), 0.0)
