@@ -144,9 +144,9 @@ class CollectConfig:
         xmit_wait: also read PortXmitWait (PortCounters) where PCE does not carry it.
         vl_xmit_wait: also read PortVLXmitWaitCounters (per-VL transmit wait, one more MAD
             per port) from the nodes (switches and CAs) that answer it, for per-lane
-            congestion.  Off by
-            default: the counters are 16 bits wide and saturate after 65,535 ticks, so they
-            need short intervals, and many switches do not implement them.
+            congestion.  Off by default: the counters are 16 bits wide and saturate after
+            65,535 ticks, so they need short intervals, and many switches do not implement
+            them.
         ca: CA to send MADs from (native); None: the first.
         port: CA port (native); 0: the first active one.
         window: MADs in flight at most (native).
