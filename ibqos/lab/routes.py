@@ -130,5 +130,41 @@ class Router:
         self._fail(int(src[k]), int(dlid[k]), "loops (more than 64 hops)")
         raise AssertionError("unreachable")
 
+    def paths(self, src: IntArray, dlid: IntArray, dst: IntArray) -> list[list[int]]:
+        """The links each flow crosses, in order: dense indices of the transmitting ports,
+        the source CA port first.
+
+        Raises:
+            LabError: a flow has no route or loops.
+        """
+        hops: list[IntArray] = [src.copy()]
+        at = self._peer[src]
+        live = np.arange(len(src))
+        for _ in range(64):
+            sw = self._node_sw[at[live]]
+            arrived = sw < 0
+            if arrived.any():
+                bad = live[arrived][at[live][arrived] != dst[live][arrived]]
+                if bad.size:
+                    self._fail(int(src[bad[0]]), int(dlid[bad[0]]), "ends at the wrong port")
+            if arrived.all():
+                break
+            out = self._lft[np.maximum(sw, 0), dlid[live]]
+            egress = np.where(sw < 0, -1, self._hop[np.maximum(sw, 0), out])
+            missing = (sw >= 0) & ((out == 0) | (egress < 0))
+            if missing.any():
+                k = int(live[np.argmax(missing)])
+                self._fail(int(src[k]), int(dlid[k]), "has no route")
+            step = np.full(len(src), -1, dtype=np.int64)
+            step[live] = egress
+            hops.append(step)
+            moving = live[egress >= 0]
+            at[moving] = self._peer[egress[egress >= 0]]
+            live = moving
+        else:
+            self._fail(int(src[int(live[0])]), int(dlid[int(live[0])]), "loops (more than 64 hops)")
+        table = np.stack(hops, axis=1)
+        return [[int(x) for x in row if x >= 0] for row in table]
+
     def _fail(self, src: int, dlid: int, what: str) -> None:
         raise LabError(f"flow from {self.ports[src]} to LID {dlid} {what} in OpenSM's tables")
