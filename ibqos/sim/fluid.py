@@ -109,10 +109,18 @@ class Allocator:
         )
         high_bytes = arb.high_bytes()
         self.high_share = 1.0 if math.isinf(high_bytes) else high_bytes / (high_bytes + arb.mtu)
-        self.rounds = 0  # fixed-point rounds of the last call
+        self.rounds = 0  # fixed-point rounds of the last solve
+        # the rates depend only on who communicates: a periodic mix repeats few sets
+        self._memo: dict[bytes, FloatArray] = {}
 
     def rates(self, active: npt.NDArray[np.bool_]) -> FloatArray:
         """``alpha`` of every job (0 for the ones not in *active*)."""
+        key = active.tobytes()
+        if key not in self._memo:
+            self._memo[key] = self._solve(active)
+        return self._memo[key].copy()
+
+    def _solve(self, active: npt.NDArray[np.bool_]) -> FloatArray:
         alpha = np.zeros(len(self.vl))
         rows = np.flatnonzero(active)
         if rows.size == 0:
@@ -198,7 +206,7 @@ def _offers(grant: FloatArray, on: npt.NDArray[np.bool_]) -> FloatArray:
     g2[rows, first] = np.inf
     m2 = g2.min(axis=1)
     cols = np.arange(g.shape[1])
-    other = np.where(cols[None, :] == first[:, None], m2[:, None], m1[:, None])
+    other: FloatArray = np.where(cols[None, :] == first[:, None], m2[:, None], m1[:, None])
     return np.minimum(other, 1.0)
 
 

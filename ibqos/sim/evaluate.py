@@ -1,0 +1,125 @@
+"""A mix under a QoS setup: each job's time alone and sharing, its contention, the totals.
+
+For a job, ``T_alone`` is its time for N iterations alone on the fabric (same placement,
+routes and lane; its own traffic may still contend with itself), ``T_sharing`` the same
+with the whole mix running, and ``contention = T_sharing - T_alone`` (seconds).  The total
+is the sum over jobs; node-time wasted weighs each job's contention by its host count
+(node-seconds).  ``E = total(baseline) / total(policy)``: above 1, the policy wastes less
+than the baseline (everything on one VL, the fabric before ibqos).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.network import Network
+from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.workload import RunResult, SimJob
+
+MODELS = ("fluid", "packet")
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """One job: seconds for N iterations alone and sharing, and the difference."""
+
+    id: str
+    nodes: int
+    sl: int
+    vl: int
+    t_alone_s: float
+    t_sharing_s: float
+
+    @property
+    def contention_s(self) -> float:
+        return self.t_sharing_s - self.t_alone_s
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A mix under one policy.
+
+    Attributes:
+        policy: the policy's name.
+        model: the model that computed it.
+        iterations: N.
+        jobs: per job, in mix order.
+        setup: the QoS setup simulated.
+        sim_time_s: simulated seconds of the sharing run.
+    """
+
+    policy: str
+    model: str
+    iterations: int
+    jobs: tuple[JobOutcome, ...]
+    setup: Arbitration
+    sim_time_s: float
+
+    @property
+    def total_contention_s(self) -> float:
+        return math.fsum(j.contention_s for j in self.jobs)
+
+    @property
+    def node_time_wasted_s(self) -> float:
+        """Node-seconds lost to contention: each job's contention times its hosts."""
+        return math.fsum(j.contention_s * j.nodes for j in self.jobs)
+
+    def efficiency(self, baseline: Outcome) -> float:
+        """``E = total(baseline) / total(this)``; inf when this policy has no contention."""
+        mine = self.total_contention_s
+        if mine <= 0:
+            return math.inf if baseline.total_contention_s > 0 else 1.0
+        return baseline.total_contention_s / mine
+
+
+def run(
+    model: str, net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
+) -> RunResult:
+    """Run one model on a mix.
+
+    Raises:
+        SimError: an unknown model, or a setup the model cannot run.
+    """
+    if model == "fluid":
+        return simulate_fluid(net, jobs, arb, iterations)
+    if model == "packet":
+        from ibqos.sim.packet import simulate_packets
+
+        return simulate_packets(net, jobs, arb, iterations)
+    raise SimError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
+
+
+def alone(
+    model: str, net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
+) -> dict[str, float]:
+    """Each job's ``T_alone`` (seconds for *iterations* iterations, alone)."""
+    return {j.id: run(model, net, [j], arb, iterations).jobs[j.id].t_s for j in jobs}
+
+
+def evaluate(
+    model: str,
+    net: Network,
+    jobs: Sequence[SimJob],
+    arb: Arbitration,
+    iterations: int,
+    t_alone: Mapping[str, float] | None = None,
+) -> Outcome:
+    """The mix under *arb*; *t_alone* reused when given (it does not depend on weights)."""
+    if t_alone is None:
+        t_alone = alone(model, net, jobs, arb, iterations)
+    result = run(model, net, jobs, arb, iterations)
+    out = tuple(
+        JobOutcome(
+            j.id,
+            len(j.job.nodes),
+            arb.job_sl.get(j.id, 0),
+            arb.vl_of(j.id),
+            t_alone[j.id],
+            result.jobs[j.id].t_s,
+        )
+        for j in jobs
+    )
+    return Outcome(arb.name, model, iterations, out, arb, result.sim_time_s)

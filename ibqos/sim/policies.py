@@ -1,0 +1,227 @@
+"""The QoS setups the simulator compares, by the names the command line takes.
+
+Every policy gets the same lanes: the data VLs and VLArbLowCap of :class:`LaneConfig`
+(ibqos's defaults, or the configuration's ``lanes`` section), the MTU, and SL 0 for
+nothing but the default lane.
+
+- ``one-vl``: every job on SL 0, every SL on VL 0: the fabric as OpenSM leaves it.
+- ``equal``: one lane per job as far as lanes go (jobs in mix order, round-robin over
+  the lanes when there are more jobs), every lane one MTU packet per round.
+- ``bandwidth``: the lanes of ``equal``, weighted in proportion to their jobs' average
+  injected bandwidth (hosts x rate x duty): more weight to more demanding lanes.
+- ``ibqos``: the plan of :mod:`ibqos.decide`, fed with the counters the mix produces under
+  ``one-vl`` (each link's bytes over the run, as a sweep would read them), i.e. what the
+  agent would program after watching the fabric.
+- ``optimal``: exhaustive search over the groupings of the jobs onto the lanes and a grid of
+  per-lane weights (:data:`WEIGHT_GRID` packets per round), each setup run with the fluid
+  model; the setups of the other policies are tried too, so the optimum is never worse
+  than any of them.  For small mixes (:data:`MAX_SEARCH` setups at most).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ibqos.decide import Decider
+from ibqos.fabric import Fabric
+from ibqos.planner import NUM_SLS, LaneConfig
+from ibqos.sim.evaluate import alone, evaluate
+from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.network import Network
+from ibqos.sim.qos import Arbitration, SimError, from_tables
+from ibqos.sim.workload import SimJob
+from ibqos.topology import Port
+from ibqos.weights import interleave, lane_entries, quantize
+
+POLICIES = ("one-vl", "equal", "bandwidth", "ibqos", "optimal")
+#: MTU packets per arbitration round a lane may get in the exhaustive search
+WEIGHT_GRID = (1, 2, 4, 8)
+#: most setups the exhaustive search runs
+MAX_SEARCH = 4000
+#: lanes (default ibqos config, ibsim ports): SL 0 reserved, 8 data VLs, 8 VLArb entries
+DEFAULT_LANES = LaneConfig(reserved_sls=(0,), vlarb_low_cap=8, min_hold_s=0, min_interval_s=0)
+
+
+def build(
+    name: str,
+    net: Network,
+    jobs: Sequence[SimJob],
+    iterations: int,
+    lanes: LaneConfig = DEFAULT_LANES,
+) -> Arbitration:
+    """The setup policy *name* gives this mix.
+
+    Raises:
+        SimError: an unknown policy, or a mix too large for ``optimal``.
+    """
+    if name == "one-vl":
+        return one_vl(jobs, lanes)
+    if name == "equal":
+        return grouped([[j.id] for j in jobs], [1.0] * len(jobs), lanes, "equal")
+    if name == "bandwidth":
+        groups = _round_robin(jobs, _job_lanes(lanes))
+        demand = [math.fsum(_bandwidth(j) for j in g) for g in groups]
+        return grouped([[j.id for j in g] for g in groups], demand, lanes, "bandwidth")
+    if name == "ibqos":
+        return ibqos_plan(net, jobs, iterations, lanes)
+    if name == "optimal":
+        return optimal(net, jobs, iterations, lanes)
+    raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
+
+
+def one_vl(jobs: Sequence[SimJob], lanes: LaneConfig) -> Arbitration:
+    """Everything on SL 0 and VL 0, one packet per round."""
+    return Arbitration(
+        {j.id: 0 for j in jobs},
+        (0,) * NUM_SLS,
+        ((0, lanes.credits_per_packet),),
+        mtu=lanes.mtu,
+        name="one-vl",
+    )
+
+
+def _job_lanes(lanes: LaneConfig) -> list[int]:
+    """VLs jobs may use: the data VLs not reserved, as many as VLArb entries allow."""
+    vls = [vl for vl in range(lanes.data_vls) if vl not in lanes.reserved_vls]
+    return vls[: lanes.vlarb_low_cap]
+
+
+def _job_sls(lanes: LaneConfig) -> list[int]:
+    return [sl for sl in range(NUM_SLS) if sl not in lanes.reserved_sls]
+
+
+def _round_robin(jobs: Sequence[SimJob], vls: Sequence[int]) -> list[list[SimJob]]:
+    groups: list[list[SimJob]] = [[] for _ in range(min(len(vls), len(jobs)))]
+    for i, job in enumerate(jobs):
+        groups[i % len(groups)].append(job)
+    return groups
+
+
+def _bandwidth(job: SimJob) -> float:
+    """Average bytes per second the job's hosts inject."""
+    return float(job.flows.rate.sum()) * job.job.duty
+
+
+def grouped(
+    groups: Sequence[Sequence[str]],
+    weights: Sequence[float],
+    lanes: LaneConfig,
+    name: str,
+) -> Arbitration:
+    """One lane per group (more groups than lanes: round-robin), weights in proportion to
+    *weights* quantized to whole packets within the VLArb entries; a group is job ids.
+    """
+    vls, sls = _job_lanes(lanes), _job_sls(lanes)
+    ids = [list(group) for group in groups]
+    if len(ids) > len(vls):  # fold the extra groups onto the lanes in turn
+        folded: list[list[str]] = [[] for _ in vls]
+        w = [0.0] * len(vls)
+        for i, (g, wt) in enumerate(zip(ids, weights, strict=True)):
+            folded[i % len(vls)] += g
+            w[i % len(vls)] += wt
+        ids, weights = folded, w
+    job_sl: dict[str, int] = {}
+    sl_to_vl = [lanes.default_vl] * NUM_SLS
+    for k, g in enumerate(ids):
+        for jid in g:
+            job_sl[jid] = sls[k]  # one SL per lane: there are fewer lanes than SLs
+            sl_to_vl[sls[k]] = vls[k]
+    low = min((w for w in weights if w > 0), default=1.0)
+    targets = [max(w, low) / low for w in weights]
+    packets, _ = quantize(targets, lanes.packets_per_entry, lanes.vlarb_low_cap)
+    entries = interleave(
+        [
+            lane_entries(vls[k], n, lanes.credits_per_packet, lanes.packets_per_entry)
+            for k, n in enumerate(packets)
+        ]
+    )
+    return Arbitration(job_sl, tuple(sl_to_vl), entries, mtu=lanes.mtu, name=name)
+
+
+def ibqos_plan(
+    net: Network, jobs: Sequence[SimJob], iterations: int, lanes: LaneConfig
+) -> Arbitration:
+    """What ibqos would program after watching the mix run on one VL."""
+    seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations)
+    rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
+    fabric = Fabric(net.topo, source="simulated")
+    keys = list(fabric.ports)
+    # None: a port the router does not know (unconnected)
+    index = [
+        net.router.port_index.get(Port(fabric.ports[k].node_id, fabric.ports[k].num)) for k in keys
+    ]
+    xmit = np.array([rates[i] if i is not None else 0.0 for i in index])
+    table = pd.DataFrame(
+        {
+            "node_guid": np.array([k[0] for k in keys], dtype=np.uint64),
+            "port": np.array([k[1] for k in keys], dtype=np.uint8),
+            "xmit_bytes_per_s": xmit,
+        }
+    )
+    decider = Decider(fabric, replace(lanes, min_hold_s=0.0, min_interval_s=0.0))
+    decision = decider.decide(table, [j.job for j in jobs], 0.0)
+    plan = decision.plan
+    if plan.tables is None:
+        raise SimError("lanes: the routing engine owns SLs; ibqos writes no tables to simulate")
+    return from_tables(plan.tables, plan.job_sl, lanes.mtu, "ibqos")
+
+
+def optimal(
+    net: Network, jobs: Sequence[SimJob], iterations: int, lanes: LaneConfig
+) -> Arbitration:
+    """The best setup of the exhaustive search (see the module docstring).
+
+    Raises:
+        SimError: the search would run more than :data:`MAX_SEARCH` setups.
+    """
+    vls = _job_lanes(lanes)
+    ids = [j.id for j in jobs]
+    candidates = list(_setups(ids, len(vls)))
+    if len(candidates) > MAX_SEARCH:
+        raise SimError(
+            f"--policy optimal: {len(jobs)} jobs on {len(vls)} lanes make {len(candidates)}"
+            f" setups to try, more than {MAX_SEARCH}; use fewer jobs"
+        )
+    base = one_vl(jobs, lanes)
+    t_alone = alone("fluid", net, jobs, base, iterations)
+    tried = [grouped(g, w, lanes, "optimal") for g, w in candidates]
+    tried += [
+        replace(build(p, net, jobs, iterations, lanes), name="optimal")
+        for p in ("one-vl", "equal", "bandwidth", "ibqos")
+    ]
+    best = min(
+        tried,
+        key=lambda arb: evaluate("fluid", net, jobs, arb, iterations, t_alone).total_contention_s,
+    )
+    return best
+
+
+def _setups(ids: Sequence[str], n_lanes: int) -> Iterator[tuple[list[list[str]], list[float]]]:
+    """Every grouping of *ids* into at most *n_lanes* lanes, with every weight vector of the
+    grid (up to a common factor)."""
+    for groups in _partitions(list(ids), n_lanes):
+        for weights in itertools.product(WEIGHT_GRID, repeat=len(groups)):
+            if math.gcd(*weights) != 1 and len(groups) > 1:
+                continue  # the same ratios as a smaller vector
+            if len(groups) == 1 and weights[0] != 1:
+                continue
+            yield groups, [float(w) for w in weights]
+
+
+def _partitions(items: list[str], most: int) -> Iterator[list[list[str]]]:
+    """Set partitions of *items* into at most *most* blocks."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest, most):
+        for i in range(len(part)):
+            yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
+        if len(part) < most:
+            yield [[first], *part]
