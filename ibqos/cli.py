@@ -36,6 +36,12 @@ from ibqos.opensm.check import check_file
 from ibqos.plan_output import FORMATS as PLAN_FORMATS
 from ibqos.plan_output import render as render_plan
 from ibqos.plan_output import render_status
+from ibqos.sim.command import network as sim_network
+from ibqos.sim.command import simulate as run_simulation
+from ibqos.sim.evaluate import MODELS as SIM_MODELS
+from ibqos.sim.policies import DEFAULT_LANES as SIM_DEFAULT_LANES
+from ibqos.sim.policies import POLICIES as SIM_POLICIES
+from ibqos.sim.report import FORMATS as SIM_FORMATS
 from ibqos.state import load_state
 from ibqos.topology import LANE_DATA_BITS_PER_S, WIDTHS, parse_ibnetdiscover
 
@@ -317,6 +323,73 @@ def status_command(path: Path | None, fmt: str) -> None:
         click.echo(json.dumps(doc, indent=1))
         return
     click.echo(render_status(state, config.agent.state_dir), nl=False)
+
+
+@cli.command("simulate")
+@click.option("--xgft", help='Fat tree, "H;m1,..,mH;w1,..,wH" (D-mod-K routes, as ftree spreads).')
+@click.option(
+    "--width", type=click.Choice([str(w) for w in WIDTHS]), default="4", show_default=True
+)
+@click.option(
+    "--speed", type=click.Choice(list(LANE_DATA_BITS_PER_S)), default="EDR", show_default=True
+)
+@_topology_option
+@click.option(
+    "--lfts",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="OpenSM's opensm-lfts.dump: the routes of --topology.",
+)
+@click.option(
+    "--jobs",
+    "jobs_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Job file in the lab's format (docs/jobs.md), with pattern, rate, duty, period.",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Choice([*SIM_POLICIES, "all"]),
+    help="Policy to simulate (repeat, or 'all'); default ibqos.",
+)
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Simulate the plan in this `ibqos plan --format json` output.",
+)
+@click.option("--model", type=click.Choice(SIM_MODELS), default="fluid", show_default=True)
+@click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
+@_config_option
+@click.option("--format", "fmt", type=click.Choice(SIM_FORMATS), default="table", show_default=True)
+def simulate_command(
+    xgft: str | None,
+    width: str,
+    speed: str,
+    topology: Path | None,
+    lfts: Path | None,
+    jobs_path: Path,
+    policies: tuple[str, ...],
+    plan_file: Path | None,
+    model: str,
+    iterations: int,
+    path: Path | None,
+    fmt: str,
+) -> None:
+    """Predict what a QoS policy does to a job mix: each job's time alone and sharing.
+
+    Jobs iterate (compute, then communicate under their pattern); the contention of a job
+    is its time for N iterations with the mix minus alone.  E is the one-vl total over the
+    policy's.  Lanes come from --config's lanes section (default: ibqos's defaults).
+    See docs/simulate.md.
+    """
+    lanes = SIM_DEFAULT_LANES
+    if path is not None:
+        lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
+    net = sim_network(xgft, int(width), speed, topology, lfts)
+    text = run_simulation(net, jobs_path, policies, plan_file, model, iterations, lanes, fmt)
+    click.echo(text, nl=False)
 
 
 @cli.command("check-opensm")

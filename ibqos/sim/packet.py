@@ -68,6 +68,7 @@ class _Port:
     Attributes:
         cap: capacity (bytes/s).
         fifo: packets waiting to leave, by VL.
+        queued: packets in all FIFOs.
         credits: free slots of the receiver's input buffer, by VL.
         busy: a packet is on the wire.
         hi_idx, hi_left: current entry of the high table and packets left in its turn.
@@ -88,12 +89,14 @@ class _Port:
         "lo_idx",
         "lo_left",
         "packets",
+        "queued",
         "sent",
     )
 
     def __init__(self, cap: float, buffer_packets: int, high: _Table, low: _Table) -> None:
         self.cap = cap
         self.fifo: list[deque[Packet]] = [deque() for _ in range(VL_COUNT)]
+        self.queued = 0
         self.credits = [buffer_packets] * VL_COUNT
         self.busy = False
         self.hi_idx, self.hi_left = 0, high.packets[0] if high.packets else 0
@@ -124,14 +127,16 @@ class _Table:
 
         Entries whose VL cannot send lose their turn (work conservation).
         """
-        vls, packets = self.vls, self.packets
-        n = len(vls)
-        for _ in range(n):
+        vls = self.vls
+        fifo, credits = port.fifo, port.credits
+        for _ in range(len(vls)):
             vl = vls[idx]
-            if port.can_send(vl):
+            if fifo[vl] and credits[vl] > 0:  # port.can_send(vl), inlined: the hot path
                 return vl, idx, left
-            idx = idx + 1 if idx + 1 < n else 0
-            left = packets[idx]
+            idx += 1
+            if idx == len(vls):
+                idx = 0
+            left = self.packets[idx]
         return -1, idx, left
 
     def advance(self, idx: int, left: int) -> tuple[int, int]:
@@ -387,6 +392,7 @@ class _PacketSim:
         """A packet joins the FIFO of its VL at the port of *link*."""
         port = self.ports[link]
         port.fifo[pkt[_VL]].append(pkt)
+        port.queued += 1
         if not port.busy:
             self._try_start(link)
 
@@ -397,6 +403,7 @@ class _PacketSim:
         if vl < 0:
             return
         pkt = port.fifo[vl].popleft()
+        port.queued -= 1
         port.credits[vl] -= 1
         port.busy = True
         size = pkt[_SIZE]
@@ -408,8 +415,9 @@ class _PacketSim:
             # it left the switch's input buffer: its slot there is free again
             prev = self.paths[pkt[_FLOW]][hop - 1]
             up = self.ports[prev]
-            up.credits[pkt[_VL_IN]] += 1
-            if not up.busy:
+            vl_in = pkt[_VL_IN]
+            up.credits[vl_in] += 1
+            if not up.busy and up.fifo[vl_in]:  # nothing else changed for that port
                 self._try_start(prev)
         else:
             h = self.flow_host[pkt[_FLOW]]
@@ -434,7 +442,8 @@ class _PacketSim:
                 self._push(self.now + self.latency, _READY, path[hop], pkt)
             else:
                 self._enqueue(path[hop], pkt)
-        if not port.busy:
+        # forwarding or delivering may have started this port already (zero latency)
+        if not port.busy and port.queued:
             self._try_start(link)
 
     def _deliver(self, f: int) -> None:

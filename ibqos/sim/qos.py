@@ -35,6 +35,8 @@ UNLIMITED_HIGH = 255
 class SimError(IbqosError):
     """A simulation input that cannot be run (names the input and what is wrong)."""
 
+    category = "simulate"
+
 
 @dataclass(frozen=True)
 class Arbitration:

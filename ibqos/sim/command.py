@@ -1,0 +1,75 @@
+"""``ibqos simulate``: a job mix on a fat tree under one or more QoS policies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ibqos.jobs import check_hosts, load_jobs
+from ibqos.lab.routes import parse_lft_dump
+from ibqos.lab.xgft import parse_xgft
+from ibqos.planner import LaneConfig
+from ibqos.sim.evaluate import Outcome, alone, evaluate
+from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.policies import POLICIES, build, one_vl
+from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.report import BASELINE, load_plan, render
+from ibqos.sim.workload import prepare
+from ibqos.topology import parse_ibnetdiscover
+
+
+def network(
+    xgft: str | None, width: int, speed: str, topology: Path | None, lfts: Path | None
+) -> Network:
+    """The fabric to simulate: an XGFT with D-mod-K routes, or a discovered fabric with
+    OpenSM's routes (an ibnetdiscover file with LIDs plus ``opensm-lfts.dump``).
+
+    Raises:
+        SimError: neither or both given, or a file that cannot be read.
+    """
+    if (xgft is None) == (topology is None):
+        raise SimError("give --xgft SPEC, or --topology FILE with --lfts FILE")
+    if xgft is not None:
+        return xgft_network(parse_xgft(xgft), width, speed)
+    assert topology is not None
+    if lfts is None:
+        raise SimError(f"--topology {topology}: needs --lfts (OpenSM's opensm-lfts.dump)")
+    try:
+        topo = parse_ibnetdiscover(topology.read_text(), str(topology))
+        tables = parse_lft_dump(lfts.read_text(), str(lfts))
+    except OSError as err:
+        raise SimError(f"{err.filename}: {err.strerror}") from err
+    return Network(topo, tables)
+
+
+def simulate(
+    net: Network,
+    jobs_path: Path,
+    policies: Sequence[str],
+    plan: Path | None,
+    model: str,
+    iterations: int,
+    lanes: LaneConfig,
+    fmt: str,
+) -> str:
+    """Run the mix under each policy (and the plan file), return the rendered report."""
+    if iterations < 1:
+        raise SimError(f"--iterations {iterations}: expected at least 1")
+    jobs = load_jobs(jobs_path, traffic=True)
+    check_hosts(jobs, set(net.hosts), str(jobs_path))
+    sim_jobs = prepare(net, jobs)
+    names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
+    if not names and plan is None:
+        names = ["ibqos"]
+    setups: list[Arbitration] = [build(n, net, sim_jobs, iterations, lanes) for n in names]
+    if plan is not None:
+        setups.append(load_plan(plan))
+    base_arb = one_vl(sim_jobs, lanes)
+    t_alone = alone(model, net, sim_jobs, base_arb, iterations)
+    outcomes: list[Outcome] = [
+        evaluate(model, net, sim_jobs, arb, iterations, t_alone) for arb in setups
+    ]
+    baseline = next((o for o in outcomes if o.policy == BASELINE), None)
+    if baseline is None:
+        baseline = evaluate(model, net, sim_jobs, base_arb, iterations, t_alone)
+    return render(outcomes, baseline, fmt)
