@@ -23,7 +23,7 @@ Sharing rule, per link (by transmitting port), all links at once:
 These grants depend on each other (what a job may offer a link is what the other links
 grant it), so they are solved by fixed-point iteration from everyone at full rate, each
 link's grants computed exactly by water-filling.  The iteration stops when no grant moves
-by more than 1e-9 (or after :data:`MAX_ROUNDS`, where the last grants are used).  Only
+by more than 1e-7 (or after :data:`MAX_ROUNDS`, where the last grants are used).  Only
 links the communicating jobs could overload are looked at.
 
 What it leaves out, by design: packets, buffers and credits (a full lane's back-pressure
@@ -47,7 +47,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 MAX_ROUNDS = 200
-_TOL = 1e-9
+_TOL = 1e-7
 _EPS = 1e-12
 
 
@@ -84,7 +84,8 @@ def waterfill(demand: FloatArray, weight: FloatArray, cap: FloatArray) -> FloatA
     rest_w = np.where(k < d.shape[0], rest[kk, cols], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         level = np.where(rest_w > 0, (cap - base) / rest_w, np.inf)
-    share = np.minimum(demand, level[None, :] * weight)
+    with np.errstate(invalid="ignore"):  # inf x 0 where a row wants nothing
+        share = np.where(weight > 0, np.minimum(demand, level[None, :] * weight), 0.0)
     return np.where(fits[None, :], demand, np.maximum(share, 0.0))
 
 
@@ -140,13 +141,16 @@ class Allocator:
         weight = np.array([self.lane_weight[rows][vl == lane][0] for lane in lanes])
         high = np.array([bool(self.high[rows][vl == lane][0]) for lane in lanes])
         grant = np.ones_like(a)
+        before: FloatArray | None = None
         for self.rounds in range(1, MAX_ROUNDS + 1):
             offer = _offers(grant, on)
-            new = self._grants(a, offer, cap, lane_of, weight, high)
-            moved = float(np.abs(new - grant).max())
-            grant = new
-            if moved < _TOL:
+            delta = np.where(on, self._grants(a, offer, cap, lane_of, weight, high) - grant, 0.0)
+            if float(np.abs(delta).max()) < _TOL:
                 break
+            # Jacobi can swing in a 2-cycle (a grant up, the next round down): meet halfway
+            swings = before is not None and float((delta * before).sum()) < 0
+            grant = grant + (0.5 if swings else 1.0) * delta
+            before = delta
         got = np.where(on, grant, np.inf).min(axis=1)
         alpha[rows] = np.minimum(got, 1.0)
         return alpha
@@ -178,19 +182,19 @@ class Allocator:
             share[~high] = waterfill(d_low, lane_w[~high], np.maximum(left, 0.0))
         else:
             share = waterfill(demand, lane_w, cap)
-        grant = offer.copy()
-        for lane in range(n_lanes):
-            mine = lane_of == lane
-            tight = share[lane] < demand[lane] * (1 - _EPS)
-            if not tight.any():
-                continue
-            sub = a[mine][:, tight]
-            got = waterfill(sub * offer[mine][:, tight], sub, share[lane, tight])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                alpha = np.where(sub > 0, got / sub, offer[mine][:, tight])
-            block = grant[mine]
-            block[:, tight] = alpha
-            grant[mine] = block
+        # within each lane, max-min on alpha; every lane at once: a job's row is zero
+        # outside its own lane's block of (lane, link) columns
+        n_jobs, n_links = a.shape
+        rows = np.arange(n_jobs)
+        blocks = np.zeros((n_jobs, n_lanes, n_links))
+        blocks[rows, lane_of] = a
+        flat = blocks.reshape(n_jobs, -1)
+        wants = np.zeros_like(blocks)
+        wants[rows, lane_of] = a * offer
+        got = waterfill(wants.reshape(n_jobs, -1), flat, share.reshape(-1))
+        mine = got.reshape(blocks.shape)[rows, lane_of]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            grant: FloatArray = np.where(a > 0, mine / a, offer)
         return grant
 
 
