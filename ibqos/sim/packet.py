@@ -28,7 +28,12 @@ What is modelled:
   declared bytes per second, the sum of its flows' rates): a token bucket one packet deep,
   so a host that the fabric held back does not burst to catch up.  Which flow goes next is
   weighted fair queueing on the flows' rates (equal rates: round robin), so all flows of a
-  host progress together and finish together.
+  host progress together and finish together.  The pacer starts afresh every phase.
+- Jobs: as :mod:`ibqos.sim.workload` says.  A communication phase ends when the job's last
+  packet of the iteration is delivered.  ``iteration_ends_s`` lists every iteration a job
+  ended by the time the last job ended its N-th (jobs done early keep iterating), and
+  ``link_bytes`` counts packets whose last byte crossed the link by then.  A job that
+  sends nothing and has no compute phase ends all N iterations at t = 0.
 
 Not modelled: packet loss or corruption (IB is lossless), adaptive routing (one
 deterministic path per flow), congestion control (FECN/BECN), credits in 64-byte blocks
@@ -43,8 +48,9 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -52,75 +58,24 @@ from ibqos.sim.network import Network
 from ibqos.sim.qos import VL_COUNT, Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
-# Event kinds: a link finished sending its packet; a packet is ready to leave a switch;
-# a source may inject again; a job's compute phase ended.
-_DONE, _READY, _WAKE, _COMPUTED = range(4)
-
-# Fields of a packet (a list, mutated hop by hop): flow, hop index on its path, bytes,
-# VL on the current link, VL on the link it came in on.
-_FLOW, _HOP, _SIZE, _VL, _VL_IN = range(5)
-Packet = list[int]
+# An event: (time s, sequence number, handler, its argument).  The sequence number makes
+# simultaneous events run in the order they were scheduled, so runs are deterministic.
+_Event = tuple[float, int, Callable[[Any], None], Any]
 
 
-class _Port:
-    """The transmitting side of one link: per-VL FIFOs, the receiver's credits, arbiter state.
-
-    Attributes:
-        cap: capacity (bytes/s).
-        fifo: packets waiting to leave, by VL.
-        queued: packets in all FIFOs.
-        credits: free slots of the receiver's input buffer, by VL.
-        busy: a packet is on the wire.
-        hi_idx, hi_left: current entry of the high table and packets left in its turn.
-        lo_idx, lo_left: the same for the low table.
-        hi_sent: high-priority bytes sent since a low packet last went or waited.
-        sent: bytes sent over the run.
-        packets: packets sent over the run.
-    """
-
-    __slots__ = (
-        "busy",
-        "cap",
-        "credits",
-        "fifo",
-        "hi_idx",
-        "hi_left",
-        "hi_sent",
-        "lo_idx",
-        "lo_left",
-        "packets",
-        "queued",
-        "sent",
-    )
-
-    def __init__(self, cap: float, buffer_packets: int, high: _Table, low: _Table) -> None:
-        self.cap = cap
-        self.fifo: list[deque[Packet]] = [deque() for _ in range(VL_COUNT)]
-        self.queued = 0
-        self.credits = [buffer_packets] * VL_COUNT
-        self.busy = False
-        self.hi_idx, self.hi_left = 0, high.packets[0] if high.packets else 0
-        self.lo_idx, self.lo_left = 0, low.packets[0] if low.packets else 0
-        self.hi_sent = 0
-        self.sent = 0
-        self.packets = 0
-
-    def can_send(self, vl: int) -> bool:
-        """VL *vl* has a packet waiting and a free slot at the receiver."""
-        return bool(self.fifo[vl]) and self.credits[vl] > 0
-
-
-@dataclass(frozen=True)
 class _Table:
     """One VLArb table with weight-0 entries dropped: VLs and packets per turn."""
 
-    vls: tuple[int, ...]
-    packets: tuple[int, ...]
+    __slots__ = ("packets", "vls")
 
-    @classmethod
-    def of(cls, arb: Arbitration, entries: Sequence[tuple[int, int]]) -> _Table:
+    def __init__(self, arb: Arbitration, entries: Sequence[tuple[int, int]]) -> None:
         kept = [(vl, arb.packets(w)) for vl, w in entries if arb.packets(w) > 0]
-        return cls(tuple(vl for vl, _ in kept), tuple(n for _, n in kept))
+        self.vls = tuple(vl for vl, _ in kept)
+        self.packets = tuple(n for _, n in kept)
+
+    def first(self) -> int:
+        """Packets of the first entry's turn (0 for an empty table)."""
+        return self.packets[0] if self.packets else 0
 
     def scan(self, port: _Port, idx: int, left: int) -> tuple[int, int, int]:
         """The entry that sends next from (idx, left): (VL or -1, its idx, packets left).
@@ -143,74 +98,179 @@ class _Table:
         """(idx, left) after the entry at idx sent one packet."""
         if left > 1:
             return idx, left - 1
-        idx = idx + 1 if idx + 1 < len(self.vls) else 0
+        idx += 1
+        if idx == len(self.vls):
+            idx = 0
         return idx, self.packets[idx]
 
 
-@dataclass
-class _Arbiter:
-    """VL arbitration of every port (the same tables everywhere)."""
+class _Port:
+    """The transmitting side of one link: per-VL FIFOs, the receiver's credits, arbiter state.
 
-    high: _Table
-    low: _Table
-    high_bytes: float
+    Attributes:
+        cap: capacity (bytes/s).
+        fifo: packets waiting to leave, by VL.
+        queued: packets in all FIFOs.
+        credits: free slots of the receiver's input buffer, by VL.
+        current: the packet on the wire, if any.
+        hi_idx, hi_left: current entry of the high table and packets left in its turn.
+        lo_idx, lo_left: the same for the low table.
+        hi_sent: high-priority bytes sent while a low packet waited, since one last went.
+        sent: bytes sent over the run (packets on the wire at the end are not counted).
+        packets: packets sent over the run.
+    """
+
+    __slots__ = (
+        "cap",
+        "credits",
+        "current",
+        "fifo",
+        "hi_idx",
+        "hi_left",
+        "hi_sent",
+        "lo_idx",
+        "lo_left",
+        "packets",
+        "queued",
+        "sent",
+    )
+
+    def __init__(self, cap: float, buffer_packets: int, high: _Table, low: _Table) -> None:
+        self.cap = cap
+        self.fifo: list[deque[_Packet]] = [deque() for _ in range(VL_COUNT)]
+        self.queued = 0
+        self.credits = [buffer_packets] * VL_COUNT
+        self.current: _Packet | None = None
+        self.hi_idx, self.hi_left = 0, high.first()
+        self.lo_idx, self.lo_left = 0, low.first()
+        self.hi_sent = 0
+        self.sent = 0
+        self.packets = 0
+
+    def can_send(self, vl: int) -> bool:
+        """VL *vl* has a packet waiting and a free slot at the receiver."""
+        return bool(self.fifo[vl]) and self.credits[vl] > 0
+
+
+class _Arbiter:
+    """VL arbitration of every port (the same tables everywhere, state in the port)."""
+
+    def __init__(self, arb: Arbitration) -> None:
+        self.high = _Table(arb, arb.vlarb_high)
+        self.low = _Table(arb, arb.vlarb_low)
+        self.high_bytes = arb.high_bytes()
 
     def pick(self, port: _Port) -> int:
         """Choose the VL that sends next on an idle port and update its state; -1: none."""
-        if self.high.vls:
-            vl, idx, left = self.high.scan(port, port.hi_idx, port.hi_left)
-            if vl >= 0:
-                size = port.fifo[vl][0][_SIZE]
-                low_waits = self.high_bytes != math.inf and any(
-                    port.can_send(v) for v in self.low.vls
-                )
-                if not low_waits or port.hi_sent + size <= self.high_bytes:
-                    port.hi_idx, port.hi_left = self.high.advance(idx, left)
-                    port.hi_sent = port.hi_sent + size if low_waits else 0
-                    return vl
-        port.hi_sent = 0
+        high = self.high
+        if high.vls:
+            vl, idx, left = high.scan(port, port.hi_idx, port.hi_left)
+            if vl >= 0 and self._within_limit(port, vl):
+                port.hi_idx, port.hi_left = high.advance(idx, left)
+                return vl
+        port.hi_sent = 0  # a low packet goes (or nothing does): the limit starts over
         vl, idx, left = self.low.scan(port, port.lo_idx, port.lo_left)
-        if vl >= 0:
-            port.lo_idx, port.lo_left = self.low.advance(idx, left)
-        else:
+        if vl < 0:
             port.lo_idx, port.lo_left = idx, left
+        else:
+            port.lo_idx, port.lo_left = self.low.advance(idx, left)
         return vl
 
+    def _within_limit(self, port: _Port, vl: int) -> bool:
+        """High VL *vl* may send its head packet: no low packet waits, or the high limit
+        leaves room for it (which it then uses up)."""
+        if self.high_bytes == math.inf or not any(port.can_send(v) for v in self.low.vls):
+            port.hi_sent = 0  # the limit only counts while a low packet waits
+            return True
+        size = port.fifo[vl][0].size
+        if port.hi_sent + size > self.high_bytes:
+            return False
+        port.hi_sent += size
+        return True
 
-@dataclass
-class _Host:
-    """One sending host of a job: its CA port, pacing and flows' progress.
+
+class _Packet:
+    """One packet: its flow, where it is on the flow's path, its size and lanes.
 
     Attributes:
-        port: dense index of its CA port (the first link of its flows).
-        rate: bytes per second it may offer (sum of its flows' rates).
-        flows: global indices of its flows with bytes to send.
-        queue: (finish tag s, flow) of flows with bytes left this iteration (a heap).
+        hop: index of the link it is on or waiting for, in its flow's path.
+        vl: its VL on that link; vl_in: its VL on the link it came in on.
+    """
+
+    __slots__ = ("flow", "hop", "size", "vl", "vl_in")
+
+    def __init__(self, flow: _Flow, size: int, vl: int) -> None:
+        self.flow = flow
+        self.hop = 0
+        self.size = size
+        self.vl = vl
+        self.vl_in = vl
+
+
+class _Flow:
+    """One flow of a job: its path, its rate and its bytes per iteration.
+
+    Attributes:
+        path: the ports it leaves by, its source's CA port first.
+        rate: bytes per second at the job's declared rate.
+        size: bytes per iteration; left: bytes still to inject this iteration.
+    """
+
+    __slots__ = ("host", "job", "left", "path", "rate", "size", "sl")
+
+    def __init__(
+        self, path: list[_Port], sl: int, job: _JobState, host: _Host, rate: float, size: int
+    ) -> None:
+        self.path = path
+        self.sl = sl
+        self.job = job
+        self.host = host
+        self.rate = rate
+        self.size = size
+        self.left = 0
+
+
+@dataclass(eq=False)
+class _Host:
+    """One sending host of a job: its CA port, pacing and its flows' progress.
+
+    Attributes:
+        port: its CA port (the first link of its flows).
+        rate: bytes per second it may offer (the sum of its flows' rates).
+        flows: its flows with bytes to send.
+        queue: (finish tag s, flow number, flow) of its flows with bytes left this
+            iteration, a heap: weighted fair queueing picks the smallest tag.
         next_ok: earliest time of its next injection (s).
-        wake_at: time of its pending wake-up event, if later than now (s).
+        wake_at: time of its latest wake-up event (s).
         waiting: one of its packets waits in the CA port's FIFO.
     """
 
-    job: int
-    port: int
-    rate: float
-    flows: list[int]
-    queue: list[tuple[float, int]] = field(default_factory=list)
+    port: _Port
+    rate: float = 0.0
+    flows: list[_Flow] = field(default_factory=list)
+    queue: list[tuple[float, int, _Flow]] = field(default_factory=list)
     next_ok: float = 0.0
     wake_at: float = -1.0
     waiting: bool = False
 
 
-@dataclass
+@dataclass(eq=False)
 class _JobState:
-    """A job's progress: iteration ends so far and packets still to deliver this phase."""
+    """A job's progress.
+
+    Attributes:
+        packets: packets per iteration.
+        outstanding: packets of this iteration not delivered yet.
+        ends: when its iterations ended (s).
+        idle: it sends nothing and computes for 0 s, so its iterations take no time.
+    """
 
     sim: SimJob
-    hosts: list[int]
-    packets: int
+    hosts: list[_Host] = field(default_factory=list)
+    packets: int = 0
     outstanding: int = 0
     ends: list[float] = field(default_factory=list)
-    idle: bool = False  # sends nothing and computes for 0 s: its iterations take no time
+    idle: bool = False
 
 
 class _PacketSim:
@@ -226,73 +286,51 @@ class _PacketSim:
     ) -> None:
         self.mtu = arb.mtu
         self.latency = switch_latency_s
-        high, low = _Table.of(arb, arb.vlarb_high), _Table.of(arb, arb.vlarb_low)
-        self.arbiter = _Arbiter(high, low, arb.high_bytes())
-        self.ports = [_Port(float(c), buffer_packets, high, low) for c in net.capacity]
         self.sl_to_vl = arb.sl_to_vl
-        self.paths: list[list[int]] = []
-        self.flow_sl: list[int] = []
-        self.flow_job: list[int] = []
-        self.flow_host: list[int] = []
-        self.flow_rate: list[float] = []
-        self.flow_bytes: list[int] = []
-        self.left: list[int] = []  # bytes each flow has still to inject this iteration
-        self.hosts: list[_Host] = []
-        self.jobs = [self._add_job(net, j, sim, arb) for j, sim in enumerate(jobs)]
-        self.heap: list[tuple[float, int, int, int, Packet | None]] = []
+        self.arbiter = _Arbiter(arb)
+        high, low = self.arbiter.high, self.arbiter.low
+        self.ports = [_Port(float(c), buffer_packets, high, low) for c in net.capacity]
+        self.jobs = [self._job(net, sim, arb) for sim in jobs]
+        self.heap: list[_Event] = []
         self.seq = itertools.count()
         self.now = 0.0
         self.iterations = 0
         self.unfinished = 0  # jobs that have not ended self.iterations iterations yet
 
-    def _add_job(self, net: Network, j: int, sim: SimJob, arb: Arbitration) -> _JobState:
-        """Register a job's flows and sending hosts (flows of 0 bytes are left out)."""
+    def _job(self, net: Network, sim: SimJob, arb: Arbitration) -> _JobState:
+        """A job's flows and sending hosts (flows of 0 bytes are left out)."""
+        job = _JobState(sim)
         flows = sim.flows
         sl = arb.job_sl.get(sim.id, 0)
-        by_host: dict[int, _Host] = {}
-        packets = 0
+        hosts: dict[int, _Host] = {}
         for k, path in enumerate(net.paths(flows)):
             size = round(float(flows.rate[k]) * sim.comm_s)
             if size <= 0:
                 continue
             src = int(flows.src_host[k])
-            host = by_host.get(src)
+            host = hosts.get(src)
             if host is None:
-                host = by_host[src] = _Host(j, path[0], 0.0, [])
-            f = len(self.paths)
-            host.rate += float(flows.rate[k])
-            host.flows.append(f)
-            self.paths.append(path)
-            self.flow_sl.append(sl)
-            self.flow_job.append(j)
-            self.flow_host.append(-1)  # numbered below, once the job's hosts are known
-            self.flow_rate.append(float(flows.rate[k]))
-            self.flow_bytes.append(size)
-            self.left.append(0)
-            packets += -(-size // self.mtu)
-        order = sorted(by_host)
-        first = len(self.hosts)
-        for i, src in enumerate(order):
-            for f in by_host[src].flows:
-                self.flow_host[f] = first + i
-        self.hosts.extend(by_host[src] for src in order)
-        idle = packets == 0 and sim.compute_s <= 0
-        return _JobState(sim, list(range(first, len(self.hosts))), packets, idle=idle)
+                host = hosts[src] = _Host(self.ports[path[0]])
+            rate = float(flows.rate[k])
+            host.rate += rate
+            host.flows.append(_Flow([self.ports[i] for i in path], sl, job, host, rate, size))
+            job.packets += -(-size // self.mtu)
+        job.hosts = [hosts[src] for src in sorted(hosts)]
+        job.idle = job.packets == 0 and sim.compute_s <= 0
+        return job
 
-    # -- events --------------------------------------------------------------------------
-
-    def _push(self, t: float, kind: int, arg: int, pkt: Packet | None = None) -> None:
-        heapq.heappush(self.heap, (t, next(self.seq), kind, arg, pkt))
+    def _at(self, t: float, handler: Callable[[Any], None], arg: object) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), handler, arg))
 
     def run(self, iterations: int, max_events: int) -> RunResult:
         """Run until every job has ended *iterations* iterations."""
         self.iterations = iterations
         self.unfinished = sum(not job.idle for job in self.jobs)
-        for j, job in enumerate(self.jobs):
+        for job in self.jobs:
             if job.idle:
                 job.ends.extend([0.0] * iterations)
             else:
-                self._start_iteration(j)
+                self._start_iteration(job)
         events = 0
         heap = self.heap
         pop = heapq.heappop
@@ -302,27 +340,18 @@ class _PacketSim:
             events += 1
             if events > max_events:
                 raise SimError(
-                    f"packet model: more than {max_events} events; shrink the iterations, the"
-                    " jobs' bytes per iteration (rate x duty x period_s) or the fabric"
+                    f"packet model: more than {max_events} events ({self.now:.6g} s simulated);"
+                    " shrink the iterations, the jobs' bytes per iteration"
+                    " (rate x duty x period_s) or the fabric"
                 )
-            self.now, _, kind, arg, pkt = pop(heap)
-            if kind == _DONE:
-                assert pkt is not None
-                self._done(arg, pkt)
-            elif kind == _READY:
-                assert pkt is not None
-                self._enqueue(arg, pkt)
-            elif kind == _WAKE:
-                self._inject(arg)
-            else:
-                self._start_comm(arg)
-        return self._result(events, iterations)
+            self.now, _, handler, arg = pop(heap)
+            handler(arg)
+        return self._result(events)
 
-    def _result(self, events: int, iterations: int) -> RunResult:
+    def _result(self, events: int) -> RunResult:
+        n = self.iterations
         runs = {
-            job.sim.id: JobRun(
-                job.sim.id, len(job.sim.job.nodes), tuple(job.ends), job.ends[iterations - 1]
-            )
+            job.sim.id: JobRun(job.sim.id, len(job.sim.job.nodes), tuple(job.ends), job.ends[n - 1])
             for job in self.jobs
         }
         link_bytes = np.array([p.sent for p in self.ports], dtype=np.float64)
@@ -331,127 +360,117 @@ class _PacketSim:
 
     # -- jobs ----------------------------------------------------------------------------
 
-    def _start_iteration(self, j: int) -> None:
-        """Compute phase of job *j*, then its communication phase."""
-        compute = self.jobs[j].sim.compute_s
-        if compute > 0:
-            self._push(self.now + compute, _COMPUTED, j)
+    def _start_iteration(self, job: _JobState) -> None:
+        """The job's compute phase, then its communication phase."""
+        if job.sim.compute_s > 0:
+            self._at(self.now + job.sim.compute_s, self._start_comm, job)
         else:
-            self._start_comm(j)
+            self._start_comm(job)
 
-    def _start_comm(self, j: int) -> None:
-        job = self.jobs[j]
+    def _start_comm(self, job: _JobState) -> None:
         if job.packets == 0:
-            self._end_comm(j)
+            self._end_comm(job)
             return
         job.outstanding = job.packets
         mtu = self.mtu
-        for h in job.hosts:
-            host = self.hosts[h]
+        for host in job.hosts:
             for f in host.flows:
-                self.left[f] = self.flow_bytes[f]
-            # finish tag of each flow's first packet; the flow index breaks ties
-            host.queue = [(min(mtu, self.flow_bytes[f]) / self.flow_rate[f], f) for f in host.flows]
+                f.left = f.size
+            # finish tag of each flow's first packet; the flow number breaks ties
+            host.queue = [(min(mtu, f.size) / f.rate, k, f) for k, f in enumerate(host.flows)]
             heapq.heapify(host.queue)
             host.next_ok = self.now
-            self._inject(h)
+            self._inject(host)
 
-    def _end_comm(self, j: int) -> None:
-        ends = self.jobs[j].ends
-        ends.append(self.now)
-        if len(ends) == self.iterations:
+    def _end_comm(self, job: _JobState) -> None:
+        job.ends.append(self.now)
+        if len(job.ends) == self.iterations:
             self.unfinished -= 1
-        self._start_iteration(j)
+        self._start_iteration(job)
 
     # -- sources -------------------------------------------------------------------------
 
-    def _inject(self, h: int) -> None:
-        """Host *h* puts its next packet into its CA port's FIFO, if pacing lets it."""
-        host = self.hosts[h]
+    def _inject(self, host: _Host) -> None:
+        """The host puts its next packet into its CA port's FIFO, if pacing lets it."""
         if host.waiting or not host.queue:
             return
         now = self.now
         if now < host.next_ok:
             if not now < host.wake_at <= host.next_ok:
                 host.wake_at = host.next_ok
-                self._push(host.next_ok, _WAKE, h)
+                self._at(host.next_ok, self._inject, host)
             return
-        tag, f = heapq.heappop(host.queue)
-        size = min(self.mtu, self.left[f])
-        self.left[f] -= size
-        if self.left[f] > 0:
-            heapq.heappush(host.queue, (tag + min(self.mtu, self.left[f]) / self.flow_rate[f], f))
+        tag, k, f = heapq.heappop(host.queue)
+        size = min(self.mtu, f.left)
+        f.left -= size
+        if f.left > 0:
+            heapq.heappush(host.queue, (tag + min(self.mtu, f.left) / f.rate, k, f))
         host.next_ok = now + size / host.rate
         host.waiting = True
-        vl = self.sl_to_vl[self.flow_sl[f]]
-        self._enqueue(host.port, [f, 0, size, vl, vl])
+        self._enqueue(host.port, _Packet(f, size, self.sl_to_vl[f.sl]))
 
     # -- ports ---------------------------------------------------------------------------
 
-    def _enqueue(self, link: int, pkt: Packet) -> None:
-        """A packet joins the FIFO of its VL at the port of *link*."""
-        port = self.ports[link]
-        port.fifo[pkt[_VL]].append(pkt)
-        port.queued += 1
-        if not port.busy:
-            self._try_start(link)
+    def _arrive(self, pkt: _Packet) -> None:
+        """The switch is done with the packet: it joins its next port's FIFO."""
+        self._enqueue(pkt.flow.path[pkt.hop], pkt)
 
-    def _try_start(self, link: int) -> None:
+    def _enqueue(self, port: _Port, pkt: _Packet) -> None:
+        """A packet joins the FIFO of its VL at *port*."""
+        port.fifo[pkt.vl].append(pkt)
+        port.queued += 1
+        if port.current is None:
+            self._try_start(port)
+
+    def _try_start(self, port: _Port) -> None:
         """An idle port sends the packet its arbiter picks, if any VL may send."""
-        port = self.ports[link]
         vl = self.arbiter.pick(port)
         if vl < 0:
             return
         pkt = port.fifo[vl].popleft()
         port.queued -= 1
         port.credits[vl] -= 1
-        port.busy = True
-        size = pkt[_SIZE]
-        port.sent += size
-        port.packets += 1
-        self._push(self.now + size / port.cap, _DONE, link, pkt)
-        hop = pkt[_HOP]
-        if hop:
+        port.current = pkt
+        # self._at(..., self._done, port), inlined: this runs once per packet and hop
+        heapq.heappush(
+            self.heap, (self.now + pkt.size / port.cap, next(self.seq), self._done, port)
+        )
+        if pkt.hop:
             # it left the switch's input buffer: its slot there is free again
-            prev = self.paths[pkt[_FLOW]][hop - 1]
-            up = self.ports[prev]
-            vl_in = pkt[_VL_IN]
-            up.credits[vl_in] += 1
-            if not up.busy and up.fifo[vl_in]:  # nothing else changed for that port
-                self._try_start(prev)
+            up = pkt.flow.path[pkt.hop - 1]
+            up.credits[pkt.vl_in] += 1
+            if up.current is None and up.fifo[pkt.vl_in]:  # nothing else changed up there
+                self._try_start(up)
         else:
-            h = self.flow_host[pkt[_FLOW]]
-            self.hosts[h].waiting = False
-            self._inject(h)
+            host = pkt.flow.host
+            host.waiting = False
+            self._inject(host)
 
-    def _done(self, link: int, pkt: Packet) -> None:
-        """The last byte of *pkt* arrived over *link*: deliver or forward it."""
-        port = self.ports[link]
-        port.busy = False
-        f = pkt[_FLOW]
-        path = self.paths[f]
-        hop = pkt[_HOP] + 1
-        if hop == len(path):
-            port.credits[pkt[_VL]] += 1  # the destination CA consumes it at once
-            self._deliver(f)
+    def _done(self, port: _Port) -> None:
+        """The last byte of the port's packet arrived at the other end: deliver or forward."""
+        pkt = port.current
+        assert pkt is not None
+        port.current = None
+        port.sent += pkt.size
+        port.packets += 1
+        flow = pkt.flow
+        pkt.hop += 1
+        if pkt.hop == len(flow.path):
+            port.credits[pkt.vl] += 1  # the destination CA consumes it at once
+            job = flow.job
+            job.outstanding -= 1
+            if job.outstanding == 0:
+                self._end_comm(job)
         else:
-            pkt[_HOP] = hop
-            pkt[_VL_IN] = pkt[_VL]
-            pkt[_VL] = self.sl_to_vl[self.flow_sl[f]]
+            pkt.vl_in = pkt.vl
+            pkt.vl = self.sl_to_vl[flow.sl]  # the same map on every port, looked up anyway
             if self.latency > 0:
-                self._push(self.now + self.latency, _READY, path[hop], pkt)
+                self._at(self.now + self.latency, self._arrive, pkt)
             else:
-                self._enqueue(path[hop], pkt)
+                self._enqueue(flow.path[pkt.hop], pkt)
         # forwarding or delivering may have started this port already (zero latency)
-        if not port.busy and port.queued:
-            self._try_start(link)
-
-    def _deliver(self, f: int) -> None:
-        j = self.flow_job[f]
-        job = self.jobs[j]
-        job.outstanding -= 1
-        if job.outstanding == 0:
-            self._end_comm(j)
+        if port.current is None and port.queued:
+            self._try_start(port)
 
 
 def simulate_packets(

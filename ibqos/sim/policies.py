@@ -182,11 +182,11 @@ def optimal(
     """
     vls = _job_lanes(lanes)
     ids = [j.id for j in jobs]
-    candidates = list(_setups(ids, len(vls)))
+    candidates = list(itertools.islice(_setups(ids, len(vls)), MAX_SEARCH + 1))
     if len(candidates) > MAX_SEARCH:
         raise SimError(
-            f"--policy optimal: {len(jobs)} jobs on {len(vls)} lanes make {len(candidates)}"
-            f" setups to try, more than {MAX_SEARCH}; use fewer jobs"
+            f"--policy optimal: {len(jobs)} jobs on {len(vls)} lanes make more than"
+            f" {MAX_SEARCH} setups to try; use fewer jobs or lanes"
         )
     base = one_vl(jobs, lanes)
     t_alone = alone("fluid", net, jobs, base, iterations)

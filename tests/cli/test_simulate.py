@@ -1,0 +1,122 @@
+"""ibqos simulate: the per-job table, the JSON, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ibqos.cli import cli
+
+MIX = """\
+jobs:
+  - {id: H, nodes: "cn[0001-0004,0009-0012,0017-0020,0025-0028]", pattern: all-to-all,
+     rate_bytes_per_s: 10.0e9, duty: 0.6, period_s: 0.01}
+  - {id: M, nodes: "cn[0005-0006,0013-0014,0021-0022,0029-0030]", pattern: halo,
+     rate_bytes_per_s: 5.0e9, duty: 0.3, period_s: 0.01}
+  - {id: L, nodes: "cn[0007-0008,0015-0016,0023-0024,0031-0032]", pattern: ring,
+     rate_bytes_per_s: 2.0e9, duty: 0.2, period_s: 0.01}
+"""
+
+
+@pytest.fixture
+def mix(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(MIX)
+    return path
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_json_has_the_documented_keys_and_consistent_figures(mix: Path) -> None:
+    code, out, err = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "one-vl",
+        "--iterations", "3", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["policy"] == "one-vl" and doc["model"] == "fluid"
+    assert [j["id"] for j in doc["jobs"]] == ["H", "M", "L"]
+    for j in doc["jobs"]:
+        assert j["contention_s"] == pytest.approx(j["t_sharing_s"] - j["t_alone_s"], abs=1e-9)
+        assert j["t_alone_s"] >= 3 * 0.01 - 1e-12  # never faster than its declared period
+    assert doc["total_contention_s"] == pytest.approx(sum(j["contention_s"] for j in doc["jobs"]))
+    assert doc["total_contention_s"] > 0  # three jobs on one lane through 4:1 uplinks
+    assert doc["efficiency"] == pytest.approx(1.0)
+
+
+def test_all_policies_table_and_ibqos_beats_one_vl(mix: Path) -> None:
+    code, out, err = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "all",
+        "--iterations", "3", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    results = {r["policy"]: r for r in json.loads(out)["results"]}
+    assert list(results) == ["one-vl", "equal", "bandwidth", "ibqos", "optimal"]
+    assert results["ibqos"]["total_contention_s"] < results["one-vl"]["total_contention_s"]
+    assert results["optimal"]["total_contention_s"] <= min(
+        r["total_contention_s"] for r in results.values()
+    )
+    code, table, _ = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "equal",
+        "--policy", "ibqos", "--iterations", "2",
+    )  # fmt: skip
+    assert code == 0
+    assert "policy equal (fluid model, 2 iterations)" in table
+    assert "T_alone s" in table and "E vs one-vl" in table
+
+
+def test_a_plan_file_is_simulated(mix: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "jobs": [{"id": "H", "sl": 1}, {"id": "M", "sl": 2}, {"id": "L", "sl": 2}],
+                "tables": {
+                    "sl2vl": [0, 1, 2] + [0] * 13,
+                    "vlarb_low": [[0, 32], [1, 32], [2, 128]],
+                    "vlarb_high": [],
+                    "high_limit": 0,
+                },
+                "lane_config": {"mtu": 2048},
+            }
+        )
+    )
+    code, out, err = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--plan", str(plan),
+        "--iterations", "2", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["policy"] == "plan plan.json"
+    assert {j["id"]: j["vl"] for j in doc["jobs"]} == {"H": 1, "M": 2, "L": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--xgft", "2;8,4"], "--xgft '2;8,4': expected"),
+        (["--xgft", "2;2,2;1,1"], "unknown host cn0009"),
+        ([], "give --xgft SPEC, or --topology FILE with --lfts FILE"),
+        (["--xgft", "2;8,4;1,2", "--plan", "/nonexistent.json"], "--plan /nonexistent.json"),
+    ],
+)
+def test_bad_input_is_one_line(mix: Path, args: list[str], needle: str) -> None:
+    code, out, err = invoke("simulate", "--jobs", str(mix), *args)
+    assert code == 1, out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+def test_a_job_without_rates_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text('jobs:\n  - {id: X, nodes: "cn[0001-0002]"}\n')
+    code, _, err = invoke("simulate", "--xgft", "2;2,2;1,1", "--jobs", str(path))
+    assert code == 1
+    assert "jobs[0].pattern: required key is missing" in err
+    assert len(err.strip().splitlines()) == 1

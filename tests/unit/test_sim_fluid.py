@@ -1,0 +1,131 @@
+"""The fluid model against hand-computed rates and times."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ibqos.jobs import Job
+from ibqos.lab.xgft import parse_xgft
+from ibqos.sim.fluid import FluidSim, simulate_fluid, waterfill
+from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.workload import prepare
+
+EDR4 = 12.5e9  # bytes/s of a 4x EDR link
+
+
+@pytest.fixture(scope="module")
+def pair_tree() -> Network:
+    """Two leaves of two hosts under one spine: cn1, cn2 | cn3, cn4; one uplink per leaf."""
+    return xgft_network(parse_xgft("2;2,2;1,1"))
+
+
+def flow(jid: str, src: int, dst: int, rate: float, duty: float = 1.0) -> Job:
+    """A two-host job sending from its first host to its second (matrix pattern)."""
+    nodes = tuple(sorted((f"cn{src:04d}", f"cn{dst:04d}")))
+    matrix = ((0.0, 1.0), (0.0, 0.0)) if nodes[0] == f"cn{src:04d}" else ((0.0, 0.0), (1.0, 0.0))
+    return Job(jid, nodes, "matrix", rate, duty, 0.01, matrix=matrix)
+
+
+def setup(job_sl: dict[str, int], low: tuple[tuple[int, int], ...], **kw: object) -> Arbitration:
+    sl2vl = tuple(range(8)) + (0,) * 8
+    return Arbitration(job_sl, sl2vl, low, **kw)  # type: ignore[arg-type]
+
+
+def test_waterfill_weighted_max_min() -> None:
+    # capacity 1: row 3 wants 0.2 and gets it; rows 1, 2 split the rest 1:3
+    got = waterfill(np.array([[1.0], [1.0], [0.2]]), np.array([[1.0], [3.0], [1.0]]), np.ones(1))
+    assert got[:, 0] == pytest.approx([0.2, 0.6, 0.2])
+    # everything fits: everyone gets what it wants
+    fit = waterfill(np.array([[0.3], [0.4]]), np.ones((2, 1)), np.ones(1))
+    assert fit[:, 0] == pytest.approx([0.3, 0.4])
+    # columns are independent
+    two = waterfill(np.array([[2.0, 0.1], [2.0, 0.1]]), np.ones((2, 2)), np.array([1.0, 1.0]))
+    assert two[:, 0] == pytest.approx([0.5, 0.5]) and two[:, 1] == pytest.approx([0.1, 0.1])
+
+
+def test_a_job_alone_below_capacity_keeps_its_period(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 2, 5e9, duty=0.5)])
+    run = simulate_fluid(pair_tree, jobs, setup({"A": 0}, ((0, 32),)), 4)
+    assert run.jobs["A"].iteration_ends_s == pytest.approx((0.01, 0.02, 0.03, 0.04))
+
+
+def test_a_job_faster_than_its_link_is_slowed_to_the_link(pair_tree: Network) -> None:
+    # 2x the host link: the 5 ms communication phase takes 10 ms, the iteration 15 ms
+    jobs = prepare(pair_tree, [flow("A", 1, 2, 2 * EDR4, duty=0.5)])
+    run = simulate_fluid(pair_tree, jobs, setup({"A": 0}, ((0, 32),)), 3)
+    assert run.jobs["A"].t_s == pytest.approx(3 * 0.015)
+    # bytes on the host link: what the job sent, 3 iterations x 25e9 x 5 ms
+    src = pair_tree.router.port_index[pair_tree.hosts["cn0001"]]
+    assert run.link_bytes[src] == pytest.approx(3 * 2 * EDR4 * 0.005)
+
+
+def test_one_lane_splits_a_shared_uplink_in_proportion_to_demand(pair_tree: Network) -> None:
+    # A and B both cross leaf 1's only uplink, each at the full link rate: half each
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4), flow("B", 2, 4, EDR4)])
+    sim = FluidSim(pair_tree, jobs, setup({"A": 0, "B": 0}, ((0, 32),)))
+    assert sim.alpha == pytest.approx([0.5, 0.5])
+    # B offers half: FIFO max-min gives both the same share of their demand (2/3)
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4), flow("B", 2, 4, EDR4 / 2)])
+    sim = FluidSim(pair_tree, jobs, setup({"A": 0, "B": 0}, ((0, 32),)))
+    assert sim.alpha == pytest.approx([2 / 3, 2 / 3])
+
+
+def test_lane_weights_split_a_busy_link_and_idle_share_is_reused(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4), flow("B", 2, 4, EDR4)])
+    # A on VL1 with 1 packet per round, B on VL2 with 3 (MTU 2048 = 32 credits a packet)
+    arb = setup({"A": 1, "B": 2}, ((1, 32), (2, 96)))
+    sim = FluidSim(pair_tree, jobs, arb)
+    assert sim.alpha == pytest.approx([0.25, 0.75])
+    sim.run(2)
+    # always communicating (duty 1): A's 10 ms phases take 40 ms at a quarter of its rate
+    assert sim.ends[0][:2] == pytest.approx([0.04, 0.08])
+    # work-conserving: B wants only a fifth of the link, A gets the rest despite weights
+    light = prepare(pair_tree, [flow("A", 1, 3, EDR4), flow("B", 2, 4, EDR4 / 5)])
+    assert FluidSim(pair_tree, light, arb).alpha == pytest.approx([0.8, 1.0])
+
+
+def test_high_priority_goes_first_up_to_its_limit(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4), flow("B", 2, 4, EDR4)])
+    strict = setup({"A": 1, "B": 2}, ((1, 32),), vlarb_high=((2, 32),), high_limit=255)
+    assert FluidSim(pair_tree, jobs, strict).alpha == pytest.approx([0.0, 1.0])
+    # limit 0: one high packet, then one low packet while both wait: half each
+    bounded = setup({"A": 1, "B": 2}, ((1, 32),), vlarb_high=((2, 32),), high_limit=0)
+    assert FluidSim(pair_tree, jobs, bounded).alpha == pytest.approx([0.5, 0.5])
+
+
+def test_compute_phases_free_the_link(pair_tree: Network) -> None:
+    # duty 0.5, periods 10 ms: alone each would finish at 10 ms; together both phases
+    # start at 5 ms and share the uplink, so each phase takes 10 ms and ends at 15 ms
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4, 0.5), flow("B", 2, 4, EDR4, 0.5)])
+    run = simulate_fluid(pair_tree, jobs, setup({"A": 0, "B": 0}, ((0, 32),)), 1)
+    assert run.jobs["A"].t_s == pytest.approx(0.015) and run.jobs["B"].t_s == pytest.approx(0.015)
+    assert run.events >= 4 and math.isclose(run.sim_time_s, 0.015)
+
+
+def test_a_job_whose_lane_never_transmits_is_refused(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4)])
+    with pytest.raises(SimError, match="job A is on VL 3, which has no VLArb entry"):
+        FluidSim(pair_tree, jobs, setup({"A": 3}, ((0, 32),)))
+
+
+def test_a_job_without_traffic_keys_is_refused(pair_tree: Network) -> None:
+    with pytest.raises(SimError, match="job X: needs pattern"):
+        prepare(pair_tree, [Job("X", ("cn0001", "cn0002"))])
+    with pytest.raises(SimError, match="host cn0001 is also in job A"):
+        prepare(pair_tree, [flow("A", 1, 2, 1e9), flow("B", 1, 3, 1e9)])
+
+
+def test_advance_moves_time_in_steps_like_one_run(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4, 0.5), flow("B", 2, 4, EDR4, 0.3)])
+    arb = setup({"A": 1, "B": 2}, ((1, 32), (2, 64)))
+    whole = FluidSim(pair_tree, jobs, arb)
+    whole.run(5)
+    stepped = FluidSim(pair_tree, jobs, arb)
+    while stepped.time < whole.time - 1e-12:
+        stepped.advance(0.0037)
+    assert stepped.ends[0][:5] == pytest.approx(whole.ends[0][:5])
+    assert stepped.ends[1][:5] == pytest.approx(whole.ends[1][:5])
