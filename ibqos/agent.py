@@ -62,6 +62,8 @@ from ibqos.plan_output import render as render_plan
 from ibqos.plan_output import to_json
 from ibqos.planner import LaneConfig
 from ibqos.portinfo import SmpqueryRunner
+from ibqos.sim.network import Network, dmodk_lfts
+from ibqos.sim.whatif import what_if
 from ibqos.state import AgentState, load_state, save_state
 from ibqos.verify import Expected, PathCheck, check_until
 
@@ -100,6 +102,8 @@ class Agent:
         config: the configuration.
         config_path: its file, re-read on SIGHUP (None: no reload).
         dry_run: print plans and diffs instead of writing.
+        simulate: with *dry_run*, also print what the contention simulator predicts for
+            the running jobs under the setup in force and the proposed one.
         echo: where dry-run output goes (one text block per call).
         clock: monotonic seconds (tests inject their own).
     """
@@ -110,12 +114,15 @@ class Agent:
         config_path: Path | None = None,
         *,
         dry_run: bool = False,
+        simulate: bool = False,
         echo: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.config_path = config_path
         self.dry_run = dry_run
+        self.simulate = simulate
+        self._sim_net: tuple[Fabric, Network] | None = None
         self.echo = echo
         self.clock = clock
         self.counters = Counters()
@@ -413,8 +420,21 @@ class Agent:
                 )
             )
             out.append("".join(diff).rstrip("\n") if diff else f"{path}: no change")
+        if self.simulate:
+            out.append(self._what_if(decision).rstrip("\n"))
         out.append("dry run: nothing written, OpenSM not signalled")
         return "\n".join(out) + "\n"
+
+    def _what_if(self, decision: Decision) -> str:
+        """The simulator's view of the running jobs: in force vs proposed (never fatal)."""
+        try:
+            if self._sim_net is None or self._sim_net[0] is not self.fabric:
+                topo = self.fabric.topo
+                self._sim_net = (self.fabric, Network(topo, dmodk_lfts(topo)))
+            in_force = load_state(self.config.agent.state_dir).plan
+            return what_if(self._sim_net[1], self.jobs_seen or (), decision, in_force)
+        except IbqosError as err:
+            return f"simulate: not possible here: {err}"
 
     def _save(self, decision: Decision, result: ApplyResult | None) -> None:
         plan = decision.plan

@@ -29,7 +29,8 @@ from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource
 from ibqos.jobs import PATTERNS, parse_jobs
 from ibqos.lab import manage
-from ibqos.lab.lab import Lab, LabPaths, default_root, normalize_for_ibsim
+from ibqos.lab.lab import READBACK_S, Lab, LabPaths, default_root, normalize_for_ibsim
+from ibqos.lab.traffic import CONTENTION_MODELS
 from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.lanes import resolve_lanes
 from ibqos.opensm.check import check_file
@@ -289,7 +290,12 @@ def plan_command(
     "--dry-run", is_flag=True, help="Print the plan and diffs of OpenSM's files; write nothing."
 )
 @click.option("--once", is_flag=True, help="One full cycle (two sweeps), then exit.")
-def run_command(path: Path | None, dry_run: bool, once: bool) -> None:
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="With --dry-run: also show the simulated effect on the jobs (in force vs proposed).",
+)
+def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) -> None:
     """Run the agent: sweep, plan, and rewrite OpenSM's QoS files every collect.interval_s.
 
     SIGTERM ends it after the current cycle (exit 0); SIGHUP re-reads the config.  With
@@ -298,7 +304,15 @@ def run_command(path: Path | None, dry_run: bool, once: bool) -> None:
     """
     found = find_config(path)
     config = load_config(found)
-    agent = Agent(config, found, dry_run=dry_run, echo=lambda text: click.echo(text, nl=False))
+    if simulate and not dry_run:
+        raise click.UsageError("--simulate needs --dry-run")
+    agent = Agent(
+        config,
+        found,
+        dry_run=dry_run,
+        simulate=simulate,
+        echo=lambda text: click.echo(text, nl=False),
+    )
     try:
         if not once:
             agent.serve_metrics()
@@ -486,6 +500,23 @@ def lab() -> None:
     show_default=True,
     help="Seconds to wait for OpenSM to bring the subnet up.",
 )
+@click.option(
+    "--contention",
+    type=click.Choice(CONTENTION_MODELS),
+    default="crude",
+    show_default=True,
+    help="How jobs share links: crude (iterations follow the clock; overload trims bytes) "
+    "or fluid (the contention simulator under the lanes read back from the switches; "
+    "docs/lab.md).",
+)
+@click.option(
+    "--readback-interval",
+    "readback_s",
+    type=click.FloatRange(min=0.1),
+    default=READBACK_S,
+    show_default=True,
+    help="Seconds between two reads of the QoS setup from the fabric (fluid contention).",
+)
 @_root_option
 def lab_up(
     name: str,
@@ -498,6 +529,8 @@ def lab_up(
     tick_s: float,
     osm_opts: tuple[str, ...],
     timeout: float,
+    contention: str,
+    readback_s: float,
     root: Path | None,
 ) -> None:
     """Build a fabric, start ibsim and OpenSM, and run the job mix in the background."""
@@ -523,6 +556,8 @@ def lab_up(
         opensm_options=options,
         tick_s=tick_s,
         timeout=timeout,
+        contention=contention,
+        readback_s=readback_s,
     )
     cas, sws = len(lab_.topo.cas()), len(lab_.topo.switches())
     click.echo(f"lab {name} is up: {sws} switches, {cas} CAs, OpenSM MASTER; {lab_.paths.dir}")
@@ -565,6 +600,14 @@ def lab_status(name: str, fmt: str, root: Path | None) -> None:
         f"{info['lines_last_tick']} PerformanceSet lines last tick"
     )
     click.echo(f"  jobs: {', '.join(info['jobs']) or '(none)'}")
+    click.echo(f"  contention {info['contention']}; metrics {info['metrics_url'] or '-'}")
+    window = info["progress_window_s"]
+    for jid, job in info["progress"].items():
+        lane = f", SL {job['sl']} -> VL {job['vl']}" if "vl" in job else ""
+        click.echo(
+            f"  job {jid}: {job['iterations']} iterations,"
+            f" {job['iterations_per_second']:.2f}/s over {window:g} s{lane}"
+        )
     for key, path in info["paths"].items():
         click.echo(f"  {key:<15} {path}")
 

@@ -110,7 +110,15 @@ def load_plan(path: Path) -> Arbitration:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise SimError(f"--plan {path}: {err}") from err
-    where = f"--plan {path}"
+    return parse_plan(doc, f"--plan {path}", f"plan {path.name}")
+
+
+def parse_plan(doc: object, where: str, name: str) -> Arbitration:
+    """A QoS setup from a plan's JSON object (``ibqos plan``, or the agent's state).
+
+    Raises:
+        SimError: not such a plan (naming *where* and the key).
+    """
     if not isinstance(doc, dict):
         raise SimError(f"{where}: expected the JSON object of `ibqos plan --format json`")
     tables = doc.get("tables")
@@ -127,4 +135,4 @@ def load_plan(path: Path) -> Arbitration:
         raise SimError(f"{where}: tables or jobs malformed: {err!r}") from err
     if len(sl2vl) != NUM_SLS:
         raise SimError(f"{where}: tables.sl2vl: expected {NUM_SLS} VLs, got {len(sl2vl)}")
-    return Arbitration(job_sl, sl2vl, low, high, limit, mtu, name=f"plan {path.name}")
+    return Arbitration(job_sl, sl2vl, low, high, limit, mtu, name=name)
