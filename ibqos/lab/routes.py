@@ -106,11 +106,8 @@ class Router:
         live = np.arange(len(src))
         for _ in range(64):
             sw = self._node_sw[at[live]]
-            arrived = sw < 0
+            arrived = self._arrived(sw, live, at, src, dlid, dst)
             if arrived.any():
-                bad = live[arrived][at[live][arrived] != dst[live][arrived]]
-                if bad.size:
-                    self._fail(int(src[bad[0]]), int(dlid[bad[0]]), "ends at the wrong port")
                 live = live[~arrived]
                 sw = sw[~arrived]
             if live.size == 0:
@@ -142,11 +139,7 @@ class Router:
         live = np.arange(len(src))
         for _ in range(64):
             sw = self._node_sw[at[live]]
-            arrived = sw < 0
-            if arrived.any():
-                bad = live[arrived][at[live][arrived] != dst[live][arrived]]
-                if bad.size:
-                    self._fail(int(src[bad[0]]), int(dlid[bad[0]]), "ends at the wrong port")
+            arrived = self._arrived(sw, live, at, src, dlid, dst)
             if arrived.all():
                 break
             out = self._lft[np.maximum(sw, 0), dlid[live]]
@@ -165,6 +158,22 @@ class Router:
             self._fail(int(src[int(live[0])]), int(dlid[int(live[0])]), "loops (more than 64 hops)")
         table = np.stack(hops, axis=1)
         return [[int(x) for x in row if x >= 0] for row in table]
+
+    def _arrived(
+        self,
+        sw: IntArray,
+        live: IntArray,
+        at: IntArray,
+        src: IntArray,
+        dlid: IntArray,
+        dst: IntArray,
+    ) -> npt.NDArray[np.bool_]:
+        """Which live flows reached a CA (*sw* < 0), checking it is their destination."""
+        arrived = sw < 0
+        bad = live[arrived][at[live][arrived] != dst[live][arrived]]
+        if bad.size:
+            self._fail(int(src[bad[0]]), int(dlid[bad[0]]), "ends at the wrong port")
+        return arrived
 
     def _fail(self, src: int, dlid: int, what: str) -> None:
         raise LabError(f"flow from {self.ports[src]} to LID {dlid} {what} in OpenSM's tables")
