@@ -8,8 +8,12 @@
 # jobs start, end and turn heavy. Every round prints what happened, the agent's log, what
 # it measured and decided (`ibqos status`) and what OpenSM programmed into a spine switch
 # (read back with smpquery) and what a real Prometheus scraped from the agent's metrics
-# endpoint (the queries of the shipped Grafana dashboards). Everything is taken down at the
-# end, on error and on Ctrl-C.
+# endpoint (the queries of the shipped Grafana dashboards), and how fast each job iterates.
+# The lab runs fluid contention (`--contention fluid`, docs/lab.md): the jobs share links
+# the way the lanes programmed on the switches say (read back from the fabric through the
+# SA), so ibqos's plans change the jobs' progress; the lab serves each job's iterations per
+# second on its own metrics endpoint. Everything is taken down at the end, on error and on
+# Ctrl-C.
 # About 3 minutes; IBQOS_DEMO_ROUND_S (default 12) sets the seconds between two rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,8 +70,13 @@ note() { printf '   %s\n' "$@"; }
 
 # -- the lab -------------------------------------------------------------------------
 say "lab up: XGFT 2;8,4;1,2 (4 leaf switches x 8 hosts, 2 spines), 4x EDR, jobs from examples/demo-jobs.yaml"
-"$IBQOS" lab up --name "$NAME" --xgft "2;8,4;1,2" --jobs examples/demo-jobs.yaml --tick 0.25
-"$IBQOS" lab status "$NAME" | grep -E "^lab|pid [0-9]|jobs:"
+"$IBQOS" lab up --name "$NAME" --xgft "2;8,4;1,2" --jobs examples/demo-jobs.yaml --tick 0.25 \
+  --contention fluid
+"$IBQOS" lab status "$NAME" | grep -E "^lab|pid [0-9]|jobs:|contention"
+LAB_METRICS=$("$IBQOS" lab status "$NAME" --format json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["metrics_url"])')
+note "fluid contention: each job computes, then sends its iteration's bytes at up to its rate;" \
+  "jobs share the links as the lanes read back from the switches say (OpenSM's defaults for" \
+  "now: every job on SL 0, one lane). Iterations per second per job: $LAB_METRICS"
 
 say "OpenSM, asked through the fabric (sminfo) and its log"
 "$IBQOS" lab run "$NAME" -- sminfo
@@ -391,13 +400,57 @@ print(f"   leaf uplinks {level.get(1, 0.0):.1%} busy; jobs by class {classes};"
 PY
 }
 
-report() { # the agent's view: log, status, switch, Prometheus
+# How fast each job iterates, from the lab's metrics endpoint, next to its uncontended rate
+# (1/period_s: what it does with the fabric to itself) and to what it did before ibqos ran.
+show_progress() { # [save]: keep this as the "before ibqos" column
+  "$PY" - "$LAB_METRICS" "$LAB/jobs.yaml" "$LAB/progress.before.json" "${1:-}" <<'PY'
+import json, sys, urllib.request
+from pathlib import Path
+import yaml
+url, jobs_file, before_file, save = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+rate, vl = {}, {}
+with urllib.request.urlopen(url, timeout=5) as resp:
+    for line in resp.read().decode().splitlines():
+        if line.startswith(("ibqos_lab_job_iterations_per_second{", "ibqos_lab_job_vl{")):
+            name, value = line.rsplit(" ", 1)
+            jid = name.split('job_id="', 1)[1].split('"', 1)[0]
+            (rate if "per_second" in name else vl)[jid] = float(value)
+jobs = {str(j["id"]): j for j in yaml.safe_load(open(jobs_file))["jobs"]}
+share = {j: rate[j] * jobs[j]["period_s"] for j in rate if j in jobs}
+before = json.loads(before_file.read_text()) if before_file.exists() else {}
+if save:
+    before_file.write_text(json.dumps(share))
+print("jobs' progress (lab metrics: iterations per second over the last 10 s of lab time;")
+print("  % = of the job's rate with the fabric to itself, 1/period_s; VL = the job's lane as")
+print("  the lab last read it back from the switches, which may lag a fresh plan by 2-3 s):")
+print(f"   {'job':<5} {'app':<9} {'VL':>2} {'it/s':>6} {'now':>5}" + ("  before ibqos" if before else ""))
+for jid in sorted(share):
+    line = f"   {jid:<5} {jobs[jid].get('name', ''):<9} {int(vl.get(jid, 0)):>2} {rate[jid]:6.1f} {share[jid]:5.0%}"
+    was = before.get(jid)
+    if was is not None:
+        line += f"  {was:12.0%}"
+        diff = (share[jid] - was) * 100
+        if abs(diff) >= 2:
+            line += f"  ({diff:+.0f} points)"
+    elif before:
+        line += f"  {'(new job)':>12}"
+    print(line)
+PY
+}
+
+report() { # the agent's view: log, status, switch, Prometheus, the jobs' progress
   show_log
   echo "ibqos status (from the agent's state directory):"
   "$IBQOS" status --config "$CFG" | sed 's/^/   /'
   show_switch "$@"
   show_prometheus
+  show_progress
 }
+
+say "before ibqos: how fast the jobs iterate with OpenSM's default QoS (every job on one lane)"
+show_progress save
+note "jobs whose bursts cross the uplinks 3001 fills are slowed: they queue behind its traffic" \
+  "in the one lane (3001's own links are the busiest: it is slowed most)."
 
 say "the agent: ibqos run, attached to the lab; its log goes to $LAB/agent.log"
 note "every 5 s it sweeps all port counters and works out each job's traffic across the spines;" \
@@ -423,7 +476,9 @@ report
 round "nothing new: the measurements take over" \
   "a measured class replaces the planned one after it has held for 10 s: 3001 (all-to-all across" \
   "leaves 1 and 2) turns high, 3002 stays moderate, the rest turn low. Lanes are regrouped and" \
-  "reweighted: the light jobs share lanes, the heavy lane gets the least weight."
+  "reweighted: the light jobs share lanes, the heavy lane gets the least weight." \
+  "Progress: the jobs whose bursts cross the uplinks 3001 fills (lammps 3002, wrf 3005) run at" \
+  "full speed on their own lanes; 3001 loses a little: it catches up while they compute."
 settle 5
 wait_plan 40 'all(j["class"] == j["measured_class"] for j in jobs.values()) and jobs["3001"]["class"] == "high"'
 report
@@ -457,7 +512,10 @@ report
 
 round "nothing new: namd's class change comes through" \
   "3003 is high: its SL leaves the shared lane for a lane of its own with the least weight." \
-  "The SL itself does not change (its ranks cached it); only the SL's lane and the weights do."
+  "The SL itself does not change (its ranks cached it); only the SL's lane and the weights do." \
+  "Progress: lammps (3002) shares leaf 3's uplinks with namd; while namd's lane still had a" \
+  "light job's weight lammps slowed down; with namd on the least-weighted lane it recovers" \
+  "(rates are averaged over 10 s: it may take until the next round to show)."
 settle 5
 wait_plan 45 'jobs["3003"]["class"] == "high"'
 report

@@ -2,12 +2,13 @@
 
 Layout of ``<root>/<name>/``::
 
-    lab.json            what the lab is (name, sockname, SM host, tick)
-    state.json          its processes (pid + start time) and status
+    lab.json            what the lab is (name, sockname, SM host, tick, contention model)
+    state.json          its processes (pid + start time), status, metrics endpoint
     fabric.net          topology given to ibsim (ibnetdiscover format)
     ibnetdiscover.txt   the fabric as discovered once OpenSM is up (with LIDs)
     jobs.yaml           the job mix (re-read when it changes)
-    truth.json          ground truth: bytes per job and fat-tree level
+    truth.json          ground truth: bytes per job and fat-tree level, iterations,
+                        the QoS setup read back (fluid contention)
     ibqos.yaml          ibqos configuration for this lab
     opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
     run/                working directory of umad2sim clients (they create sys-<pid>/)
@@ -43,8 +44,10 @@ from ibqos.lab.opensm import (
     OpenSMFiles,
     render_conf,
 )
+from ibqos.lab.progress import WINDOW_S
+from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
 from ibqos.lab.routes import Router, parse_lft_dump
-from ibqos.lab.traffic import TrafficModel
+from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
 from ibqos.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
 
 #: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
@@ -56,6 +59,8 @@ FIELDS = ("PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")
 #: the attribute those fields belong to
 EXT = "PortCountersExtended"
 MIRRORS = {"PortXmitPkts": "PortUnicastXmitPkts", "PortRcvPkts": "PortUnicastRcvPkts"}
+#: seconds between two reads of the QoS setup from the fabric (fluid contention)
+READBACK_S = 2.0
 
 
 def default_root() -> Path:
@@ -122,9 +127,15 @@ class Lab:
         self.topo = _load_net(paths.net)
         self.sm_node: str = self.spec["sm_node"]
         self.sockname: str = self.spec["sockname"]
+        # labs made before the contention models existed ran the crude one
+        self.contention: str = self.spec.get("contention", "crude")
         self.ibsim: IbSim | None = None
         self.opensm: OpenSM | None = None
         self.model: TrafficModel | None = None
+        self.readback: ReadBack | None = None
+        self._mix_changed = False
+        #: the last truth written (what the metrics endpoint serves)
+        self.last_truth: dict[str, Any] = {}
         self.written: dict[Port, tuple[int, ...]] = {}
         self.written_wait: dict[Port, dict[str, int]] = {}
         self.ticks = 0
@@ -144,11 +155,20 @@ class Lab:
         sm_host: str | None = None,
         opensm_options: Mapping[str, str] | None = None,
         tick_s: float = 1.0,
+        contention: str = "crude",
+        readback_s: float = READBACK_S,
+        progress_window_s: float = WINDOW_S,
     ) -> Lab:
         """Write a new lab directory (nothing is started yet).
 
+        Args:
+            contention: "crude" or "fluid" (:mod:`ibqos.lab.traffic`).
+            readback_s: fluid: seconds between two reads of the QoS setup from the fabric.
+            progress_window_s: seconds of lab time iterations per second are averaged over.
+
         Raises:
-            LabError: the name is taken or the SM host is unknown.
+            LabError: the name is taken, the SM host is unknown, or a bad contention
+                model or interval.
             TopologyError: the topology uses a link type ibsim cannot simulate.
             JobsError: the job file is invalid or names unknown hosts.
         """
@@ -157,6 +177,12 @@ class Lab:
             raise LabError(
                 f"lab {name} already exists at {paths.dir} (stop it with 'ibqos lab down {name}')"
             )
+        if contention not in CONTENTION_MODELS:
+            raise LabError(
+                f"contention {contention!r}: expected one of {', '.join(CONTENTION_MODELS)}"
+            )
+        if not readback_s > 0 or not progress_window_s > 0:
+            raise LabError("the read-back interval and the progress window must be > 0 s")
         _check_speeds(topo)
         sm_node = _pick_sm(topo, sm_host)
         jobs_text = "jobs: []\n"
@@ -168,7 +194,12 @@ class Lab:
         try:
             for d in (paths.run, paths.opensm.dir):
                 d.mkdir()
-            _write_files(paths, topo, sm_node, jobs_text, opensm_options or {}, tick_s)
+            extra = {
+                "contention": contention,
+                "readback_s": readback_s,
+                "progress_window_s": progress_window_s,
+            }
+            _write_files(paths, topo, sm_node, jobs_text, opensm_options or {}, tick_s, extra)
         except BaseException:
             shutil.rmtree(paths.dir, ignore_errors=True)
             raise
@@ -201,6 +232,10 @@ class Lab:
             t1 = time.monotonic()
             self.reload_jobs()
             self.timings["jobs_s"] = time.monotonic() - t1
+            if self.readback is not None:  # what OpenSM programmed, before the first tick
+                t1 = time.monotonic()
+                self._refresh_qos()
+                self.timings["readback_s"] = time.monotonic() - t1
             self._save_state("up")
         except BaseException:
             self.stop("failed")
@@ -221,11 +256,50 @@ class Lab:
             for p in self.topo.ports(node.id):
                 if node.kind != "switch":
                     self.topo.lids[p] = found.lids[Port(hit.id, p.num)]
-        router = Router(self.topo, self._lfts())
         hosts: dict[str, list[Port]] = {}
         for ca in self.topo.cas():
             hosts.setdefault(ca.hostname, []).extend(self.topo.ports(ca.id))
-        self.model = TrafficModel(self.topo, router, hosts)
+        window = float(self.spec.get("progress_window_s", WINDOW_S))
+        if self.contention == "fluid":
+            # imported here: ibqos.sim.network imports ibqos.lab
+            from ibqos.sim.network import Network
+
+            net = Network(self.topo, self._lfts())
+            self.model = TrafficModel(
+                self.topo,
+                net.router,
+                hosts,
+                network=net,
+                arbitration=OPENSM_DEFAULT.arbitration(),
+                window_s=window,
+            )
+            self.readback = ReadBack(
+                self._diag,
+                pick_probe(self.topo),
+                float(self.spec.get("readback_s", READBACK_S)),
+            )
+        else:
+            router = Router(self.topo, self._lfts())
+            self.model = TrafficModel(self.topo, router, hosts, window_s=window)
+
+    def _diag(self, argv: Sequence[str], host: str | None) -> str:
+        """Run a diag for the read-back (:data:`ibqos.lab.readback.Runner`)."""
+        return self.run(argv, host=host, check=True, timeout=10.0).stdout
+
+    def _refresh_qos(self) -> None:
+        """Fluid: re-read the QoS setup when due (at once after a mix change) and hand a
+        changed one to the model."""
+        assert self.readback is not None and self.model is not None
+        pairs: dict[str, tuple[int, int] | None] = {}
+        for jid, load in self.model.jobs.items():
+            nodes = load.job.nodes
+            pairs[jid] = None
+            if len(nodes) >= 2:
+                a, b = (self.model.hosts[h][0] for h in nodes[:2])
+                pairs[jid] = (self.topo.lids[a], self.topo.lids[b])
+        force, self._mix_changed = self._mix_changed, False
+        if self.readback.poll(pairs, force=force):
+            self.model.set_arbitration(self.readback.setup.arbitration())
 
     def _clear_counters(self) -> None:
         """Start every modelled counter from zero, as after a PerfMgr clear.
@@ -274,6 +348,7 @@ class Lab:
         self._jobs_stamp = stamp
         assert self.model is not None
         self.model.set_jobs(parsed)
+        self._mix_changed = True
         return True
 
     def tick(self, dt: float) -> int:
@@ -285,7 +360,11 @@ class Lab:
         if self.model is None or self.ibsim is None:
             raise LabError(f"lab {self.paths.name} is not running")
         t0 = time.monotonic()
-        self.model.tick(dt)
+        if self.readback is not None:
+            self._refresh_qos()
+        t1 = time.monotonic()
+        # fluid: the lanes are known (read back), so the wait is split over the VLs too
+        self.model.tick(dt, vls=self.model.vls() if self.readback is not None else None)
         lines: list[str] = []
         for port in self.model.router.ports:
             values = self.model.totals(port)
@@ -304,38 +383,56 @@ class Lab:
             waits, seen = self.model.wait_counters(port), self.written_wait.get(port, {})
             lines += [_perfset(port, f, v) for f, v in waits.items() if v != seen.get(f, 0)]
             self.written_wait[port] = waits
-        t1 = time.monotonic()
+        t2 = time.monotonic()
         errors = self.ibsim.command(lines) if lines else []
-        self.timings["tick_model_s"] = t1 - t0
-        self.timings["tick_write_s"] = time.monotonic() - t1
+        self.timings["tick_readback_s"] = t1 - t0
+        self.timings["tick_model_s"] = t2 - t1
+        self.timings["tick_write_s"] = time.monotonic() - t2
         if errors:
             raise LabError(f"ibsim rejected {len(errors)} PerformanceSet lines: {errors[0]}")
         self.ticks += 1
         self.lines_last_tick = len(lines)
-        atomic_write(self.paths.truth, json.dumps(self.truth(), indent=1) + "\n")
+        truth = self.truth()
+        atomic_write(self.paths.truth, json.dumps(truth, indent=1) + "\n")
+        self.last_truth = truth  # replaced whole: the metrics thread reads it as it is
         return len(lines)
 
     def truth(self) -> dict[str, Any]:
-        """Ground truth: per job, bytes sent across each fat-tree level (index 0 = hosts)."""
+        """Ground truth: per job, bytes sent across each fat-tree level (index 0 = hosts),
+        iterations finished and iterations per second over the progress window; with
+        fluid contention also each job's SL and VL and the QoS setup read back."""
         assert self.model is not None
+        model = self.model
         jobs = {
-            **{jid: (j, False) for jid, j in self.model.finished.items()},
-            **{jid: (j, True) for jid, j in self.model.jobs.items()},
+            **{jid: (j, False) for jid, j in model.finished.items()},
+            **{jid: (j, True) for jid, j in model.jobs.items()},
         }
-        return {
-            "time_s": self.model.time,
+        arb = model.arbitration
+        out: dict[str, Any] = {
+            "time_s": model.time,
             "ticks": self.ticks,
             "lines_last_tick": self.lines_last_tick,
-            "levels": self.model.uplink_levels + 1,
-            "jobs": {
-                jid: {
-                    "running": running,
-                    "level_bytes": [float(x) for x in j.truth],
-                    "level_bytes_per_s": [float(x) for x in j.last_rate],
-                }
-                for jid, (j, running) in jobs.items()
-            },
+            "levels": model.uplink_levels + 1,
+            "contention": model.contention,
+            "progress_window_s": model.window_s,
+            "jobs": {},
         }
+        for jid, (j, running) in jobs.items():
+            entry: dict[str, Any] = {
+                "running": running,
+                "level_bytes": [float(x) for x in j.truth],
+                "level_bytes_per_s": [float(x) for x in j.last_rate],
+                "iterations": j.iterations,
+                "iterations_per_second": j.progress.rate() if running else 0.0,
+            }
+            if arb is not None and running:
+                entry["sl"] = arb.job_sl.get(jid, 0)
+                entry["vl"] = arb.vl_of(jid)
+            out["jobs"][jid] = entry
+        if self.readback is not None:
+            out["qos"] = self.readback.setup.to_dict()
+            out["qos_reads"] = {"reads": self.readback.reads, "failures": self.readback.failures}
+        return out
 
     def stop(self, status: str = "stopped") -> None:
         """End OpenSM and ibsim (this lab's own processes); keep the directory."""
@@ -496,6 +593,7 @@ def _write_files(
     jobs_text: str,
     opensm_options: Mapping[str, str],
     tick_s: float,
+    extra: Mapping[str, object],
 ) -> None:
     sockname = "ibqos-" + hashlib.sha1(str(paths.dir.resolve()).encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
     atomic_write(paths.net, format_ibnetdiscover(topo))
@@ -527,6 +625,7 @@ def _write_files(
         "sockname": sockname,
         "sm_node": sm_node,
         "tick_s": tick_s,
+        **extra,
         "created": time.time(),
     }
     atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")

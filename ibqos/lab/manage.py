@@ -25,7 +25,8 @@ from ibqos import jobs as jobsmod
 from ibqos.errors import LabError
 from ibqos.fsio import atomic_write
 from ibqos.lab import procs
-from ibqos.lab.lab import Lab, LabPaths, check_name, hostnames, load_state
+from ibqos.lab.lab import READBACK_S, Lab, LabPaths, check_name, hostnames, load_state
+from ibqos.lab.progress import WINDOW_S
 from ibqos.topology import Topology
 
 
@@ -39,8 +40,13 @@ def up(
     opensm_options: Mapping[str, str] | None = None,
     tick_s: float = 1.0,
     timeout: float = 120.0,
+    contention: str = "crude",
+    readback_s: float = READBACK_S,
+    progress_window_s: float = WINDOW_S,
 ) -> Lab:
     """Create a lab and start its supervisor; return once the subnet is up.
+
+    *contention*, *readback_s* and *progress_window_s* are :meth:`Lab.create`'s.
 
     Raises:
         LabError: it did not come up; the lab is taken down again and the message says why.
@@ -53,6 +59,9 @@ def up(
         sm_host=sm_host,
         opensm_options=opensm_options,
         tick_s=tick_s,
+        contention=contention,
+        readback_s=readback_s,
+        progress_window_s=progress_window_s,
     )
     paths = lab.paths
     read_fd, write_fd = os.pipe()
@@ -130,7 +139,13 @@ def down(name: str, *, root: Path) -> list[str]:
 
 
 def status(name: str, *, root: Path) -> dict[str, Any]:
-    """What a lab is and how it is doing, as plain data."""
+    """What a lab is and how it is doing, as plain data.
+
+    ``progress`` holds each running job's iterations and iterations per second (over
+    ``progress_window_s``), ``qos`` (fluid contention) the setup last read back from the
+    fabric, ``metrics_url`` where the supervisor serves the lab's metrics (None when the
+    lab is down or runs in-process).
+    """
     paths = LabPaths(root, check_name(name))
     if not paths.spec.exists():
         raise LabError(f"no lab {name} under {root}")
@@ -145,6 +160,7 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
         truth = json.loads(paths.truth.read_text())
     running = bool(processes) and all(p["alive"] for p in processes.values())
     osm = paths.opensm
+    jobs = truth.get("jobs", {})
     return {
         "name": name,
         "status": state.get("status", "unknown") if running else "down",
@@ -152,6 +168,8 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
         "sockname": spec["sockname"],
         "sm_node": spec["sm_node"],
         "tick_s": spec["tick_s"],
+        "contention": spec.get("contention", "crude"),
+        "metrics_url": state.get("metrics_url") if running else None,
         "processes": processes,
         "paths": {
             "config": str(paths.config),
@@ -170,7 +188,18 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
         "ticks": truth.get("ticks", 0),
         "model_time_s": truth.get("time_s", 0.0),
         "lines_last_tick": truth.get("lines_last_tick", 0),
-        "jobs": sorted(j for j, v in truth.get("jobs", {}).items() if v.get("running")),
+        "jobs": sorted(j for j, v in jobs.items() if v.get("running")),
+        "progress_window_s": truth.get("progress_window_s", WINDOW_S),
+        "progress": {
+            jid: {
+                key: v[key]
+                for key in ("iterations", "iterations_per_second", "sl", "vl")
+                if key in v
+            }
+            for jid, v in sorted(jobs.items())
+            if v.get("running")
+        },
+        "qos": truth.get("qos"),
     }
 
 

@@ -1,9 +1,12 @@
 """The background process behind ``ibqos lab up``: owns one lab and ticks its traffic.
 
-It holds ibsim's console pipe (which must stay open), starts OpenSM, tells ``lab up``
-through an inherited pipe whether the fabric came up, then every ``tick_s`` seconds
-re-reads the job file if it changed and writes the new counters.  SIGTERM ends OpenSM and
-ibsim and exits.  Run as ``python -m ibqos.lab.supervisor LAB_DIR READY_FD TIMEOUT``.
+It holds ibsim's console pipe (which must stay open), starts OpenSM, serves the lab's
+metrics (jobs' iterations, :mod:`ibqos.lab.progress`) on a loopback port it records in
+state.json as ``metrics_url``, tells ``lab up`` through an inherited pipe whether the
+fabric came up, then every ``tick_s`` seconds re-reads the job file if it changed and
+writes the new counters (with fluid contention, re-reading the QoS setup from the fabric
+every ``readback_s``).  SIGTERM ends OpenSM and ibsim and exits.  Run as
+``python -m ibqos.lab.supervisor LAB_DIR READY_FD TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from ibqos.errors import IbqosError, JobsError
 from ibqos.fsio import atomic_write
 from ibqos.lab import procs
 from ibqos.lab.lab import Lab, LabPaths, load_state
+from ibqos.lab.progress import MetricsServer
+from ibqos.lab.progress import serve as serve_metrics
 
 logger = logging.getLogger("ibqos.lab.supervisor")
 
@@ -32,17 +37,40 @@ def serve(lab: Lab, ready_fd: int, timeout: float, stop: threading.Event) -> int
         exit status: 0 after a requested stop, 1 if the lab failed.
     """
     try:
-        lab.start(timeout)
+        lab.start(timeout)  # stops what it started if it fails
     except IbqosError as err:
         _report(ready_fd, f"error: {err}")
         return 1
-    _report(ready_fd, "ok")
+    try:
+        lab.last_truth = lab.truth()
+        metrics = serve_metrics(lambda: lab.last_truth, lab.paths.name)
+    except OSError as err:
+        lab.stop("failed")
+        _report(ready_fd, f"error: cannot serve the lab's metrics: {err}")
+        return 1
+    try:
+        _record(lab.paths, "metrics_url", metrics.url)
+        _report(ready_fd, "ok")
+        return _loop(lab, stop, metrics)
+    finally:
+        metrics.close()
+
+
+def _record(paths: LabPaths, key: str, value: str) -> None:
+    state = load_state(paths)
+    state[key] = value
+    atomic_write(paths.state, json.dumps(state, indent=1) + "\n")
+
+
+def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
     tick_s = float(lab.spec.get("tick_s", 1.0))
     logger.info(
-        "lab %s up in %.1f s; ticking every %.2f s",
+        "lab %s up in %.1f s (%s contention); ticking every %.2f s; metrics on %s",
         lab.paths.name,
         lab.timings.get("up_s", 0.0),
+        lab.contention,
         tick_s,
+        metrics.url,
     )
     last = next_at = time.monotonic()
     bad_jobs = ""

@@ -7,7 +7,8 @@ on every port.  A tick of *dt* seconds then adds, per job, its load times the ti
 communicating in that window (bulk-synchronous iterations: the first ``duty * period_s`` of
 every period), and the lab writes the resulting 64-bit counters into ibsim.
 
-Link capacity is respected crudely: when the jobs' average load on a port exceeds the
+Link capacity is respected crudely by default (the ``crude`` contention model; the
+``fluid`` one is described below): when the jobs' average load on a port exceeds the
 link's capacity within a tick, every job crossing that port is slowed by the port's
 over-subscription factor (its worst one).  No max-min redistribution: the contention
 simulator models sharing properly; the lab only has to stay physically possible.
@@ -35,21 +36,66 @@ new wait over the VLs in proportion to the bytes each VL offered there in the ti
 tick rate).  Without VLs the per-VL counters are never written.
 :meth:`TrafficModel.wait_counters` gives both as the PerformanceSet fields ibsim takes
 (``PortCounters.PortXmitWait``, ``PortVLXmitWaitCounters.PortVLXmitWaitCounters<n>``);
-the lab's tick (:meth:`ibqos.lab.lab.Lab.tick`) writes only the data counters so far.
+the lab's tick (:meth:`ibqos.lab.lab.Lab.tick`) writes them for every port that ever waited.
+
+Two contention models (the lab's ``contention``, in lab.json):
+
+``crude`` (the default): the rule above.  Time alone drives the jobs: a job's iterations
+end every ``period_s`` whatever the load, contention only trims the bytes it moves, and
+the lanes play no part.  Its iteration rate is ``1 / period_s``.
+
+``fluid``: the contention simulator (:class:`ibqos.sim.fluid.FluidSim`) drives the jobs,
+over the same routes (its :class:`~ibqos.sim.network.Network` is built from the lab's
+topology and OpenSM's LFTs) and under the QoS setup programmed on the switches
+(:meth:`TrafficModel.set_arbitration`, read back from the fabric by
+:mod:`ibqos.lab.readback`).  A job iterates bulk-synchronously: it computes for
+``(1 - duty) x period_s``, then communicates ``rate x duty x period_s`` bytes per flow at
+up to its declared rate, sharing the links with the other jobs by the lanes' weights; the
+next iteration starts when the last byte is through.  A tick of *dt* advances the
+simulator by *dt*; a job's bytes on a port in that window are its full-rate-equivalent
+seconds of communication in it (the simulator's ``sent`` delta) times its load there, and
+its ground truth per level grows the same way, so counters and truth stay consistent as
+in the crude path.  Iterations are the simulator's.
+
+- XmitWait keeps the rule above, with *L* the declared-rate load of the jobs
+  communicating, taken interval by interval between two phase changes (the simulator is
+  stepped from event to event within a tick) rather than averaged over the tick: a port
+  waits while the jobs that want it offer more than it carries.  Per-VL wait is split by
+  the VLs the read-back tables give the jobs.
+- A new mix (:meth:`TrafficModel.set_jobs`) or a setup that starts or stops serving some
+  job's VL builds a new simulator; jobs that stay keep their phase (computing or
+  communicating, and how much of it is left) and their iteration count.  A job that
+  joins starts with its compute phase; a job whose parameters change keeps its count
+  and starts a new iteration.  A new setup that serves the same jobs only changes the
+  simulator's arbitration.
+- A job on a VL that no VLArb entry serves (or on VL 15) never transmits on a real port:
+  here it stalls, frozen in its phase, until a setup serves its VL again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ibqos.jobs import Job
+from ibqos.lab.progress import WINDOW_S, Window
 from ibqos.lab.routes import FloatArray, IntArray, Router
 from ibqos.patterns import traffic_matrix
+from ibqos.sim.qos import Arbitration
 from ibqos.topology import Port, Topology
+
+if TYPE_CHECKING:  # at run time imported where used: ibqos.sim.network imports ibqos.lab
+    from ibqos.sim.fluid import FluidSim
+    from ibqos.sim.network import Network
+
+logger = logging.getLogger(__name__)
+
+CONTENTION_MODELS = ("crude", "fluid")
 
 MTU_BYTES = 2048  # ibsim ports report an MTU of 2048 (reference C.5)
 #: PortXmitWait ticks per second of full stall, in this model (see the module docstring):
@@ -91,6 +137,11 @@ class JobLoad:
         xmit, rcv: bytes per second per dense port index.
         level_rate: bytes per second across each fat-tree level (index 0 = injection).
         truth: bytes sent across each level so far.
+        iterations: iterations finished so far (kept when the job's parameters change).
+        progress: the iteration counts over recent ticks (iterations per second).
+        phase: fluid mode, while the job is out of the simulator: (communicating, what
+            is left of the phase: seconds of compute or share of the bytes); None for a
+            job that has not run yet.
     """
 
     job: Job
@@ -100,10 +151,15 @@ class JobLoad:
     level_rate: FloatArray
     truth: FloatArray = field(init=False)
     last_rate: FloatArray = field(init=False)
+    iterations: int = 0
+    iter_base: int = 0
+    progress: Window = field(init=False)
+    phase: tuple[bool, float] | None = None
 
     def __post_init__(self) -> None:
         self.truth = np.zeros_like(self.level_rate)
         self.last_rate = np.zeros_like(self.level_rate)
+        self.progress = Window(WINDOW_S, self.start)
 
 
 class TrafficModel:
@@ -113,9 +169,27 @@ class TrafficModel:
         topo: fabric with LIDs.
         router: routes over OpenSM's tables.
         hosts: host name -> its CA ports (one per rail).
+        network: the fluid contention model's network (its router must be *router*);
+            None: crude contention.
+        arbitration: the QoS setup the fluid model starts with (required with *network*).
+        window_s: seconds of model time the iteration rate is averaged over.
+
+    Raises:
+        ValueError: *network* without *arbitration*, or over other routes than *router*.
     """
 
-    def __init__(self, topo: Topology, router: Router, hosts: dict[str, list[Port]]) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        router: Router,
+        hosts: dict[str, list[Port]],
+        *,
+        network: Network | None = None,
+        arbitration: Arbitration | None = None,
+        window_s: float = WINDOW_S,
+    ) -> None:
+        if network is not None and (arbitration is None or network.router.ports != router.ports):
+            raise ValueError("fluid contention needs an arbitration and the network's router")
         self.topo = topo
         self.router = router
         self.hosts = hosts
@@ -135,9 +209,22 @@ class TrafficModel:
         self.jobs: dict[str, JobLoad] = {}
         self.finished: dict[str, JobLoad] = {}
         self.time = 0.0
+        self.window_s = window_s
+        self.network = network
+        self.arbitration = arbitration
+        self._sim: FluidSim | None = None
+        self._sim_jobs: list[JobLoad] = []  # the jobs in the simulator, in its order
+        self._hot = np.zeros(0, dtype=np.int64)  # ports the simulated jobs can overload
+        self._stalled: set[str] = set()  # jobs on a VL no VLArb entry serves (warned)
+
+    @property
+    def contention(self) -> str:
+        """ "crude" or "fluid" (see the module docstring)."""
+        return "crude" if self.network is None else "fluid"
 
     def set_jobs(self, jobs: tuple[Job, ...]) -> None:
         """Switch to a new job mix; unchanged jobs keep their phase and history."""
+        self._save_phases()
         current = {job.id: job for job in jobs}
         for jid in list(self.jobs):
             if current.get(jid) != self.jobs[jid].job:
@@ -148,7 +235,38 @@ class TrafficModel:
                 old = self.finished.pop(job.id, None)
                 if old is not None:  # same job, new parameters: its bytes so far still count
                     load.truth += old.truth
+                    load.iterations = load.iter_base = old.iterations
+                    load.progress = old.progress
                 self.jobs[job.id] = load
+        self._sim = None  # rebuilt at the next tick
+
+    def set_arbitration(self, arbitration: Arbitration) -> None:
+        """Fluid mode: the QoS setup now programmed on the fabric (SLs, SL2VL, VLArb).
+
+        Raises:
+            ValueError: the model runs crude contention.
+        """
+        if self.network is None:
+            raise ValueError("crude contention has no arbitration")
+        if arbitration == self.arbitration:
+            return
+        self.arbitration = arbitration
+        if self._sim is not None and self._served() == [j.job.id for j in self._sim_jobs]:
+            self._sim.set_arbitration(arbitration)
+        else:
+            self._save_phases()
+            self._sim = None
+
+    def vls(self) -> dict[str, int]:
+        """Fluid mode: each running job's VL under the setup in force (empty when crude)."""
+        if self.arbitration is None or self.network is None:
+            return {}
+        return {jid: self.arbitration.vl_of(jid) for jid in self.jobs}
+
+    def iterations_per_second(self, job_id: str) -> float:
+        """A job's iterations per second over the last *window_s* seconds of model time."""
+        load = self.jobs.get(job_id) or self.finished[job_id]
+        return load.progress.rate()
 
     def tick(self, dt: float, vls: Mapping[str, int] | None = None) -> None:
         """Advance model time by *dt* seconds and add the traffic of that window.
@@ -172,6 +290,15 @@ class TrafficModel:
                 self.vl_xmit_wait = np.zeros((len(self.capacity), VL_COUNT))
         if dt <= 0 or not self.jobs:
             return
+        if self.network is not None:
+            self._tick_fluid(dt, vls)
+        else:
+            self._tick_crude(t0, t1, vls)
+        for j in self.jobs.values():
+            j.progress.add(t1, j.iterations)
+
+    def _tick_crude(self, t0: float, t1: float, vls: Mapping[str, int] | None) -> None:
+        dt = t1 - t0
         loads = list(self.jobs.values())
         busy = np.array([comm_seconds(j.job, j.start, t0, t1) for j in loads])
         xmit = np.stack([j.xmit for j in loads])
@@ -191,12 +318,134 @@ class TrafficModel:
                 share = np.where(total > 0, by_vl / total, 0.0)
             self.vl_xmit_wait += wait[:, None] * share
         factor = np.array([float(port_factor[j.xmit > 0].min(initial=1.0)) for j in loads])
-        scale = busy * factor
-        self.xmit_bytes += scale @ xmit
+        self._add_bytes(loads, busy * factor, dt)
+        for j in loads:  # crude: iterations follow the clock, every period_s
+            j.iterations = j.iter_base + int((t1 - j.start) / j.job.period_s + 1e-9)
+
+    def _add_bytes(self, loads: list[JobLoad], scale: FloatArray, dt: float) -> None:
+        """Add each job's load times its full-rate seconds *scale* to counters and truth."""
+        self.xmit_bytes += scale @ np.stack([j.xmit for j in loads])
         self.rcv_bytes += scale @ np.stack([j.rcv for j in loads])
         for j, s in zip(loads, scale, strict=True):
             j.truth += j.level_rate * s
             j.last_rate = j.level_rate * s / dt
+
+    # -- fluid contention ---------------------------------------------------------------
+    def _served(self) -> list[str]:
+        """Ids of the running jobs whose VL the setup in force serves, in mix order."""
+        assert self.arbitration is not None
+        arb = self.arbitration
+        served = set(arb.low_packets()) | set(arb.high_packets())
+        out = []
+        for jid in self.jobs:
+            vl = arb.vl_of(jid)
+            if vl in served:
+                out.append(jid)
+                if jid in self._stalled:
+                    self._stalled.discard(jid)
+                    logger.info("job %s: VL %d is served again, it runs", jid, vl)
+            elif jid not in self._stalled:
+                self._stalled.add(jid)
+                logger.warning(
+                    "job %s: SL %d maps to VL %d, which no VLArb entry serves: it stalls",
+                    jid,
+                    arb.job_sl.get(jid, 0),
+                    vl,
+                )
+        return out
+
+    def _save_phases(self) -> None:
+        """Keep the simulated jobs' phases and iteration counts before the simulator goes."""
+        if self._sim is None:
+            return
+        sim = self._sim
+        for i, j in enumerate(self._sim_jobs):
+            j.phase = (bool(sim.comm[i]), float(sim.left[i]))
+            j.iterations = j.iter_base + int(sim.iterations[i])
+        self._sim = None
+
+    def _build_sim(self) -> FluidSim | None:
+        """A simulator of the served jobs, each in the phase it was left in."""
+        # imported here: ibqos.sim.network imports ibqos.lab (see the imports at the top)
+        from ibqos.sim.fluid import FluidSim
+        from ibqos.sim.workload import SimJob
+
+        assert self.network is not None and self.arbitration is not None
+        served = set(self._served())
+        loads = [j for jid, j in self.jobs.items() if jid in served]
+        self._sim_jobs = loads
+        if not loads:
+            return None
+        sim_jobs = [
+            SimJob(
+                j.job,
+                j.job.period_s * (1 - j.job.duty),
+                j.job.period_s * j.job.duty,
+                self.network.flows(j.job),
+                j.xmit,
+            )
+            for j in loads
+        ]
+        sim = FluidSim(self.network, sim_jobs, self.arbitration)
+        for i, j in enumerate(loads):
+            j.iter_base = j.iterations  # the new simulator counts from 0
+            if j.phase is not None:
+                sim.comm[i], sim.left[i] = j.phase
+        sim.set_arbitration(self.arbitration)  # forget rates solved for the fresh phases
+        total = np.stack([j.xmit for j in loads]).sum(axis=0)
+        self._hot = np.flatnonzero(total > self.capacity * (1 + 1e-12))
+        return sim
+
+    def _tick_fluid(self, dt: float, vls: Mapping[str, int] | None) -> None:
+        """Advance the simulator by *dt*, one phase change at a time (rates are constant
+        in between), adding the bytes it moved and the wait its loads cause."""
+        if self._sim is None:
+            self._sim = self._build_sim()
+        loads = list(self.jobs.values())
+        sim = self._sim
+        if sim is None:  # every job stalls
+            self._add_bytes(loads, np.zeros(len(loads)), dt)
+            return
+        xmit = np.stack([j.xmit for j in self._sim_jobs])[:, self._hot]
+        cap = self.capacity[self._hot]
+        lane: FloatArray | None = None
+        if vls is not None and self.vl_xmit_wait is not None and self._hot.size:
+            lane = np.zeros((len(self._sim_jobs), VL_COUNT))
+            lane[np.arange(len(self._sim_jobs)), [vls.get(j.job.id, 0) for j in self._sim_jobs]] = 1
+        sent0 = sim.sent.copy()
+        left = dt
+        while left > 0:
+            alpha = sim.alpha
+            with np.errstate(divide="ignore", invalid="ignore"):
+                to_go = np.where(sim.comm, sim.left * sim.comm_s / alpha, sim.left)
+            # FluidSim.advance ignores steps below its relative tolerance
+            step = min(max(float(to_go.min(initial=math.inf)), 1e-9 + 1e-11 * sim.time), left)
+            comm = sim.comm.astype(float)
+            before = sim.time
+            sim.advance(step)
+            took = sim.time - before
+            if took <= 0:  # nothing moved: let the simulator take the rest its own way
+                sim.advance(left)
+                break
+            left -= took
+            if self._hot.size:
+                offered = comm @ xmit  # declared-rate load of the communicating jobs
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    over = np.where(offered > cap, 1.0 - cap / offered, 0.0)
+                wait = over * XMIT_WAIT_TICKS_PER_S * took
+                self.xmit_wait[self._hot] += wait
+                if lane is not None and self.vl_xmit_wait is not None and wait.any():
+                    by_vl = (comm[:, None] * xmit).T @ lane  # (hot port, VL) offered
+                    total = by_vl.sum(axis=1, keepdims=True)
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        share = np.where(total > 0, by_vl / total, 0.0)
+                    self.vl_xmit_wait[self._hot] += wait[:, None] * share
+        for ends in sim.ends:  # iteration end times: unused here, and they only grow
+            ends.clear()
+        sent = dict(zip((j.job.id for j in self._sim_jobs), sim.sent - sent0, strict=True))
+        self._add_bytes(loads, np.array([sent.get(j.job.id, 0.0) for j in loads]), dt)
+        for i, j in enumerate(self._sim_jobs):
+            j.iterations = j.iter_base + int(sim.iterations[i])
 
     def _route(self, job: Job) -> JobLoad:
         m = traffic_matrix(job)
@@ -222,7 +471,9 @@ class TrafficModel:
             levels[0] += w.sum()
             if self.uplink_levels:
                 levels[1:] += w @ (sub.reshape(len(rail), -1)[s] != sub.reshape(len(rail), -1)[d])
-        return JobLoad(job, self.time, xmit, rcv, levels)
+        load = JobLoad(job, self.time, xmit, rcv, levels)
+        load.progress = Window(self.window_s, self.time)
+        return load
 
     def totals(self, port: Port) -> tuple[int, int, int, int]:
         """(PortXmitData, PortRcvData, PortXmitPkts, PortRcvPkts) of a port as counters:

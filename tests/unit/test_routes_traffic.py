@@ -844,3 +844,102 @@ def test_bad_vl_is_refused(two: tuple[Topology, dict[int, dict[int, int]], Route
     model = build_model(two)
     with pytest.raises(ValueError, match="VLs must be 0-15"):
         model.tick(0.01, vls={"j1": 16})
+
+
+# --- progress: iterations ---------------------------------------------------------------
+
+
+def test_crude_iterations_follow_the_clock(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    """Crude contention: a job's iterations end every period_s, however overloaded."""
+    model = build_model(two)
+    assert model.contention == "crude"
+    heavy = make_job(cn(1, 9), "ring", rate=5e10, duty=1.0, period=0.01, job_id="heavy")
+    model.set_jobs((heavy, A2A))
+    for _ in range(40):
+        model.tick(0.025)  # 1 s
+    assert model.jobs["heavy"].iterations == 100  # 4x over its links, still 100 per second
+    assert model.jobs["a2a"].iterations == 100
+    assert model.iterations_per_second("heavy") == pytest.approx(100.0)
+    assert model.vls() == {}
+    with pytest.raises(ValueError, match="crude"):
+        model.set_arbitration(object())  # type: ignore[arg-type]
+
+
+def test_crude_iterations_of_a_late_and_a_changed_job(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    model = build_model(two)
+    model.tick(0.5)
+    slow = make_job(cn(1, 9), "ring", rate=1e9, duty=0.5, period=0.1, job_id="r")
+    model.set_jobs((slow,))
+    model.tick(1.0)
+    assert model.jobs["r"].iterations == 10  # from when it appeared
+    model.set_jobs((make_job(cn(1, 9), "ring", rate=1e9, duty=0.5, period=0.05, job_id="r"),))
+    model.tick(1.0)
+    assert model.jobs["r"].iterations == 30  # 10 before, 20 at the new period
+    assert model.iterations_per_second("r") == pytest.approx(15.0)  # 30 in its 2 s so far
+
+
+def test_iteration_rate_is_over_the_window(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    topo, lfts, _ = two
+    hosts: dict[str, list[Port]] = {}
+    for ca in topo.cas():
+        hosts.setdefault(ca.hostname, []).extend(topo.ports(ca.id))
+    model = TrafficModel(topo, Router(topo, lfts), hosts, window_s=2.0)
+    model.set_jobs((make_job(cn(1, 2), period=0.1, job_id="a"),))
+    for _ in range(10):
+        model.tick(0.5)
+    model.set_jobs((make_job(cn(1, 2), period=0.5, job_id="a"),))  # slower from now
+    model.tick(0.5)
+    # the window holds 1.5 s at 10/s and 0.5 s at 2/s: (15 + 1) / 2
+    assert model.iterations_per_second("a") == pytest.approx(8.0)
+    for _ in range(4):
+        model.tick(0.5)
+    assert model.iterations_per_second("a") == pytest.approx(2.0)
+    model.set_jobs(())
+    assert model.iterations_per_second("a") == pytest.approx(2.0)  # finished: kept
+
+
+# --- fluid contention over OpenSM's recorded routes ---------------------------------------
+
+
+def test_fluid_model_over_recorded_routes_is_the_simulator(
+    two: tuple[Topology, dict[int, dict[int, int]], Router],
+) -> None:
+    """The fluid mode on OpenSM's real LFTs: its per-job bytes and iterations are those of
+    a FluidSim of the same mix (one lane), and counters and truth agree."""
+    from ibqos.sim.fluid import FluidSim
+    from ibqos.sim.network import Network
+    from ibqos.sim.qos import Arbitration
+    from ibqos.sim.workload import prepare
+
+    topo, lfts, _ = two
+    net = Network(topo, lfts)
+    hosts: dict[str, list[Port]] = {}
+    for ca in topo.cas():
+        hosts.setdefault(ca.hostname, []).extend(topo.ports(ca.id))
+    lane = Arbitration({}, (0,) * 16, ((0, 32),))
+    model = TrafficModel(topo, net.router, hosts, network=net, arbitration=lane)
+    assert model.contention == "fluid"
+    # two all-to-alls across leaves 1 and 2, both over the leaves' uplinks
+    a = make_job(cn(1, 2, 3, 9, 10, 11), "all-to-all", rate=1.2e10, duty=1.0, period=0.02)
+    b = make_job(cn(4, 5, 12, 13), "all-to-all", rate=1.2e10, duty=0.5, period=0.02, job_id="b")
+    model.set_jobs((a, b))
+    for _ in range(20):
+        model.tick(0.05)
+    sim = FluidSim(net, prepare(net, [a, b]), lane)
+    sim.advance(1.0)
+    assert [model.jobs[j].iterations for j in ("j1", "b")] == sim.iterations.tolist()
+    assert sim.iterations[1] < 50  # slowed: the uplinks are shared
+    for i, jid in enumerate(("j1", "b")):
+        job = model.jobs[jid]
+        np.testing.assert_allclose(job.truth, job.level_rate * sim.sent[i], rtol=1e-9)
+    np.testing.assert_allclose(model.xmit_bytes, sim.link_bytes, rtol=1e-9)
+    truth = sum(j.truth for j in model.jobs.values())
+    cas = indices(model, ca_ports(topo))
+    assert truth[0] == pytest.approx(model.rcv_bytes[cas].sum(), rel=1e-9)
+    assert truth[1] == pytest.approx(model.xmit_bytes[indices(model, uplinks(topo, 1))].sum())
