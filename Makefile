@@ -34,3 +34,14 @@ bench-plan: setup
 
 bench-metrics: setup
 	$(VENV)/python scripts/bench_metrics.py
+
+.PHONY: eval-sim validate-sim bench-sim
+
+eval-sim: setup
+	$(VENV)/python scripts/eval_sim.py --svg docs/img
+
+validate-sim: setup
+	$(VENV)/python scripts/eval_sim.py --validate
+
+bench-sim: setup
+	$(VENV)/python scripts/bench_sim.py

@@ -1,0 +1,401 @@
+"""Benchmark the contention simulator: simulated time per wall-clock second, and a what-if.
+
+Usage: python scripts/bench_sim.py [--rounds N] [--no-packet] [--no-cli] [--json FILE]
+
+**64 nodes** (``2;16,4;1,8``, 4 leaves of 16 hosts, 2:1): one mix of 4 jobs (a heavy
+all-to-all, two moderate, one light; fragmented over the leaves, see ``MIX_64``), 10
+iterations, under the one-vl and the ibqos setups.  The packet model simulates every
+2 KiB packet, so the mix is sized for it: iterations of 40-100 us (a few hundred KB per
+host per iteration).  Both models run exactly that mix; the fluid model also runs it with
+every period 100 times longer (the same phases at the millisecond scale of the
+evaluation), because its cost grows with the number of phase changes, not with bytes.
+Reported: simulated seconds per wall second (the sharing run alone), events, and the
+packet model's packet hops (a packet crossing a link) per wall second.
+
+**2,048 nodes** (``3;16,16,8;1,8,8``: 128 leaves of 16 hosts, 8 uplinks each, 2:1 at the
+leaves), 20 jobs on 90 % of the hosts, fluid model, 10 iterations.  Job sizes 16-384
+hosts, two heavy all-to-all jobs, the others halo, ring and random pairs (see
+``jobs_2048``); 14 placed contiguously, 6 scattered over the fabric; periods of 2-20 ms.
+Timed stages:
+
+- ``network``: the fabric with D-mod-K routes (:func:`ibqos.sim.network.xgft_network`),
+  built once per fabric;
+- ``route``: the mix's flows routed (:func:`ibqos.sim.workload.prepare`);
+- ``alone``: T_alone of every job (20 fluid runs, one job each);
+- ``sharing run``: one run of the whole mix under a setup (one-vl, equal, ibqos's);
+- ``ibqos build``: :func:`ibqos.sim.policies.build` for ``ibqos`` (the mix on one VL, then
+  a decision cycle);
+- **what-if** = route + alone + one sharing run: what ``ibqos simulate --policy one-vl``
+  computes for one setup once the fabric is built (``+ibqos``: with the ibqos build);
+- ``cli``: ``ibqos simulate --xgft ... --jobs FILE --policy P`` end to end in a new
+  process (Python start, imports, the fabric, the job file), wall clock.
+
+Each stage is timed ``--rounds`` times; the tables give the median and the minimum.
+Prints the machine and Markdown tables with the 10 s target beside the what-if; progress
+goes to stderr.  docs/simulate-benchmark.md holds one run.  Wall-clock times on a shared
+2-core machine: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from ibqos.jobs import Job, dump_jobs
+from ibqos.lab.xgft import parse_xgft
+from ibqos.sim import policies
+from ibqos.sim.evaluate import alone
+from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.qos import Arbitration
+from ibqos.sim.workload import RunResult, SimJob, prepare
+
+SEED = 5
+ITERATIONS = 10
+TARGET_S = 10.0  # the issue's target for a 2,048-node what-if with 20 jobs, 10 iterations
+XGFT_64 = "2;16,4;1,8"
+XGFT_2048 = "3;16,16,8;1,8,8"
+#: the 64-node mix: (id, pattern, hosts per leaf, share of the link, duty, period in us)
+MIX_64 = (
+    ("heavy", "all-to-all", 6, 0.9, 0.7, 100.0),
+    ("mod1", "halo", 4, 0.6, 0.4, 60.0),
+    ("mod2", "ring", 3, 0.5, 0.4, 50.0),
+    ("light", "random-pairs", 3, 0.2, 0.2, 40.0),
+)
+#: fluid at the millisecond scale: every period this many times longer
+STRETCH = 100
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], rounds: int) -> tuple[T, list[float]]:
+    """fn's result and its wall time in every round."""
+    times = []
+    out: T | None = None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    assert out is not None
+    return out, times
+
+
+def compute_hosts(net: Network) -> list[str]:
+    return sorted(h for h in net.hosts if h.startswith("cn"))
+
+
+def jobs_64(net: Network, stretch: float = 1.0) -> list[Job]:
+    """MIX_64: every job has the given hosts on each of the 4 leaves, interleaved at random."""
+    rng = np.random.default_rng(SEED)
+    hosts = compute_hosts(net)
+    leaves = [list(rng.permutation(hosts[i : i + 16])) for i in range(0, len(hosts), 16)]
+    link = float(net.capacity[net.router.port_index[net.hosts[hosts[0]]]])
+    jobs = []
+    for jid, pattern, per_leaf, share, duty, period_us in MIX_64:
+        nodes = sorted(str(leaf.pop()) for leaf in leaves for _ in range(per_leaf))
+        n = len(nodes)
+        dims = (4, n // 4) if pattern == "halo" else None
+        jobs.append(
+            Job(
+                jid,
+                tuple(nodes),
+                pattern,
+                share * link,
+                duty,
+                period_us * 1e-6 * stretch,
+                halo_dims=dims,
+            )
+        )
+    return jobs
+
+
+def jobs_2048(net: Network) -> list[Job]:
+    """20 jobs on 90 % of the hosts (see the module docstring)."""
+    rng = np.random.default_rng(SEED)
+    hosts = compute_hosts(net)
+    sizes = [384, 256, 192, 160, 128, 128, 96, 96, 64, 64, 64, 48, 48, 32, 32, 32, 32, 16, 16, 16]
+    assert sum(sizes) <= len(hosts)
+    link = float(net.capacity[net.router.port_index[net.hosts[hosts[0]]]])
+    scattered = set(rng.choice(len(sizes), 6, replace=False).tolist())
+    free = list(range(len(hosts)))
+    # scattered jobs first take hosts anywhere, the contiguous ones then take runs
+    picks: dict[int, list[int]] = {}
+    for k in sorted(scattered):
+        chosen = sorted(rng.choice(free, sizes[k], replace=False).tolist())
+        picks[k] = chosen
+        free = sorted(set(free) - set(chosen))
+    at = 0
+    for k in rng.permutation(len(sizes)):
+        k = int(k)
+        if k in scattered:
+            continue
+        picks[k] = free[at : at + sizes[k]]
+        at += sizes[k]
+    jobs = []
+    for k, n in enumerate(sizes):
+        if k in (0, 3):
+            pattern, share, duty = "all-to-all", rng.uniform(0.8, 0.95), rng.uniform(0.5, 0.8)
+        else:
+            pattern = str(rng.choice(["halo", "ring", "random-pairs"]))
+            share, duty = rng.uniform(0.1, 0.7), rng.uniform(0.1, 0.5)
+        dims = None
+        if pattern == "halo":
+            a = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
+            dims = (a, n // a)
+        jobs.append(
+            Job(
+                f"j{k + 1:02d}",
+                tuple(hosts[i] for i in picks[k]),
+                pattern,
+                round(float(share) * link, -6),
+                round(float(duty), 2),
+                round(float(rng.uniform(2.0, 20.0)), 1) * 1e-3,
+                halo_dims=dims,
+            )
+        )
+    return jobs
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, numpy {np.__version__}"
+    )
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f}"
+
+
+def run_model(model: str, net: Network, jobs: list[SimJob], arb: Arbitration) -> RunResult:
+    if model == "fluid":
+        return simulate_fluid(net, jobs, arb, ITERATIONS)
+    from ibqos.sim.packet import simulate_packets
+
+    return simulate_packets(net, jobs, arb, ITERATIONS)
+
+
+def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, object]]]:
+    net = xgft_network(parse_xgft(XGFT_64))
+    rows, doc = [], []
+    cases = [("fluid", 1.0), ("fluid", float(STRETCH))]
+    if packet:
+        cases.insert(1, ("packet", 1.0))
+    for model, stretch in cases:
+        sim_jobs = prepare(net, jobs_64(net, stretch))
+        for pol in ("one-vl", "ibqos"):
+            arb = policies.build(pol, net, sim_jobs, ITERATIONS)
+            n = rounds if model == "fluid" else max(1, min(rounds, 2))
+            res, times = timed(partial(run_model, model, net, sim_jobs, arb), n)
+            best = min(times)
+            scale = "us" if stretch == 1.0 else "ms"
+            packets = ""
+            if model == "packet":
+                hops = float(res.link_bytes.sum()) / arb.mtu  # packets x links crossed
+                packets = f"{hops / best:,.0f}"
+            rows.append(
+                [
+                    model,
+                    f"{scale} ({stretch:g}x)",
+                    pol,
+                    f"{res.sim_time_s * 1e3:.3f}",
+                    f"{res.events:,}",
+                    med(times),
+                    f"{res.sim_time_s / statistics.median(times):.4g}",
+                    f"{res.sim_time_s / best:.4g}",
+                    packets or "-",
+                ]
+            )
+            doc.append(
+                {
+                    "model": model,
+                    "stretch": stretch,
+                    "policy": pol,
+                    "sim_s": res.sim_time_s,
+                    "events": res.events,
+                    "wall_s": times,
+                }
+            )
+            _progress(f"64 nodes {model} x{stretch:g} {pol}: {med(times)} s")
+    header = [
+        "model",
+        "time scale",
+        "setup",
+        "simulated ms",
+        "events",
+        "wall s (median)",
+        "sim s / wall s (median)",
+        "(best)",
+        "packet hops / wall s (best)",
+    ]
+    out = ["| " + " | ".join(header) + " |", "|---|---|---|" + "---:|" * (len(header) - 3)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out, doc
+
+
+def cli_time(xgft: str, jobs: list[Job], policy: str, rounds: int) -> list[float]:
+    exe = Path(sys.executable).with_name("ibqos")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "jobs.yaml"
+        path.write_text(dump_jobs(jobs))
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            subprocess.run(
+                [
+                    str(exe),
+                    "simulate",
+                    "--xgft",
+                    xgft,
+                    "--jobs",
+                    str(path),
+                    "--policy",
+                    policy,
+                    "--format",
+                    "json",
+                ],
+                check=True,
+                capture_output=True,
+                env={**os.environ, "IBQOS_CONFIG": str(Path(tmp) / "none.yaml")},
+            )
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
+    stages: dict[str, list[float]] = {}
+    net, stages["network"] = timed(lambda: xgft_network(parse_xgft(XGFT_2048)), 1)
+    jobs = jobs_2048(net)
+    flows = 0
+    sim_jobs, stages["route"] = timed(lambda: prepare(net, jobs), rounds)
+    flows = sum(len(j.flows.rate) for j in sim_jobs)
+    _progress(
+        f"2048 nodes: network {stages['network'][0]:.2f} s, {flows:,} flows routed"
+        f" in {med(stages['route'])} s"
+    )
+    base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
+    t_alone, stages["alone"] = timed(
+        lambda: alone("fluid", net, sim_jobs, base, ITERATIONS), rounds
+    )
+    _progress(f"2048 nodes: alone {med(stages['alone'])} s")
+    ibqos_arb, stages["ibqos build"] = timed(
+        lambda: policies.build("ibqos", net, sim_jobs, ITERATIONS), rounds
+    )
+    setups = {
+        "one-vl": base,
+        "equal": policies.build("equal", net, sim_jobs, ITERATIONS),
+        "ibqos": ibqos_arb,
+    }
+    results: dict[str, RunResult] = {}
+    for name, arb in setups.items():
+        results[name], stages[f"sharing run {name}"] = timed(
+            partial(simulate_fluid, net, sim_jobs, arb, ITERATIONS), rounds
+        )
+        _progress(f"2048 nodes: sharing run {name} {med(stages[f'sharing run {name}'])} s")
+    if cli:
+        for pol in ("one-vl", "ibqos"):
+            stages[f"cli {pol}"] = cli_time(XGFT_2048, jobs, pol, max(1, min(rounds, 2)))
+            _progress(f"2048 nodes: cli {pol} {med(stages[f'cli {pol}'])} s")
+
+    def m(key: str) -> float:
+        return statistics.median(stages[key])
+
+    def b(key: str) -> float:
+        return min(stages[key])
+
+    what_if = {
+        "one-vl": ("route", "alone", "sharing run one-vl"),
+        "ibqos": ("route", "alone", "ibqos build", "sharing run ibqos"),
+    }
+    out = ["| stage | wall s (median) | best | simulated s | events |", "|---|---:|---:|---:|---:|"]
+    for key in stages:
+        sim, ev = "", ""
+        run = key.removeprefix("sharing run ")
+        if run in results:
+            sim = f"{results[run].sim_time_s:.3f}"
+            ev = f"{results[run].events:,}"
+        out.append(f"| {key} | {m(key):.3f} | {b(key):.3f} | {sim} | {ev} |")
+    out += [
+        "",
+        "| what-if (fluid, 2,048 nodes, 20 jobs, 10 iterations) | wall s (median)"
+        " | best | target | |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for pol, keys in what_if.items():
+        tot_m = sum(m(k) for k in keys)
+        tot_b = sum(b(k) for k in keys)
+        out.append(
+            f"| `--policy {pol}`: {' + '.join(keys)} | {tot_m:.2f} | {tot_b:.2f} | {TARGET_S:.0f}"
+            f" | {'met' if tot_m < TARGET_S else 'missed'} |"
+        )
+        if f"cli {pol}" in stages:
+            out.append(
+                f"| `ibqos simulate --policy {pol}` (new process, builds the fabric) |"
+                f" {m(f'cli {pol}'):.2f} | {b(f'cli {pol}'):.2f} | {TARGET_S:.0f} |"
+                f" {'met' if m(f'cli {pol}') < TARGET_S else 'missed'} |"
+            )
+    sizes = sorted((len(j.nodes) for j in jobs), reverse=True)
+    out += [
+        "",
+        f"Mix: {len(jobs)} jobs on {sum(sizes):,} of {len(compute_hosts(net)):,} hosts"
+        f" (sizes {', '.join(map(str, sizes))}); {flows:,} flows; {net.links:,} links;"
+        f" simulated {results['one-vl'].sim_time_s:.3f} s under one-vl.",
+    ]
+    contention = {
+        name: sum(r.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs) for name, r in results.items()
+    }
+    out.append(
+        "Total contention (s): "
+        + ", ".join(f"{name} {c:.4f}" for name, c in contention.items())
+        + "."
+    )
+    return out, {"stages": stages, "flows": flows, "contention": contention}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timings per stage")
+    parser.add_argument("--no-packet", action="store_true", help="skip the packet model")
+    parser.add_argument("--no-cli", action="store_true", help="skip the `ibqos simulate` runs")
+    parser.add_argument("--json", type=Path, help="write every timing here")
+    args = parser.parse_args(argv)
+    print(f"machine: {machine()}", flush=True)
+    load0 = os.getloadavg()[0]
+    t64, d64 = bench_64(args.rounds, not args.no_packet)
+    t2k, d2k = bench_2048(args.rounds, not args.no_cli)
+    print(f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after\n")
+    print(f"## 64 nodes ({XGFT_64}), {ITERATIONS} iterations, one sharing run\n")
+    print("\n".join(t64))
+    print(f"\n## 2,048 nodes ({XGFT_2048}), 20 jobs, fluid, {ITERATIONS} iterations\n")
+    print("\n".join(t2k))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "64": d64, "2048": d2k}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
