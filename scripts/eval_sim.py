@@ -22,9 +22,10 @@ setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG charts
 library).
 
 **Validation** (``--validate``; issue 7, item 3).  Small mixes on 32 hosts (``2;8,4;1,4``
-2:1 and ``2;8,4;1,2`` 4:1), 2, 3 and 4 jobs of the same kinds with periods of 30-120 us
-(a few hundred KB per host per iteration), 4 iterations.  Policies one-vl, equal,
-bandwidth, ibqos and optimal (the fluid model's optimum) run with both models; per mix,
+2:1 and ``2;8,4;1,2`` 4:1), 2, 3 and 4 jobs of the same kinds with periods of 20-120 us
+(a few hundred KB per host per iteration), 4 iterations, 3 seeds (36 mixes); ``--scale X``
+makes every period X times longer.  Policies one-vl, equal, bandwidth, ibqos and optimal
+(the fluid model's optimum) and ibqos's variants run with both models; per mix,
 Spearman's rank correlation (average ranks for ties) of the policies' total contention
 between the models, and every job's contention error (fluid - packet), absolute and
 relative to its T_alone in the packet model.  Then the two mechanisms behind the
