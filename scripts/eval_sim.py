@@ -667,7 +667,7 @@ def svg_gap(results: list[MixResult]) -> str:
         f'<line x1="{x0}" y1="{y5:.1f}" x2="{x0 + w}" y2="{y5:.1f}" stroke="black"'
         ' stroke-dasharray="4 3"/>'
     )
-    return _svg(max(x0 + w + 20, 620), y0 + 150, body)
+    return _svg(max(x0 + w + 20, 660), y0 + 150, body)
 
 
 # -- validation -----------------------------------------------------------------------------
