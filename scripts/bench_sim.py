@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+from bench_plan import machine
 
 from ibqos.jobs import Job, dump_jobs
 from ibqos.lab.xgft import parse_xgft
@@ -167,20 +167,6 @@ def jobs_2048(net: Network) -> list[Job]:
             )
         )
     return jobs
-
-
-def machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, numpy {np.__version__}"
-    )
 
 
 def _progress(msg: str) -> None:

@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from bench_plan import machine
 
 from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
@@ -362,20 +362,6 @@ def setup_text(arb: Arbitration, jobs: Sequence[Job]) -> str:
 
 
 # -- output helpers -------------------------------------------------------------------------
-
-
-def machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, numpy {np.__version__}"
-    )
 
 
 def ms(x: float) -> str:
