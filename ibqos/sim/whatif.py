@@ -17,12 +17,13 @@ from dataclasses import replace
 
 from ibqos.decide import Decision
 from ibqos.jobs import Job
-from ibqos.planner import NUM_SLS
+from ibqos.planner import LaneConfig
 from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.network import Network
+from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.report import parse_plan, render
-from ibqos.sim.workload import prepare
+from ibqos.sim.workload import SimJob, prepare
 
 ITERATIONS = 10
 #: below this per host (bytes/s, e.g. management MADs), a job counts as not communicating
@@ -51,14 +52,16 @@ def simulated_jobs(jobs: Sequence[Job], decision: Decision) -> tuple[list[Job], 
     return out, notes
 
 
-def current_setup(plan: Mapping[str, object] | None, proposed: Arbitration) -> Arbitration:
+def current_setup(
+    plan: Mapping[str, object] | None, jobs: Sequence[SimJob], lanes: LaneConfig
+) -> Arbitration:
     """The setup in force: the agent's last plan (from its state), else OpenSM's default of
-    every SL on VL 0."""
+    every SL on VL 0.  Jobs the plan in force does not know are on SL 0 there, as they run
+    now."""
     if plan is None:
-        return Arbitration(
-            {}, (0,) * NUM_SLS, ((0, 32),), mtu=proposed.mtu, name="in force (all on VL 0)"
-        )
-    return parse_plan(plan, "agent state", "in force")
+        return replace(one_vl(jobs, lanes), name="in force (all on VL 0)")
+    known = parse_plan(plan, "agent state", "in force")
+    return replace(known, job_sl={j.id: known.job_sl.get(j.id, 0) for j in jobs})
 
 
 def what_if(
@@ -69,13 +72,11 @@ def what_if(
     if tables is None:
         return "simulate: the routing engine owns SLs; nothing to compare\n"
     proposed = from_tables(tables, decision.plan.job_sl, decision.plan.cfg.mtu, "proposed")
-    current = current_setup(in_force, proposed)
     chosen, notes = simulated_jobs(jobs, decision)
     if not chosen:
         return "simulate: no job to simulate yet\n" + "".join(f"  {n}\n" for n in notes)
     sim_jobs = prepare(net, chosen)
-    # jobs the plan in force does not know yet are on SL 0 there, as they run now
-    current = replace(current, job_sl={j.id: current.job_sl.get(j.id, 0) for j in sim_jobs})
+    current = current_setup(in_force, sim_jobs, decision.plan.cfg)
     t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS)
     now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone)
     then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone)
