@@ -65,9 +65,8 @@ def build(
     if name == "equal":
         return grouped([[j.id] for j in jobs], [1.0] * len(jobs), lanes, "equal")
     if name == "bandwidth":
-        groups = _round_robin(jobs, _job_lanes(lanes))
-        demand = [math.fsum(_bandwidth(j) for j in g) for g in groups]
-        return grouped([[j.id for j in g] for g in groups], demand, lanes, "bandwidth")
+        ids = [[j.id] for j in jobs]
+        return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
     if name == "ibqos":
         return ibqos_plan(net, jobs, iterations, lanes)
     if name == "optimal":
@@ -94,13 +93,6 @@ def _job_lanes(lanes: LaneConfig) -> list[int]:
 
 def _job_sls(lanes: LaneConfig) -> list[int]:
     return [sl for sl in range(NUM_SLS) if sl not in lanes.reserved_sls]
-
-
-def _round_robin(jobs: Sequence[SimJob], vls: Sequence[int]) -> list[list[SimJob]]:
-    groups: list[list[SimJob]] = [[] for _ in range(min(len(vls), len(jobs)))]
-    for i, job in enumerate(jobs):
-        groups[i % len(groups)].append(job)
-    return groups
 
 
 def _bandwidth(job: SimJob) -> float:
