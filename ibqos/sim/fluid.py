@@ -34,7 +34,7 @@ phase.  :mod:`ibqos.sim.packet` models those; ``docs/simulate.md`` compares the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -325,11 +325,3 @@ def simulate_fluid(
     sim = FluidSim(net, jobs, arb)
     sim.run(iterations)
     return sim.result(iterations)
-
-
-def alone_times(
-    net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
-) -> Mapping[str, float]:
-    """Each job's time for *iterations* iterations alone on the fabric (same placement,
-    routes and lane)."""
-    return {job.id: simulate_fluid(net, [job], arb, iterations).jobs[job.id].t_s for job in jobs}
