@@ -134,6 +134,14 @@ class Router:
         Raises:
             LabError: a flow has no route or loops.
         """
+        return [[int(x) for x in row if x >= 0] for row in self.hops(src, dlid, dst)]
+
+    def hops(self, src: IntArray, dlid: IntArray, dst: IntArray) -> IntArray:
+        """:meth:`paths` as a table: row *f* holds flow *f*'s links in order, then -1s.
+
+        Raises:
+            LabError: a flow has no route or loops.
+        """
         hops: list[IntArray] = [src.copy()]
         at = self._peer[src]
         live = np.arange(len(src))
@@ -156,8 +164,8 @@ class Router:
             live = moving
         else:
             self._fail(int(src[int(live[0])]), int(dlid[int(live[0])]), "loops (more than 64 hops)")
-        table = np.stack(hops, axis=1)
-        return [[int(x) for x in row if x >= 0] for row in table]
+        table: IntArray = np.stack(hops, axis=1)
+        return table
 
     def _arrived(
         self,

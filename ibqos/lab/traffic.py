@@ -55,7 +55,9 @@ next iteration starts when the last byte is through.  A tick of *dt* advances th
 simulator by *dt*; a job's bytes on a port in that window are its full-rate-equivalent
 seconds of communication in it (the simulator's ``sent`` delta) times its load there, and
 its ground truth per level grows the same way, so counters and truth stay consistent as
-in the crude path.  Iterations are the simulator's.
+in the crude path.  (The simulator paces each host of a job on its own; spreading the
+job's bytes over its ports in the proportions of its declared load is exact while its
+hosts keep pace and close otherwise.)  Iterations are the simulator's.
 
 - XmitWait keeps the rule above, with *L* the declared-rate load of the jobs
   communicating, taken interval by interval between two phase changes (the simulator is
@@ -90,7 +92,7 @@ from ibqos.sim.qos import Arbitration
 from ibqos.topology import Port, Topology
 
 if TYPE_CHECKING:  # at run time imported where used: ibqos.sim.network imports ibqos.lab
-    from ibqos.sim.fluid import FluidSim
+    from ibqos.sim.fluid import FluidSim, JobPhase
     from ibqos.sim.network import Network
 
 logger = logging.getLogger(__name__)
@@ -139,9 +141,8 @@ class JobLoad:
         truth: bytes sent across each level so far.
         iterations: iterations finished so far (kept when the job's parameters change).
         progress: the iteration counts over recent ticks (iterations per second).
-        phase: fluid mode, while the job is out of the simulator: (communicating, what
-            is left of the phase: seconds of compute or share of the bytes); None for a
-            job that has not run yet.
+        phase: fluid mode, while the job is out of the simulator: where it was in its
+            iteration; None for a job that has not run yet.
     """
 
     job: Job
@@ -154,7 +155,7 @@ class JobLoad:
     iterations: int = 0
     iter_base: int = 0
     progress: Window = field(init=False)
-    phase: tuple[bool, float] | None = None
+    phase: JobPhase | None = None
 
     def __post_init__(self) -> None:
         self.truth = np.zeros_like(self.level_rate)
@@ -360,7 +361,7 @@ class TrafficModel:
             return
         sim = self._sim
         for i, j in enumerate(self._sim_jobs):
-            j.phase = (bool(sim.comm[i]), float(sim.left[i]))
+            j.phase = sim.phase(i)
             j.iterations = j.iter_base + int(sim.iterations[i])
         self._sim = None
 
@@ -390,7 +391,7 @@ class TrafficModel:
         for i, j in enumerate(loads):
             j.iter_base = j.iterations  # the new simulator counts from 0
             if j.phase is not None:
-                sim.comm[i], sim.left[i] = j.phase
+                sim.set_phase(i, j.phase)
         sim.set_arbitration(self.arbitration)  # forget rates solved for the fresh phases
         total = np.stack([j.xmit for j in loads]).sum(axis=0)
         self._hot = np.flatnonzero(total > self.capacity * (1 + 1e-12))
@@ -415,11 +416,8 @@ class TrafficModel:
         sent0 = sim.sent.copy()
         left = dt
         while left > 0:
-            alpha = sim.alpha
-            with np.errstate(divide="ignore", invalid="ignore"):
-                to_go = np.where(sim.comm, sim.left * sim.comm_s / alpha, sim.left)
             # FluidSim.advance ignores steps below its relative tolerance
-            step = min(max(float(to_go.min(initial=math.inf)), 1e-9 + 1e-11 * sim.time), left)
+            step = min(max(sim.next_event_s(), 1e-9 + 1e-11 * sim.time), left)
             comm = sim.comm.astype(float)
             before = sim.time
             sim.advance(step)

@@ -1,11 +1,14 @@
 """Fluid contention model: jobs' communication as rates that share links, event-driven.
 
-Between two events (a job entering or leaving a communication phase) every communicating
-job *j* progresses at one rate: a fraction ``alpha_j`` (0..1] of its declared rate, applied
-to all of its flows at once.  A bulk-synchronous phase ends with its slowest flow, so a job
-gains nothing from one flow running ahead of the others: pacing them together is what the
-job's iteration time depends on.  At ``alpha_j`` the job puts ``alpha_j x load_j[l]`` bytes/s
-on link *l* (:attr:`~ibqos.sim.workload.SimJob.load`).
+A *sender* is one host of one job while the job communicates.  Between two events (a
+sender finishing its bytes of the phase, a job entering or leaving a communication
+phase) every sender *s* sends at a fraction ``alpha_s`` (0..1] of its declared rate,
+spread over its flows in proportion to their declared rates.  That is what an HCA paced
+at the job's rate does when it serves its flows by weighted fair queueing over one send
+queue per VL: the host's flows progress together, a flow that the fabric holds back holds
+its host back, and the host never bursts above its declared rate to catch up.  A sender
+that has sent its bytes stops; a job's phase ends when its last sender has.  So a local
+slowdown costs a job only if it hits the host that is, or becomes, the job's slowest.
 
 Sharing rule, per link (by transmitting port), all links at once:
 
@@ -15,26 +18,35 @@ Sharing rule, per link (by transmitting port), all links at once:
   max-min between the busy lanes, a lane's weight being its MTU packets per arbitration
   round: a lane gets ``lambda x weight`` unless it needs less, and what it does not use goes
   to the others (work-conserving, as the arbiter skips an empty VL).
-- Within a lane: max-min fairness on ``alpha``: jobs held back elsewhere keep their rate and
-  the others share what is left at a common ``alpha``, i.e. in proportion to their demands
-  (a FIFO lane serves its backlogged senders in proportion to what they offer).
-- A job's rate is the smallest its links grant it, and no more than its declared rate.
+- Within a lane: max-min fairness on ``alpha``: senders held back elsewhere keep their rate
+  and the others share what is left at a common ``alpha``, i.e. in proportion to their
+  demands (a FIFO lane serves its backlogged senders in proportion to what they offer).
+- Head of line (first order): a sender held back at link *b* keeps the lane's buffers full
+  on every link its flows through *b* cross before *b* (credits back up hop by hop), so
+  at each of those links that lane's FIFO moves at the held-back sender's pace: every
+  sender of the lane there gets at most its ``alpha``.  The capacity the lane cannot use
+  goes to the other lanes.  This is how one congested job slows the jobs that share its
+  lane, and what separate lanes avoid.
+- A sender's rate is the smallest its links grant it, and no more than its declared rate.
 
-These grants depend on each other (what a job may offer a link is what the other links
+These grants depend on each other (what a sender may offer a link is what the other links
 grant it), so they are solved by fixed-point iteration from everyone at full rate, each
 link's grants computed exactly by water-filling.  The iteration stops when no grant moves
 by more than 1e-7 (or after :data:`MAX_ROUNDS`, where the last grants are used).  Only
-links the communicating jobs could overload are looked at.
+links the communicating senders could overload (*hot* links) are looked at, for the
+sharing and for head-of-line blocking alike: a link with room for every sender at full
+rate neither limits nor, in this model, blocks.
 
-What it leaves out, by design: packets, buffers and credits (a full lane's back-pressure
-upstream shows only as the held-back job's lower rate), latency, and transients inside a
-phase.  :mod:`ibqos.sim.packet` models those; ``docs/simulate.md`` compares the two.
+What it leaves out, by design: packets, buffer sizes and credits beyond the head-of-line
+rule, latency, and transients inside a phase.  :mod:`ibqos.sim.packet` models those;
+``docs/simulate-validation.md`` compares the two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -89,129 +101,263 @@ def waterfill(demand: FloatArray, weight: FloatArray, cap: FloatArray) -> FloatA
     return np.where(fits[None, :], demand, np.maximum(share, 0.0))
 
 
+@dataclass(frozen=True)
+class Senders:
+    """The senders of a mix: one row per (job, source host) with traffic.
+
+    Attributes:
+        job: index of each row's job in the mix.
+        rate: bytes per second each row sends at its job's declared rate.
+        first: index of each job's first row (rows of a job are contiguous), then the
+            row count.
+        e_row, e_link, e_load: the (row, link) pairs the rows' flows cross, sorted by row
+            then link, with the bytes per second the row puts there at full rate.
+        p_row, p_up, p_down: head-of-line pairs: a flow of row ``p_row`` crosses link
+            ``p_up`` and, later, link ``p_down`` (both switch egress ports), deduplicated.
+    """
+
+    job: IntArray
+    rate: FloatArray
+    first: IntArray
+    e_row: IntArray
+    e_link: IntArray
+    e_load: FloatArray
+    p_row: IntArray
+    p_up: IntArray
+    p_down: IntArray
+
+    @classmethod
+    def of(cls, net: Network, jobs: Sequence[SimJob]) -> Senders:
+        """Route every flow of *jobs* and group them by (job, source host).
+
+        A job with no flows gets one row with no links, so its communication phase
+        lasts its declared length as for any job that meets no one.
+        """
+        n = net.links
+        job_of, rates, firsts = [], [], []
+        keys, loads, pairs = [], [], []
+        row0 = 0
+        for j, sim_job in enumerate(jobs):
+            firsts.append(row0)
+            flows = sim_job.flows
+            hosts, host_row = np.unique(flows.src_host, return_inverse=True)
+            count = max(len(hosts), 1)
+            job_of.append(np.full(count, j, dtype=np.int64))
+            rate = np.bincount(host_row, weights=flows.rate, minlength=count)
+            rates.append(rate.astype(float))
+            if len(hosts):
+                row = row0 + host_row.astype(np.int64)
+                table = net.hops(flows)
+                for h in range(table.shape[1]):
+                    on = table[:, h] >= 0
+                    keys.append(row[on] * n + table[on, h])
+                    loads.append(flows.rate[on])
+                # head of line: switch egress ports (hop >= 1) and the ports after them
+                for u in range(1, table.shape[1] - 1):
+                    for d in range(u + 1, table.shape[1]):
+                        on = table[:, d] >= 0
+                        pairs.append((row[on] * n + table[on, u]) * n + table[on, d])
+            row0 += count
+        firsts.append(row0)
+        key: IntArray = np.zeros(0, dtype=np.int64)
+        load: FloatArray = np.zeros(0)
+        if keys:
+            key, inv = np.unique(np.concatenate(keys), return_inverse=True)
+            load = np.bincount(inv, weights=np.concatenate(loads)).astype(float)
+        pair = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, dtype=np.int64)
+        return cls(
+            job=np.concatenate(job_of) if job_of else np.zeros(0, dtype=np.int64),
+            rate=np.concatenate(rates) if rates else np.zeros(0),
+            first=np.array(firsts, dtype=np.int64),
+            e_row=key // n,
+            e_link=key % n,
+            e_load=load.astype(float),
+            p_row=pair // (n * n),
+            p_up=pair // n % n,
+            p_down=pair % n,
+        )
+
+    @property
+    def rows(self) -> int:
+        return len(self.job)
+
+
 class Allocator:
-    """Rates of the communicating jobs under one QoS setup (the sharing rule above).
+    """Rates of the communicating senders under one QoS setup (the sharing rule above).
 
     Args:
         net: the network.
         jobs: every job of the mix.
         arb: their SLs and the port tables.
+        senders: the mix's senders (:meth:`Senders.of`), if already built.
     """
 
-    def __init__(self, net: Network, jobs: Sequence[SimJob], arb: Arbitration) -> None:
+    def __init__(
+        self,
+        net: Network,
+        jobs: Sequence[SimJob],
+        arb: Arbitration,
+        senders: Senders | None = None,
+    ) -> None:
         arb.check_jobs([j.id for j in jobs])
         self.capacity = net.capacity
-        self.load = np.stack([j.load for j in jobs]) if jobs else np.zeros((0, net.links))
-        self.vl = np.array([arb.vl_of(j.id) for j in jobs], dtype=np.int64)
+        self.senders = senders if senders is not None else Senders.of(net, jobs)
+        job_vl = np.array([arb.vl_of(j.id) for j in jobs], dtype=np.int64)
+        self.vl = job_vl[self.senders.job] if len(jobs) else np.zeros(0, dtype=np.int64)
         low, high = arb.low_packets(), arb.high_packets()
-        self.high = np.array([vl in high for vl in self.vl])
-        self.lane_weight = np.array(
-            [float(high.get(vl, 0) if vl in high else low.get(vl, 0)) for vl in self.vl]
-        )
+        self._high = high
+        self._low = low
         high_bytes = arb.high_bytes()
         self.high_share = 1.0 if math.isinf(high_bytes) else high_bytes / (high_bytes + arb.mtu)
         self.rounds = 0  # fixed-point rounds of the last solve
-        # the rates depend only on who communicates: a periodic mix repeats few sets
+        # the rates depend only on who is sending: a periodic mix repeats some sets
         self._memo: dict[bytes, FloatArray] = {}
 
     def rates(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        """``alpha`` of every job (0 for the ones not in *active*)."""
+        """``alpha`` of every sender (0 for the ones not in *active*)."""
         key = active.tobytes()
         if key not in self._memo:
             self._memo[key] = self._solve(active)
         return self._memo[key].copy()
 
     def _solve(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        alpha = np.zeros(len(self.vl))
-        rows = np.flatnonzero(active)
-        if rows.size == 0:
+        s = self.senders
+        alpha = np.where(active, 1.0, 0.0)
+        self.rounds = 0
+        sel = active[s.e_row]
+        offered = np.bincount(s.e_link[sel], weights=s.e_load[sel], minlength=len(self.capacity))
+        hot_mask = offered > self.capacity * (1 + _EPS)
+        if not hot_mask.any():
             return alpha
-        load = self.load[rows]
-        hot = np.flatnonzero(load.sum(axis=0) > self.capacity * (1 + _EPS))
-        if hot.size == 0:
-            alpha[rows] = 1.0
-            self.rounds = 0
-            return alpha
-        a = load[:, hot]
-        cap = self.capacity[hot]
-        on = a > 0
-        vl = self.vl[rows]
-        lanes = np.unique(vl)
-        lane_of = np.searchsorted(lanes, vl)
-        weight = np.array([self.lane_weight[rows][vl == lane][0] for lane in lanes])
-        high = np.array([bool(self.high[rows][vl == lane][0]) for lane in lanes])
-        grant = np.ones_like(a)
+        ent = np.flatnonzero(sel & hot_mask[s.e_link])
+        row, link, a = s.e_row[ent], s.e_link[ent], s.e_load[ent]
+        hot = np.flatnonzero(hot_mask)
+        n_hot = len(hot)
+        rows, starts = np.unique(row, return_index=True)  # entries are sorted by row
+        seg = np.searchsorted(rows, row)
+        vl_e = self.vl[row]
+        lanes = np.unique(vl_e)
+        lane_e = np.searchsorted(lanes, vl_e)
+        high = np.array([int(v) in self._high for v in lanes])
+        weight = np.array(
+            [
+                float(self._high[int(v)] if int(v) in self._high else self._low.get(int(v), 0))
+                for v in lanes
+            ]
+        )
+        col = lane_e * n_hot + np.searchsorted(hot, link)
+        n_col = len(lanes) * n_hot
+        # head of line: pairs of hot links of an active sender; the entry whose binding
+        # blocks, and the (lane, link) column it blocks
+        n = len(self.capacity)
+        psel = active[s.p_row] & hot_mask[s.p_up] & hot_mask[s.p_down]
+        p_row = s.p_row[psel]
+        key = row * n + link
+        p_entry = np.searchsorted(key, p_row * n + s.p_down[psel])
+        p_col = np.searchsorted(lanes, self.vl[p_row]) * n_hot + np.searchsorted(hot, s.p_up[psel])
+        cap = np.full(n_col, np.inf)  # head-of-line bound of each column, in alpha
+        grant = np.ones(len(ent))
         before: FloatArray | None = None
         for self.rounds in range(1, MAX_ROUNDS + 1):
-            offer = _offers(grant, on)
-            delta = np.where(on, self._grants(a, offer, cap, lane_of, weight, high) - grant, 0.0)
-            if float(np.abs(delta).max()) < _TOL:
+            offer = np.minimum(_offers(grant, starts, seg), cap[col])
+            demand: FloatArray = np.bincount(col, weights=a * offer, minlength=n_col).astype(float)
+            demand = demand.reshape(len(lanes), n_hot)
+            share = self._lane_shares(demand, weight, high, self.capacity[hot])
+            new = np.minimum(offer, _levels(col, a, offer, share.ravel(), n_col)[col])
+            least = np.minimum.reduceat(new, starts)
+            binding = new <= least[seg] * (1 + 1e-9) + _EPS
+            blocked = binding[p_entry]
+            cap_of = np.full(n_col, np.inf)
+            np.minimum.at(cap_of, p_col[blocked], least[seg[p_entry[blocked]]])
+            new = np.minimum(new, cap_of[col])
+            delta = new - grant
+            if float(np.abs(delta).max()) < _TOL and np.allclose(cap_of, cap, rtol=0.0, atol=_TOL):
                 break
             # Jacobi can swing in a 2-cycle (a grant up, the next round down): meet halfway
             swings = before is not None and float((delta * before).sum()) < 0
             grant = grant + (0.5 if swings else 1.0) * delta
             before = delta
-        got = np.where(on, grant, np.inf).min(axis=1)
-        alpha[rows] = np.minimum(got, 1.0)
+            cap = cap_of
+        alpha[rows] = np.minimum(np.minimum.reduceat(grant, starts), 1.0)
         return alpha
 
-    def _grants(
-        self,
-        a: FloatArray,
-        offer: FloatArray,
-        cap: FloatArray,
-        lane_of: IntArray,
-        weight: FloatArray,
-        high: npt.NDArray[np.bool_],
+    def _lane_shares(
+        self, demand: FloatArray, weight: FloatArray, high: npt.NDArray[np.bool_], cap: FloatArray
     ) -> FloatArray:
-        """Each job's grant (in alpha) at each hot link, given what it offers there."""
-        n_lanes = len(weight)
-        onehot = np.zeros((n_lanes, len(lane_of)))
-        onehot[lane_of, np.arange(len(lane_of))] = 1.0
-        demand = onehot @ (a * offer)  # (lane, link) bytes/s
+        """Each lane's share of each hot link (bytes/s), given what the lanes offer."""
         lane_w = np.broadcast_to(weight[:, None], demand.shape)
+        if not high.any():
+            return waterfill(demand, lane_w, cap)
         share = np.zeros_like(demand)
-        if high.any():
-            d_high, d_low = demand[high], demand[~high]
-            low_waits = d_low.sum(axis=0) > 0
-            room = np.where(
-                low_waits, np.maximum(cap * self.high_share, cap - d_low.sum(axis=0)), cap
-            )
-            share[high] = waterfill(d_high, lane_w[high], np.minimum(room, cap))
-            left = cap - share[high].sum(axis=0)
-            share[~high] = waterfill(d_low, lane_w[~high], np.maximum(left, 0.0))
-        else:
-            share = waterfill(demand, lane_w, cap)
-        # within each lane, max-min on alpha; every lane at once: a job's row is zero
-        # outside its own lane's block of (lane, link) columns
-        n_jobs, n_links = a.shape
-        rows = np.arange(n_jobs)
-        blocks = np.zeros((n_jobs, n_lanes, n_links))
-        blocks[rows, lane_of] = a
-        flat = blocks.reshape(n_jobs, -1)
-        wants = np.zeros_like(blocks)
-        wants[rows, lane_of] = a * offer
-        got = waterfill(wants.reshape(n_jobs, -1), flat, share.reshape(-1))
-        mine = got.reshape(blocks.shape)[rows, lane_of]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            grant: FloatArray = np.where(a > 0, mine / a, offer)
-        return grant
+        d_high, d_low = demand[high], demand[~high]
+        low_waits = d_low.sum(axis=0) > 0
+        room = np.where(low_waits, np.maximum(cap * self.high_share, cap - d_low.sum(axis=0)), cap)
+        share[high] = waterfill(d_high, lane_w[high], np.minimum(room, cap))
+        left = cap - share[high].sum(axis=0)
+        share[~high] = waterfill(d_low, lane_w[~high], np.maximum(left, 0.0))
+        return share
 
 
-def _offers(grant: FloatArray, on: npt.NDArray[np.bool_]) -> FloatArray:
-    """What each job can offer each link: the least the *other* links grant it (max 1)."""
-    g = np.where(on, grant, np.inf)
-    if g.shape[1] == 1:
-        return np.ones_like(g)
-    first = g.argmin(axis=1)
-    rows = np.arange(g.shape[0])
-    m1 = g[rows, first]
-    g2 = g.copy()
-    g2[rows, first] = np.inf
-    m2 = g2.min(axis=1)
-    cols = np.arange(g.shape[1])
-    other: FloatArray = np.where(cols[None, :] == first[:, None], m2[:, None], m1[:, None])
+def _offers(grant: FloatArray, starts: IntArray, seg: IntArray) -> FloatArray:
+    """What each sender can offer each of its hot links: the least its *other* hot links
+    grant it (at most 1).  Entries are grouped by sender; *starts* begins each group."""
+    idx = np.arange(len(grant))
+    m1 = np.minimum.reduceat(grant, starts)
+    first = np.minimum.reduceat(np.where(grant == m1[seg], idx, len(grant)), starts)
+    g2 = grant.copy()
+    g2[first] = np.inf
+    m2 = np.minimum.reduceat(g2, starts)
+    other: FloatArray = np.where(idx == first[seg], m2[seg], m1[seg])
     return np.minimum(other, 1.0)
+
+
+def _levels(
+    col: IntArray, a: FloatArray, offer: FloatArray, share: FloatArray, n_col: int
+) -> FloatArray:
+    """Water level (in alpha) of every (lane, link) column: the senders of a column get
+    ``min(offer, level)``, the level the highest whose bytes fit the lane's share; inf
+    where everything offered fits."""
+    level = np.full(n_col, np.inf)
+    demand = np.bincount(col, weights=a * offer, minlength=n_col)
+    tight = demand > share * (1 + _EPS)
+    if not tight.any():
+        return level
+    on = np.flatnonzero(tight[col])
+    order = on[np.lexsort((offer[on], col[on]))]
+    c, t, w = col[order], offer[order], a[order]
+    d = w * t
+    cols, starts = np.unique(c, return_index=True)
+    seg = np.searchsorted(cols, c)
+    cum_d = np.cumsum(d)
+    cum_w = np.cumsum(w)
+    base_d = (cum_d - d)[starts][seg]  # bytes of the column before this entry's group
+    total_w = np.add.reduceat(w, starts)
+    done = cum_d - d - base_d  # bytes of the entries below this one
+    rest = total_w[seg] - (cum_w - w - (cum_w - w)[starts][seg])  # weight from here up
+    used = done + t * rest
+    over = used >= share[c]
+    k = np.minimum.reduceat(np.where(over, np.arange(len(c)), len(c)), starts)
+    found = k < len(c)
+    kk = np.minimum(k, len(c) - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lv = np.where(found, (share[cols] - done[kk]) / rest[kk], np.inf)
+    level[cols] = np.maximum(lv, 0.0)
+    return level
+
+
+@dataclass
+class JobPhase:
+    """Where a job is in its iteration, to carry it into another simulator.
+
+    Attributes:
+        comm: communicating (else computing).
+        compute_left_s: seconds of compute left (computing).
+        bytes_left: share of each sender's bytes left (communicating), in row order.
+    """
+
+    comm: bool
+    compute_left_s: float
+    bytes_left: FloatArray
 
 
 class FluidSim:
@@ -227,22 +373,28 @@ class FluidSim:
         iterations: iterations each job finished.
         ends: end time of each finished iteration, per job.
         link_bytes: bytes each link carried so far.
-        events: phase changes processed.
+        sent: per job, bytes sent so far over the job's declared bytes per second
+            (full-rate seconds of communication).
+        events: phase changes processed (a sender done, a phase begun or ended).
         allocations: times the rates were solved.
     """
 
     def __init__(self, net: Network, jobs: Sequence[SimJob], arb: Arbitration) -> None:
         self.net = net
         self.jobs = list(jobs)
+        self.senders = Senders.of(net, self.jobs)
+        s = self.senders
         self.comm_s = np.array([j.comm_s for j in self.jobs])
         self.compute_s = np.array([j.compute_s for j in self.jobs])
+        self.job_rate = np.bincount(s.job, weights=s.rate, minlength=len(self.jobs))
         self.time = 0.0
         self.comm = np.zeros(len(self.jobs), dtype=bool)  # in the communication phase
-        self.left = self.compute_s.copy()  # compute: seconds left; comm: share of bytes left
+        self.compute_left = self.compute_s.copy()  # seconds of compute left
+        self.bytes_left = np.zeros(s.rows)  # share of each sender's bytes left
         self.iterations = np.zeros(len(self.jobs), dtype=np.int64)
         self.ends: list[list[float]] = [[] for _ in self.jobs]
         self.link_bytes = np.zeros(net.links)
-        self.sent = np.zeros(len(self.jobs))  # full-rate seconds of communication done
+        self.sent = np.zeros(len(self.jobs))
         self.events = 0
         self.allocations = 0
         self.set_arbitration(arb)
@@ -250,16 +402,61 @@ class FluidSim:
 
     def set_arbitration(self, arb: Arbitration) -> None:
         """Use another QoS setup from now on (SLs and tables reprogrammed)."""
-        self.allocator = Allocator(self.net, self.jobs, arb)
+        self.allocator = Allocator(self.net, self.jobs, arb, self.senders)
         self._alpha: FloatArray | None = None
+
+    def phase(self, i: int) -> JobPhase:
+        """Job *i*'s place in its iteration."""
+        lo, hi = self.senders.first[i], self.senders.first[i + 1]
+        return JobPhase(
+            bool(self.comm[i]), float(self.compute_left[i]), self.bytes_left[lo:hi].copy()
+        )
+
+    def set_phase(self, i: int, phase: JobPhase) -> None:
+        """Put job *i* where *phase* says (the same job's phase from another simulator)."""
+        lo, hi = self.senders.first[i], self.senders.first[i + 1]
+        if len(phase.bytes_left) != hi - lo:
+            raise SimError(
+                f"job {self.jobs[i].id}: phase of {len(phase.bytes_left)} senders, not {hi - lo}"
+            )
+        self.comm[i] = phase.comm
+        self.compute_left[i] = phase.compute_left_s
+        self.bytes_left[lo:hi] = phase.bytes_left
+        self._alpha = None
+
+    @property
+    def sender_alpha(self) -> FloatArray:
+        """Current rate of every sender as a share of its declared rate (0 when idle)."""
+        if self._alpha is None:
+            self._alpha = self.allocator.rates(self._sending())
+            self.allocations += 1
+        return self._alpha
 
     @property
     def alpha(self) -> FloatArray:
         """Current rate of every job as a share of its declared rate (0 when computing)."""
-        if self._alpha is None:
-            self._alpha = self.allocator.rates(self.comm)
-            self.allocations += 1
-        return self._alpha
+        s = self.senders
+        moving = np.bincount(s.job, weights=self.sender_alpha * s.rate, minlength=len(self.jobs))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share: FloatArray = np.where(self.job_rate > 0, moving / self.job_rate, self.comm * 1.0)
+        return np.where(self.comm, share, 0.0)
+
+    def _sending(self) -> npt.NDArray[np.bool_]:
+        return self.comm[self.senders.job] & (self.bytes_left > 0)
+
+    def next_event_s(self) -> float:
+        """Simulated seconds to the next phase change at the current rates (inf: none)."""
+        return float(self._to_go()[0].min(initial=math.inf))
+
+    def _to_go(self) -> tuple[FloatArray, FloatArray]:
+        """Seconds until each sender is done, and until each computing job is."""
+        ra = self.sender_alpha
+        sending = self._sending()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows = np.where(sending, self.bytes_left * self.comm_s[self.senders.job] / ra, math.inf)
+        jobs = np.where(self.comm, math.inf, self.compute_left)
+        both: FloatArray = np.concatenate([rows, jobs])
+        return both, rows
 
     def run(self, iterations: int) -> None:
         """Advance until every job has finished *iterations* iterations."""
@@ -273,38 +470,52 @@ class FluidSim:
             self._step(end)
 
     def _step(self, until: float) -> None:
-        alpha = self.alpha
-        with np.errstate(divide="ignore", invalid="ignore"):
-            to_go = np.where(self.comm, self.left * self.comm_s / alpha, self.left)
-        dt = float(to_go.min(initial=math.inf))
+        s = self.senders
+        ra = self.sender_alpha
+        both, rows_to_go = self._to_go()
+        dt = float(both.min(initial=math.inf))
         if math.isinf(dt) and math.isinf(until):
-            stuck = [self.jobs[i].id for i in np.flatnonzero(self.comm & (alpha <= 0))]
+            stuck = sorted({self.jobs[int(j)].id for j in s.job[self._sending() & (ra <= 0)]})
             raise SimError(f"jobs {', '.join(stuck)} get no bandwidth: the run cannot end")
         dt = min(dt, until - self.time)
-        moving = self.comm * alpha
-        self.link_bytes += (moving * dt) @ self.allocator.load
-        self.sent += moving * dt
+        moved = ra * dt  # full-rate seconds of each sender
+        if moved.any():
+            self.link_bytes += np.bincount(
+                s.e_link, weights=s.e_load * moved[s.e_row], minlength=len(self.link_bytes)
+            )
+            sent = np.bincount(s.job, weights=moved * s.rate, minlength=len(self.jobs))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.sent += np.where(self.job_rate > 0, sent / self.job_rate, self.comm * dt)
         self.time += dt
-        done_comm = self.comm & (to_go <= dt * (1 + 1e-9) + _EPS)
-        done_compute = ~self.comm & (to_go <= dt * (1 + 1e-9) + _EPS)
+        limit = dt * (1 + 1e-9) + _EPS
+        row_done = self._sending() & (rows_to_go <= limit)
         with np.errstate(invalid="ignore"):
-            self.left = np.where(self.comm, self.left - alpha * dt / self.comm_s, self.left - dt)
-        if done_comm.any() or done_compute.any():
+            self.bytes_left = np.where(
+                row_done, 0.0, np.maximum(self.bytes_left - moved / self.comm_s[s.job], 0.0)
+            )
+        computing = ~self.comm
+        done_compute = computing & (self.compute_left <= limit)
+        self.compute_left = np.where(computing, self.compute_left - dt, self.compute_left)
+        left_per_job = np.bincount(s.job, weights=self.bytes_left, minlength=len(self.jobs))
+        done_comm = self.comm & (left_per_job <= 0)
+        changed = int(row_done.sum() + done_compute.sum())
+        if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
                 self.ends[i].append(self.time)
             self.comm = np.where(done_comm, False, np.where(done_compute, True, self.comm))
-            self.left = np.where(done_comm, self.compute_s, np.where(done_compute, 1.0, self.left))
-            self.events += int(done_comm.sum() + done_compute.sum())
+            self.compute_left = np.where(done_comm, self.compute_s, self.compute_left)
+            self.bytes_left = np.where(done_compute[s.job], 1.0, self.bytes_left)
+            self.events += changed
             self._start_phases()
             self._alpha = None
 
     def _start_phases(self) -> None:
         """Jobs with no compute phase go straight back to communicating."""
-        instant = ~self.comm & (self.left <= _EPS)
+        instant = ~self.comm & (self.compute_left <= _EPS)
         if instant.any():
             self.comm = self.comm | instant
-            self.left = np.where(instant, 1.0, self.left)
+            self.bytes_left = np.where(instant[self.senders.job], 1.0, self.bytes_left)
             self._alpha = None
 
     def result(self, iterations: int) -> RunResult:

@@ -118,6 +118,11 @@ class Network:
         xmit, _ = self.router.route(flows.src, flows.dlid, flows.dst, flows.rate)
         return xmit
 
+    def hops(self, flows: Flows) -> IntArray:
+        """The links each flow crosses, in order, as a table padded with -1
+        (:meth:`~ibqos.lab.routes.Router.hops`)."""
+        return self.router.hops(flows.src, flows.dlid, flows.dst)
+
     def paths(self, flows: Flows) -> list[list[int]]:
         """The links each flow crosses, in order (source CA port first)."""
         return self.router.paths(flows.src, flows.dlid, flows.dst)

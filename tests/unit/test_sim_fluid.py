@@ -129,3 +129,63 @@ def test_advance_moves_time_in_steps_like_one_run(pair_tree: Network) -> None:
         stepped.advance(0.0037)
     assert stepped.ends[0][:5] == pytest.approx(whole.ends[0][:5])
     assert stepped.ends[1][:5] == pytest.approx(whole.ends[1][:5])
+
+
+def pairs(n: int, links: set[tuple[int, int]]) -> tuple[tuple[float, ...], ...]:
+    """An n-host traffic matrix with weight 1 on the given (source, destination) pairs."""
+    return tuple(tuple(1.0 if (s, d) in links else 0.0 for d in range(n)) for s in range(n))
+
+
+@pytest.fixture(scope="module")
+def two_leaves() -> Network:
+    """Two leaves of four hosts under one spine: cn1..cn4 | cn5..cn8."""
+    return xgft_network(parse_xgft("2;4,2;1,1"))
+
+
+def test_each_host_is_paced_on_its_own() -> None:
+    # three leaves of four hosts under one spine.  H: cn5 and cn6 both send to cn7 (20 GB/s
+    # into 12.5: 5/8 of the rate, its 10 ms of bytes take 16 ms); cn1 sends to cn9, up the
+    # leaf-1 uplink that M (cn2 -> cn10, 5 GB/s) shares from 4 ms to 8.8 ms at 5/6 (15 GB/s
+    # into 12.5).  cn1 is then done at 10.8 ms, long before the in-cast: H loses nothing.
+    # One rate for the whole job would have slowed the in-cast too.
+    net = xgft_network(parse_xgft("2;4,3;1,1"))
+    h = Job(
+        "H",
+        ("cn0001", "cn0005", "cn0006", "cn0007", "cn0009"),
+        "matrix",
+        10e9,
+        1.0,
+        0.01,
+        matrix=pairs(5, {(0, 4), (1, 3), (2, 3)}),
+    )
+    m = Job("M", ("cn0002", "cn0010"), "matrix", 5e9, 0.5, 0.008, matrix=pairs(2, {(0, 1)}))
+    sim = FluidSim(net, prepare(net, [h, m]), setup({"H": 0, "M": 0}, ((0, 32),)))
+    # senders: H's cn1, cn5, cn6 (cn7 and cn9 only receive), then M's cn2 (computing)
+    assert sim.sender_alpha == pytest.approx([1.0, 0.625, 0.625, 0.0])
+    sim.run(1)
+    assert sim.ends[0][0] == pytest.approx(0.016)
+    assert sim.ends[1][0] == pytest.approx(0.0088)
+
+
+def test_a_held_back_sender_blocks_its_lane_upstream(two_leaves: Network) -> None:
+    # H: cn1 and cn5 both send to cn6 at 10 GB/s (20 into 12.5: H runs at 5/8).  cn1's
+    # flow crosses leaf 1's uplink before the in-cast, and M (cn2 -> cn7, 6 GB/s) too: the
+    # uplink is hot (16 GB/s offered).  On one lane H's packets fill the uplink's FIFO, so
+    # M moves at H's pace; on a lane of its own M runs at full rate (6.25 + 6 <= 12.5).
+    h = Job(
+        "H",
+        ("cn0001", "cn0005", "cn0006"),
+        "matrix",
+        10e9,
+        1.0,
+        1e-4,
+        matrix=pairs(3, {(0, 2), (1, 2)}),
+    )
+    m = Job("M", ("cn0002", "cn0007"), "matrix", 6e9, 1.0, 1e-4, matrix=pairs(2, {(0, 1)}))
+    jobs = prepare(two_leaves, [h, m])
+    one = FluidSim(two_leaves, jobs, setup({"H": 0, "M": 0}, ((0, 32),)))
+    assert one.alpha == pytest.approx([0.625, 0.625])
+    two = FluidSim(two_leaves, jobs, setup({"H": 1, "M": 2}, ((1, 32), (2, 32))))
+    assert two.alpha == pytest.approx([0.625, 1.0])
+    run = simulate_fluid(two_leaves, jobs, setup({"H": 0, "M": 0}, ((0, 32),)), 1)
+    assert run.jobs["M"].t_s == pytest.approx(1.6e-4)
