@@ -15,6 +15,12 @@ fit) is logged once per distinct message, counted, and the daemon goes on at the
 OpenSM's files are never half-written (``ibqos.apply``), and a file that fails ibqos's own
 checker is not written at all.
 
+Jobs and their SLs.  Jobs come from a job file (:class:`~ibqos.jobmap.FileJobSource`) or
+from Slurm (:class:`~ibqos.slurm.source.SlurmJobSource`).  The daemon answers "which SL
+has job J?" on ``agent.socket`` (and ``agent.sl_listen``) from its own threads
+(:mod:`ibqos.handoff`); a question for a job it does not know yet wakes the loop, which
+re-reads the job source and plans at once, so a job's tasks get its SL at launch.
+
 Dry-run.  The same pipeline, but instead of writing it prints the plan and unified diffs of
 the files it would write; OpenSM's files stay byte-identical and OpenSM is never signalled.
 """
@@ -49,8 +55,9 @@ from ibqos.config import Config, load_config
 from ibqos.decide import Decider, Decision
 from ibqos.errors import IbqosError, RenderError
 from ibqos.fabric import Fabric, fabric_from_config
+from ibqos.handoff import SlBoard, SlServer
 from ibqos.hostnames import HostMatcher
-from ibqos.jobmap import FileJobSource
+from ibqos.jobmap import FileJobSource, JobSource
 from ibqos.jobs import Job
 from ibqos.lanes import resolve_lanes
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
@@ -64,6 +71,7 @@ from ibqos.planner import LaneConfig
 from ibqos.portinfo import SmpqueryRunner
 from ibqos.sim.network import Network, dmodk_lfts
 from ibqos.sim.whatif import what_if
+from ibqos.slurm.source import SlurmJobSource
 from ibqos.state import AgentState, load_state, save_state
 from ibqos.verify import Expected, PathCheck, check_until
 
@@ -81,6 +89,13 @@ def next_tick(start_s: float, interval_s: float, k: int, now_s: float) -> int:
     still ahead: missed ticks are skipped, not run back to back.
     """
     return max(k + 1, math.floor((now_s - start_s) / interval_s) + 1)
+
+
+def make_job_source(config: Config) -> JobSource:
+    """The job source the ``jobs`` section names: a job file/directory, or Slurm."""
+    if config.jobs.source == "slurm":
+        return SlurmJobSource(config.slurm)
+    return FileJobSource(config.jobs.path)
 
 
 def make_signaller(config: Config) -> Signaller | None:
@@ -135,7 +150,9 @@ class Agent:
         self.fabric: Fabric = fabric_from_config(config)
         self.lanes = self._lanes(config, self.fabric)
         self.decider = self._decider(config, self.fabric, self.lanes)
-        self.source = FileJobSource(config.jobs.path)
+        self.source = make_job_source(config)
+        self.board = SlBoard(wake=self._wake.set)
+        self.sl_server: SlServer | None = None
         self.applier = Applier(
             config.agent.state_dir,
             make_signaller(config),
@@ -155,6 +172,8 @@ class Agent:
             routing_engine=self.lanes.routing_engine,
             dry_run=dry_run,
         )
+        self.metrics.health.sl_answers = self.board.counts
+        self.metrics.health.job_source_up = self._source_up
         self.capacity = level_capacities(self.fabric)
         self.exporter: Exporter | None = None
         self.rates: pd.DataFrame | None = None
@@ -191,8 +210,31 @@ class Agent:
                 log.warning("metrics: basic auth without TLS sends the password in clear text")
             self.exporter = Exporter(metrics_app(self.metrics), cfg)
 
+    def serve_sl(self) -> None:
+        """Answer job SL questions on ``agent.socket`` / ``agent.sl_listen`` (if set).
+
+        Not for a dry run: it would hand out SLs that are not in force.  A socket that
+        cannot be served (another agent answers there, /run/ibqos not writable for this
+        user) is one logged error, not the end of the daemon: the QoS work goes on, and
+        ``ibqos job-sl`` then fails as for an agent that is not running.
+        """
+        cfg = self.config.agent
+        if self.sl_server is None and (cfg.socket is not None or cfg.sl_listen is not None):
+            try:
+                self.sl_server = SlServer(self.board, cfg.socket, cfg.sl_listen)
+            except IbqosError as err:
+                log.error("job SLs are not served: %s", err)
+
+    def _source_up(self) -> bool | None:
+        """Whether the job source answers (Slurm: squeue); None when it cannot fail so."""
+        source = self.source
+        return source.up if isinstance(source, SlurmJobSource) else None
+
     def close(self) -> None:
-        """Stop serving metrics and release the collector's MAD device."""
+        """Stop serving metrics and SLs, and release the collector's MAD device."""
+        if self.sl_server is not None:
+            self.sl_server.close()
+            self.sl_server = None
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None
@@ -253,9 +295,28 @@ class Agent:
                 return
             self._wake.wait(min(poll, left))
             self._wake.clear()
-            if not self._stop and self._jobs_changed():
+            if not self._stop and self.board.pending():
+                self._answer_questions()
+            elif not self._stop and self._jobs_changed():
                 self.counters.job_events += 1
                 self._soft(lambda: self.cycle(sweep=False))
+
+    def _answer_questions(self) -> None:
+        """Someone asked for the SL of a job not planned yet: read the jobs now, plan if
+        they changed, and tell the waiting askers that this read is done."""
+        asked = time.monotonic()  # the board's clock
+        source = self.source
+        if isinstance(source, SlurmJobSource):
+            source.refresh()
+        if self._jobs_changed():
+            self.counters.job_events += 1
+            self._soft(lambda: self.cycle(sweep=False))
+        if isinstance(source, SlurmJobSource):
+            # a forced poll may wait out MIN_FORCED_POLL_S; then this round read nothing
+            # newer and the askers keep waiting for the next one
+            self.board.round_done(source.read_at)
+        else:
+            self.board.round_done(asked)  # a job file is re-read whenever it changed
 
     def _baseline(self) -> None:
         """The first sweep (rates need two) and an immediate plan for the running jobs."""
@@ -301,6 +362,8 @@ class Agent:
         if fresh or self.rates is None:
             self.rates = self._sweep()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
+        # before applying: the SL is the job's from now on, whether or not this apply works
+        self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
         if decision.result.replace:
             self.counters.plan_changes += 1
             self.counters.plan_changed_s = time.time()
@@ -474,12 +537,19 @@ class Agent:
             log.warning("SIGHUP: changes to the metrics section take effect when ibqos restarts")
         self.metrics.health.fabric = config.metrics.fabric
         self.metrics.health.routing_engine = lanes.routing_engine
+        old = self.config
+        if (config.agent.socket, config.agent.sl_listen) != (
+            old.agent.socket,
+            old.agent.sl_listen,
+        ):
+            log.warning("SIGHUP: changes to agent.socket/sl_listen take effect at restart")
         self._config_text = text
         self.config = config
         self.lanes = lanes
         self.decider.lanes = lanes
         self.decider.classifier.thresholds = config.classify
-        self.source = FileJobSource(config.jobs.path)
+        if (config.jobs, config.slurm) != (old.jobs, old.slurm):
+            self.source = make_job_source(config)  # else keep its state (grace, last jobs)
         self.applier.signaller = make_signaller(config)
         log.info("SIGHUP: config %s re-read", self.config_path)
 

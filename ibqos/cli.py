@@ -18,13 +18,14 @@ import click
 import yaml
 
 from ibqos import __version__
-from ibqos.agent import Agent
+from ibqos.agent import Agent, make_job_source
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
 from ibqos.decide import Decider
 from ibqos.errors import IbqosError, LabError, TopologyError
 from ibqos.fabric import Fabric, fabric_from_config, fabric_from_file
+from ibqos.handoff import ask_sl, check_job_id
 from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource
 from ibqos.jobs import PATTERNS, parse_jobs
@@ -116,6 +117,7 @@ def show_config(path: Path | None) -> None:
             "path": str(config.jobs.path),
             "host_pattern": config.jobs.host_pattern,
         },
+        "slurm": _plain(vars(config.slurm)),
     }
     for section in ("fabric", "collect", "classify"):
         out[section] = _plain(vars(getattr(config, section)))
@@ -268,7 +270,8 @@ def plan_command(
         )
     else:
         fabric = fabric_from_config(config)
-    jobs = FileJobSource(jobs_path or config.jobs.path).jobs()  # a bad job file fails first
+    # a bad job file (or a Slurm that does not answer) fails first
+    jobs = (FileJobSource(jobs_path) if jobs_path else make_job_source(config)).jobs()
     lanes, notes = resolve_lanes(config, fabric, read_ports=cfg.backend != "replay")
     for note in notes:
         logger.info("%s", note)
@@ -316,11 +319,57 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
     try:
         if not once:
             agent.serve_metrics()
+            if not dry_run:
+                agent.serve_sl()
         agent.install_signal_handlers()
         ctx = click.get_current_context()
         ctx.exit(agent.run(cycles=1 if once else None))
     finally:
         agent.close()
+
+
+@cli.command("job-sl")
+@click.argument("job_id")
+@_config_option
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The agent's socket (default: agent.socket of the config).",
+)
+@click.option("--server", metavar="HOST:PORT", help="Ask over TCP (agent.sl_listen) instead.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=60),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the answer.",
+)
+def job_sl_command(
+    job_id: str, path: Path | None, socket_path: Path | None, server: str | None, timeout: float
+) -> None:
+    """Print the SL ibqos gave job JOB_ID (asking the running agent; a job it does not
+    know yet gets one at once if its job source runs it).
+
+    Exit 1 with one line on stderr if ibqos is not running, the job is unknown or the
+    answer takes longer than --timeout: the job then runs on the default SL.  The
+    TaskProlog in contrib/slurm uses this (docs/slurm.md).
+    """
+    check_job_id(job_id, "JOB_ID")
+    address: tuple[str, int] | None = None
+    if server is not None:
+        if socket_path is not None:
+            raise click.UsageError("give at most one of --socket and --server")
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise click.BadParameter(f"expected HOST:PORT, got {server!r}", param_hint="--server")
+        address = (host.strip("[]"), int(port))
+    elif socket_path is None:
+        socket_path = _load_or_defaults(path).agent.socket
+        if socket_path is None:
+            raise click.UsageError("agent.socket is off in the config: give --socket or --server")
+    sl = ask_sl(job_id, timeout, socket_path=socket_path, server=address)
+    click.echo(str(sl))
 
 
 @cli.command("status")

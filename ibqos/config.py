@@ -24,7 +24,8 @@ from ibqos.planner import LaneConfig
 from ibqos.weights import WEIGHT_LAWS
 
 DEFAULT_PATH = Path("/etc/ibqos/ibqos.yaml")
-JOB_SOURCES = ("file",)
+JOB_SOURCES = ("file", "slurm")
+SQUEUE_FORMATS = ("auto", "json", "text")
 FABRIC_SOURCES = ("ibnetdiscover", "file", "lab")
 BACKENDS = ("native", "perfquery", "replay")
 
@@ -69,10 +70,16 @@ class AgentConfig:
         state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock.
         job_poll_s: seconds between two looks at the job source between cycles, so a job
             that starts or ends is acted on at once.
+        socket: the local (UNIX) socket where ``ibqos job-sl`` asks for a job's SL; None:
+            not served.
+        sl_listen: (host, port) where the same questions are answered over TCP, for
+            TaskProlog scripts on compute nodes (``docs/slurm.md``); None: not served.
     """
 
     state_dir: Path = Path("/var/lib/ibqos")
     job_poll_s: float = 0.5
+    socket: Path | None = Path("/run/ibqos/ibqos.sock")
+    sl_listen: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,33 @@ class JobsConfig:
     source: str = "file"
     path: Path = Path("/etc/ibqos/jobs.yaml")
     host_pattern: str = DEFAULT_HOST_PATTERN
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """The Slurm job source (``jobs.source: slurm``, ``docs/slurm.md``).
+
+    Attributes:
+        squeue: the squeue command (argv prefix; e.g. ``[squeue, -M, cluster2]``).
+        conf: slurm.conf for squeue (``SLURM_CONF``); None: squeue's own default.
+        format: "json" (``squeue --json``, Slurm >= 21.08), "text" (a fixed ``--format``,
+            any release) or "auto" (json if ``squeue --version`` says 21.08 or later).
+        poll_s: seconds between two squeue polls; a Prolog/Epilog notification or a
+            question for an unknown job's SL polls at once.
+        grace_s: seconds the last known jobs are kept while squeue fails (slurmctld
+            unreachable); after that cycles fail and OpenSM's files stay as they are.
+        timeout_s: seconds one squeue may take before it is killed.
+        notify_dir: directory where the shipped PrologSlurmctld/EpilogSlurmctld script
+            drops a file per job start or end; None: no notifications, polling only.
+    """
+
+    squeue: tuple[str, ...] = ("squeue",)
+    conf: Path | None = None
+    format: str = "auto"
+    poll_s: float = 10.0
+    grace_s: float = 300.0
+    timeout_s: float = 10.0
+    notify_dir: Path | None = Path("/run/ibqos/notify")
 
 
 #: SLs jobs never get unless ``lanes.reserved_sls`` says otherwise
@@ -238,6 +272,7 @@ class Config:
     source: str
     opensm: OpenSMConfig = field(default_factory=OpenSMConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     collect: CollectConfig = field(default_factory=CollectConfig)
     classify: Thresholds = field(default_factory=Thresholds)
@@ -278,7 +313,18 @@ def parse_config(data: object, source: str) -> Config:
         data,
         source,
         "",
-        ("opensm", "jobs", "fabric", "collect", "classify", "lanes", "agent", "metrics", "lab"),
+        (
+            "opensm",
+            "jobs",
+            "slurm",
+            "fabric",
+            "collect",
+            "classify",
+            "lanes",
+            "agent",
+            "metrics",
+            "lab",
+        ),
     )
     osm = _mapping(
         top.get("opensm", {}), source, "opensm", tuple(OpenSMConfig.__dataclass_fields__)
@@ -304,6 +350,7 @@ def parse_config(data: object, source: str) -> Config:
             _path(jobs.get("path", d_jobs.path), source, "jobs.path"),
             _host_pattern(jobs.get("host_pattern", d_jobs.host_pattern), source),
         ),
+        slurm=_slurm(top.get("slurm", {}), source),
         fabric=_fabric(top.get("fabric", {}), source, lab),
         collect=_collect(top.get("collect", {}), source),
         classify=_classify(top.get("classify", {}), source),
@@ -405,9 +452,36 @@ def _opensm(osm: Mapping[str, Any], source: str) -> OpenSMConfig:
 def _agent(value: object, source: str) -> AgentConfig:
     d = AgentConfig()
     raw = _mapping(value, source, "agent", tuple(AgentConfig.__dataclass_fields__))
+    sock = raw.get("socket", d.socket)
+    listen = raw.get("sl_listen")
     return AgentConfig(
         state_dir=_path(raw.get("state_dir", d.state_dir), source, "agent.state_dir"),
         job_poll_s=_number(raw.get("job_poll_s", d.job_poll_s), source, "agent.job_poll_s", 0.05),
+        # "" or null switch the socket off
+        socket=None if sock in ("", None) else _path(sock, source, "agent.socket"),
+        sl_listen=None if listen in ("", None) else _listen(listen, source, "agent.sl_listen"),
+    )
+
+
+def _slurm(value: object, source: str) -> SlurmConfig:
+    d = SlurmConfig()
+    raw = _mapping(value, source, "slurm", tuple(SlurmConfig.__dataclass_fields__))
+    argv = raw.get("squeue", list(d.squeue))
+    if isinstance(argv, str):
+        argv = [argv]
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) and a for a in argv)):
+        raise ConfigError(
+            f"{source}: slurm.squeue: expected a command (string or list of strings), got {argv!r}"
+        )
+    conf, notify = raw.get("conf"), raw.get("notify_dir", d.notify_dir)
+    return SlurmConfig(
+        squeue=tuple(argv),
+        conf=None if conf is None else _path(conf, source, "slurm.conf"),
+        format=_choice(raw.get("format", d.format), source, "slurm.format", SQUEUE_FORMATS),
+        poll_s=_number(raw.get("poll_s", d.poll_s), source, "slurm.poll_s", 0.1),
+        grace_s=_number(raw.get("grace_s", d.grace_s), source, "slurm.grace_s", 0),
+        timeout_s=_number(raw.get("timeout_s", d.timeout_s), source, "slurm.timeout_s", 0.1),
+        notify_dir=None if notify in ("", None) else _path(notify, source, "slurm.notify_dir"),
     )
 
 
@@ -416,7 +490,11 @@ def _metrics(value: object, source: str) -> MetricsConfig:
     raw = _mapping(value, source, "metrics", ("listen", "fabric", "per_port", "tls", "basic_auth"))
     listen = d.listen
     if "listen" in raw:
-        listen = None if raw["listen"] in ("", None) else _listen(raw["listen"], source)
+        listen = (
+            None
+            if raw["listen"] in ("", None)
+            else _listen(raw["listen"], source, "metrics.listen")
+        )
     fabric = _str(raw.get("fabric", d.fabric), source, "metrics.fabric")
     tls = None
     if raw.get("tls") is not None:
@@ -449,14 +527,14 @@ def _metrics(value: object, source: str) -> MetricsConfig:
     )
 
 
-def _listen(value: object, source: str) -> tuple[str, int]:
+def _listen(value: object, source: str, key: str) -> tuple[str, int]:
     """``host:port`` or ``[v6 address]:port``."""
-    text = _str(value, source, "metrics.listen")
+    text = _str(value, source, key)
     host, sep, port = text.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(
-            f"{source}: metrics.listen: expected host:port (e.g. 127.0.0.1:9683), got {text!r}"
+            f"{source}: {key}: expected host:port (e.g. 127.0.0.1:9683), got {text!r}"
         )
     return host, int(port)
 

@@ -188,6 +188,29 @@ def _nodes(value: object, where: str, problems: _Problems) -> tuple[str, ...]:
     return ()
 
 
+def expand_hosts(value: object, where: str) -> tuple[str, ...]:
+    """Expand a host list (``cn[0001-0004],gpu01``, or a list of them) as job files do.
+
+    Every job source goes through this one function, so a scheduler's node list and a job
+    file's ``nodes`` key mean the same hosts (ClusterShell NodeSet syntax, no groups, no
+    repeats).
+
+    Args:
+        value: a host list string or a list of them.
+        where: names the input in errors (e.g. ``squeue: job 42: nodes``).
+
+    Returns:
+        The hosts in NodeSet (sorted) order.
+
+    Raises:
+        JobsError: the list does not parse, names a group or a host twice, or is empty.
+    """
+    problems = _Problems()
+    hosts = _nodes(value, where, problems)
+    problems.raise_if_any()
+    return hosts
+
+
 def _matrix(
     value: object, size: int, where: str, problems: _Problems
 ) -> tuple[tuple[float, ...], ...] | None:

@@ -2,12 +2,16 @@
 # Set up a fresh Debian machine for ibqos, idempotently:
 #  - Debian packages: OpenSM, ibsim, infiniband-diags, libibumad (the lab's real parts),
 #    Prometheus (its server and promtool check the exporter, dashboards and rules);
+#    Slurm (slurmctld, slurmd, slurm-client) and munge: the Slurm tests start a real
+#    one-host cluster.  Never slurm-wlm-emulator: it switches the slurmctld/slurmd
+#    alternatives to a front-end build that cannot start here;
 #  - a virtual environment .venv with ibqos installed editable, plus the dev tools.
 # apt-get runs only when a package is missing; pip only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux prometheus)
+PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux prometheus
+  slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -93,6 +93,12 @@ class HealthCollector(Collector):
         fabric: the fabric's name (``metrics.fabric``).
         routing_engine: OpenSM's routing engine, as configured.
         dry_run: the agent only shows what it would write.
+
+    Attributes:
+        sl_answers: job SL questions answered, by result (``ibqos.handoff.RESULTS``); the
+            agent points it at its board's counts.
+        job_source_up: whether the job source answers (Slurm's squeue); None: a source
+            that cannot fail that way (a job file), and no metric.
     """
 
     def __init__(self, counters: Counters, fabric: str, routing_engine: str, dry_run: bool):
@@ -100,6 +106,8 @@ class HealthCollector(Collector):
         self.fabric = fabric
         self.routing_engine = routing_engine
         self.dry_run = dry_run
+        self.sl_answers: Mapping[str, int] = {}
+        self.job_source_up: Callable[[], bool | None] = lambda: None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -108,6 +116,23 @@ class HealthCollector(Collector):
         c = self.counters
         for attr, name, doc in _COUNTED:
             yield CounterMetricFamily(name, doc, value=getattr(c, attr))
+        answers = CounterMetricFamily(
+            "ibqos_job_sl_requests",
+            "Questions for a job's SL (ibqos job-sl, TaskProlog) by answer; every result but"
+            " ok is a miss: the job's tasks start on the default SL.",
+            labels=["result"],
+        )
+        for result, count in sorted(dict(self.sl_answers).items()):
+            answers.add_metric([result], count)
+        yield answers
+        up = self.job_source_up()
+        if up is not None:
+            yield GaugeMetricFamily(
+                "ibqos_job_source_up",
+                "1 while the job source answers (Slurm: squeue), 0 while the last known jobs"
+                " are held (slurm.grace_s).",
+                value=int(up),
+            )
         build = GaugeMetricFamily(
             "ibqos_build_info", "The running ibqos (always 1).", labels=["version", "python"]
         )

@@ -40,7 +40,9 @@ def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
         "collect": {"interval_s": 1.0},
         "classify": {"tau_s": 0.0},
         "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
-        "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2},
+        # no SL socket: the default /run/ibqos/ibqos.sock would be shared by agents
+        # that run at once (test_slurm_lab.py serves its own)
+        "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2, "socket": ""},
         "metrics": {"listen": "127.0.0.1:0"},  # any free port: tests never collide on one
     }
     for key, value in extra.items():

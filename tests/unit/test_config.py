@@ -75,3 +75,53 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
         parse_config(doc, "c.yaml")
     assert str(err.value).startswith("c.yaml: ")
     assert message in str(err.value)
+
+
+def test_the_slurm_source_and_the_sl_hand_off() -> None:
+    from ibqos.config import AgentConfig, SlurmConfig
+
+    cfg = parse_config(
+        {
+            "jobs": {"source": "slurm"},
+            "slurm": {
+                "squeue": ["squeue", "-M", "c2"],
+                "conf": "/etc/slurm/c2.conf",
+                "format": "text",
+                "poll_s": 5,
+                "grace_s": 0,
+                "timeout_s": 2,
+                "notify_dir": "",
+            },
+            "agent": {"socket": "/run/x.sock", "sl_listen": "10.0.0.1:9684"},
+        },
+        "c.yaml",
+    )
+    assert cfg.jobs.source == "slurm"
+    assert cfg.slurm == SlurmConfig(
+        ("squeue", "-M", "c2"), Path("/etc/slurm/c2.conf"), "text", 5.0, 0.0, 2.0, None
+    )
+    assert (cfg.agent.socket, cfg.agent.sl_listen) == (Path("/run/x.sock"), ("10.0.0.1", 9684))
+    default = parse_config({}, "c.yaml")
+    assert default.slurm == SlurmConfig() and default.agent == AgentConfig()
+    assert parse_config({"agent": {"socket": None}}, "c.yaml").agent.socket is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"jobs": {"source": "pbs"}}, "jobs.source: expected one of ('file', 'slurm'), got 'pbs'"),
+        ({"slurm": {"format": "yaml"}}, "slurm.format: expected one of auto, json, text"),
+        ({"slurm": {"squeue": []}}, "slurm.squeue: expected a command (string or list"),
+        ({"slurm": {"squeue": [1]}}, "slurm.squeue: expected a command (string or list"),
+        ({"slurm": {"poll_s": 0}}, "slurm.poll_s: expected a number >= 0.1, got 0"),
+        ({"slurm": {"grace_s": -1}}, "slurm.grace_s: expected a number >= 0, got -1"),
+        ({"slurm": {"grace": 5}}, "slurm.grace: unknown key"),
+        ({"agent": {"sl_listen": "9684"}}, "agent.sl_listen: expected host:port"),
+        ({"agent": {"socket": 5}}, "agent.socket: expected a non-empty string, got 5"),
+    ],
+)
+def test_bad_slurm_values_name_their_key(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc, "c.yaml")
+    assert str(err.value).startswith("c.yaml: ")
+    assert message in str(err.value)

@@ -1,0 +1,14 @@
+"""Slurm: running jobs from squeue, and notifications from Slurm's prolog/epilog.
+
+- :mod:`~ibqos.slurm.squeue`: reads ``squeue --json`` and the text fallback;
+- :mod:`~ibqos.slurm.source`: the job source (polling, notifications, grace time);
+- :mod:`~ibqos.slurm.notify`: the PrologSlurmctld/EpilogSlurmctld spool directory.
+
+The hand-off of each job's SL to its tasks is :mod:`ibqos.handoff` (any job source);
+the scripts Slurm runs are in ``contrib/slurm/``; see ``docs/slurm.md``.
+"""
+
+from ibqos.slurm.source import SlurmJobSource
+from ibqos.slurm.squeue import SlurmError, parse_json, parse_text
+
+__all__ = ["SlurmError", "SlurmJobSource", "parse_json", "parse_text"]

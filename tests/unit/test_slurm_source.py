@@ -1,0 +1,144 @@
+"""The Slurm job source: polling, notifications, format choice and the grace time."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ibqos.config import SlurmConfig
+from ibqos.slurm.source import MIN_FORCED_POLL_S, Completed, SlurmJobSource
+from ibqos.slurm.squeue import SlurmError
+
+DATA = Path(__file__).parents[1] / "data" / "squeue"
+DOWN = Completed(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n")
+
+
+class FakeSqueue:
+    """Answers like squeue 22.05; *reply* is what the next job query gets."""
+
+    def __init__(self, version: str = "slurm-wlm 22.05.8\n") -> None:
+        self.version = version
+        self.reply = Completed(0, (DATA / "22.05-mix.json").read_text(), "")
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, timeout_s):
+        self.calls.append(list(argv))
+        if "--version" in argv:
+            return Completed(0, self.version, "")
+        if "--json" in argv:
+            return self.reply
+        return Completed(0, (DATA / "22.05-mix.txt").read_text(), "")
+
+    def queries(self) -> int:
+        return sum("--version" not in c for c in self.calls)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def source(tmp_path, squeue=None, **cfg):
+    cfg = {"notify_dir": tmp_path / "notify", "poll_s": 10.0, "grace_s": 60.0} | cfg
+    clock = Clock()
+    squeue = squeue or FakeSqueue()
+    return SlurmJobSource(SlurmConfig(**cfg), run=squeue, clock=clock), squeue, clock
+
+
+def test_polls_every_poll_s_and_reads_json_on_22_05(tmp_path) -> None:
+    src, squeue, clock = source(tmp_path)
+    assert [j.id for j in src.jobs()] == ["1", "4"]
+    assert squeue.calls[:2] == [["squeue", "--version"], ["squeue", "--all", "--json"]]
+    clock.now += 9.0
+    src.jobs()
+    assert squeue.queries() == 1  # within poll_s: the last jobs
+    clock.now += 1.0
+    src.jobs()
+    assert squeue.queries() == 2
+    assert src.up is True
+
+
+def test_old_slurm_is_read_through_the_text_format(tmp_path) -> None:
+    src, squeue, _ = source(tmp_path, FakeSqueue("slurm 20.11.9\n"))
+    assert [j.id for j in src.jobs()] == ["1", "4"]
+    assert squeue.calls[1] == ["squeue", "--all", "--noheader", "--format=%A|%u|%T|%S|%N|%j"]
+
+
+def test_a_notification_polls_at_once_and_is_consumed(tmp_path) -> None:
+    src, squeue, clock = source(tmp_path)
+    (tmp_path / "notify").mkdir()
+    src.jobs()
+    (tmp_path / "notify" / "start.42").touch()
+    (tmp_path / "notify" / ".tmp").touch()  # hidden: someone's temporary, left alone
+    clock.now += 0.1
+    src.jobs()
+    assert squeue.queries() == 1  # forced polls are MIN_FORCED_POLL_S apart
+    clock.now += MIN_FORCED_POLL_S
+    src.jobs()
+    assert squeue.queries() == 2
+    assert sorted(p.name for p in (tmp_path / "notify").iterdir()) == [".tmp"]
+
+
+def test_refresh_polls_at_the_next_call(tmp_path) -> None:
+    src, squeue, clock = source(tmp_path)
+    src.jobs()
+    clock.now += 1.0
+    src.refresh()
+    src.jobs()
+    assert squeue.queries() == 2 and src.read_at == clock.now
+
+
+def test_slurmctld_down_keeps_the_jobs_for_the_grace_time_and_warns_once(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, "ibqos.slurm")
+    src, squeue, clock = source(tmp_path, grace_s=30.0)
+    jobs = src.jobs()
+    squeue.reply = DOWN
+    for _ in range(3):
+        clock.now += 10.0
+        assert src.jobs() == jobs  # held, however often it is asked
+    assert src.up is False
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "squeue --all --json: exit 1: slurm_load_jobs error: Unable to contact slurm controller;"
+        " keeping the last 2 jobs for up to 30 s, SLs unchanged"
+    ]
+    clock.now += 10.1
+    with pytest.raises(SlurmError, match=r"^squeue has failed for more than 30 s \(squeue"):
+        src.jobs()
+    # it answers again: the jobs are Slurm's, said once
+    squeue.reply = FakeSqueue().reply
+    clock.now += 10.0
+    assert src.jobs() == jobs and src.up is True
+    assert "squeue answers again after 40 s: 2 running jobs" in caplog.text
+
+
+def test_the_first_read_failing_is_an_error(tmp_path) -> None:
+    squeue = FakeSqueue()
+    squeue.reply = DOWN
+    src, _, _ = source(tmp_path, squeue)
+    message = "squeue has not answered yet: squeue --all --json: exit 1"
+    with pytest.raises(SlurmError, match=message):
+        src.jobs()
+    assert src.up is False
+
+
+def test_a_squeue_that_is_not_installed(tmp_path) -> None:
+    src = SlurmJobSource(SlurmConfig(squeue=(str(tmp_path / "no-squeue"),), notify_dir=None))
+    with pytest.raises(SlurmError, match=r"no-squeue --version: exit 127: cannot run .*no-squeue"):
+        src.jobs()
+
+
+def test_starts_and_ends_are_logged_once_each(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, "ibqos.slurm")
+    src, squeue, clock = source(tmp_path)
+    src.jobs()
+    text = squeue.reply.stdout.replace('"job_id": 4', '"job_id": 5')
+    squeue.reply = Completed(0, text, "")
+    clock.now += 10.0
+    src.jobs()
+    assert "jobs: 2 running (started 5; ended 4)" in caplog.text
