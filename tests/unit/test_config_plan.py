@@ -99,3 +99,32 @@ def test_the_shipped_example_is_valid() -> None:
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
     cfg = load_config(example)
     assert cfg.lanes.base.reserved_sls == (0,) and cfg.opensm.port_types == ("ca", "swe")
+
+
+def test_the_shipped_example_names_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key a section accepts appears in the example (set, or commented out)."""
+    import re
+    from pathlib import Path
+
+    from ibqos import config
+
+    example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
+    accepted: dict[str, tuple[str, ...]] = {}
+    real = config._mapping
+
+    def recording(value: object, source: str, key: str, allowed: tuple[str, ...]) -> object:
+        accepted[key] = allowed
+        return real(value, source, key, allowed)
+
+    monkeypatch.setattr(config, "_mapping", recording)
+    config.load_config(example)
+    text = example.read_text()
+    sections = {m.group(1): m.start() for m in re.finditer(r"^(\w+):", text, re.M)}
+    missing = []
+    for section in (k for k in accepted if k and "." not in k):  # top sections
+        start = sections[section]
+        block = text[start : min([s for s in sections.values() if s > start] + [len(text)])]
+        for key in accepted[section]:
+            if not re.search(rf"^  (# )?{key}:", block, re.M):
+                missing.append(f"{section}.{key}")
+    assert not missing, missing
