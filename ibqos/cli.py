@@ -41,6 +41,8 @@ from ibqos.plan_output import render_status
 from ibqos.sim.command import network as sim_network
 from ibqos.sim.command import simulate as run_simulation
 from ibqos.sim.evaluate import MODELS as SIM_MODELS
+from ibqos.sim.fluid import GRANULARITIES as SIM_GRANULARITIES
+from ibqos.sim.fluid import Granularity
 from ibqos.sim.policies import DEFAULT_LANES as SIM_DEFAULT_LANES
 from ibqos.sim.policies import POLICIES as SIM_POLICIES
 from ibqos.sim.report import FORMATS as SIM_FORMATS
@@ -423,6 +425,13 @@ def status_command(path: Path | None, fmt: str) -> None:
     help="Simulate the plan in this `ibqos plan --format json` output.",
 )
 @click.option("--model", type=click.Choice(SIM_MODELS), default="fluid", show_default=True)
+@click.option(
+    "--senders",
+    type=click.Choice(SIM_GRANULARITIES),
+    default="auto",
+    show_default=True,
+    help="Fluid model: a rate per (job, host), per job, or auto (per host up to 512 hosts).",
+)
 @click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
 @_config_option
 @click.option("--format", "fmt", type=click.Choice(SIM_FORMATS), default="table", show_default=True)
@@ -436,6 +445,7 @@ def simulate_command(
     policies: tuple[str, ...],
     plan_file: Path | None,
     model: str,
+    senders: Granularity,
     iterations: int,
     path: Path | None,
     fmt: str,
@@ -451,7 +461,9 @@ def simulate_command(
     if path is not None:
         lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
     net = sim_network(xgft, int(width), speed, topology, lfts)
-    text = run_simulation(net, jobs_path, policies, plan_file, model, iterations, lanes, fmt)
+    text = run_simulation(
+        net, jobs_path, policies, plan_file, model, iterations, lanes, fmt, senders
+    )
     click.echo(text, nl=False)
 
 

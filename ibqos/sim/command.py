@@ -10,6 +10,7 @@ from ibqos.lab.routes import parse_lft_dump
 from ibqos.lab.xgft import parse_xgft
 from ibqos.planner import LaneConfig
 from ibqos.sim.evaluate import Outcome, alone, evaluate
+from ibqos.sim.fluid import Granularity
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, build, one_vl
 from ibqos.sim.qos import Arbitration, SimError
@@ -51,6 +52,7 @@ def simulate(
     iterations: int,
     lanes: LaneConfig,
     fmt: str,
+    per: Granularity = "auto",
 ) -> str:
     """Run the mix under each policy (and the plan file), return the rendered report."""
     if iterations < 1:
@@ -61,15 +63,15 @@ def simulate(
     names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
     if not names and plan is None:
         names = ["ibqos"]
-    setups: list[Arbitration] = [build(n, net, sim_jobs, iterations, lanes) for n in names]
+    setups: list[Arbitration] = [build(n, net, sim_jobs, iterations, lanes, per) for n in names]
     if plan is not None:
         setups.append(load_plan(plan))
     base_arb = one_vl(sim_jobs, lanes)
-    t_alone = alone(model, net, sim_jobs, base_arb, iterations)
+    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per)
     outcomes: list[Outcome] = [
-        evaluate(model, net, sim_jobs, arb, iterations, t_alone) for arb in setups
+        evaluate(model, net, sim_jobs, arb, iterations, t_alone, per) for arb in setups
     ]
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)
     if baseline is None:
-        baseline = evaluate(model, net, sim_jobs, base_arb, iterations, t_alone)
+        baseline = evaluate(model, net, sim_jobs, base_arb, iterations, t_alone, per)
     return render(outcomes, baseline, fmt)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.fluid import Granularity, granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import RunResult, SimJob
@@ -76,15 +76,20 @@ class Outcome:
 
 
 def run(
-    model: str, net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
+    model: str,
+    net: Network,
+    jobs: Sequence[SimJob],
+    arb: Arbitration,
+    iterations: int,
+    per: Granularity = "auto",
 ) -> RunResult:
-    """Run one model on a mix.
+    """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.fluid`).
 
     Raises:
         SimError: an unknown model, or a setup the model cannot run.
     """
     if model == "fluid":
-        return simulate_fluid(net, jobs, arb, iterations)
+        return simulate_fluid(net, jobs, arb, iterations, per)
     if model == "packet":
         from ibqos.sim.packet import simulate_packets
 
@@ -93,10 +98,17 @@ def run(
 
 
 def alone(
-    model: str, net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
+    model: str,
+    net: Network,
+    jobs: Sequence[SimJob],
+    arb: Arbitration,
+    iterations: int,
+    per: Granularity = "auto",
 ) -> dict[str, float]:
     """Each job's ``T_alone`` (seconds for *iterations* iterations, alone)."""
-    return {j.id: run(model, net, [j], arb, iterations).jobs[j.id].t_s for j in jobs}
+    if model == "fluid" and per == "auto":
+        per = granularity(jobs)  # alone as in the mix, or the two would not compare
+    return {j.id: run(model, net, [j], arb, iterations, per).jobs[j.id].t_s for j in jobs}
 
 
 def evaluate(
@@ -106,11 +118,12 @@ def evaluate(
     arb: Arbitration,
     iterations: int,
     t_alone: Mapping[str, float] | None = None,
+    per: Granularity = "auto",
 ) -> Outcome:
     """The mix under *arb*; *t_alone* reused when given (it does not depend on weights)."""
     if t_alone is None:
-        t_alone = alone(model, net, jobs, arb, iterations)
-    result = run(model, net, jobs, arb, iterations)
+        t_alone = alone(model, net, jobs, arb, iterations, per)
+    result = run(model, net, jobs, arb, iterations, per)
     out = tuple(
         JobOutcome(
             j.id,

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -59,8 +60,23 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 MAX_ROUNDS = 200
+MEMO_SIZE = 4096  # groups' rates kept per setup
+#: who gets a rate of its own: each (job, host), each job (all its hosts at one rate), or
+#: auto: per host up to :data:`AUTO_HOSTS` sending hosts, per job beyond
+Granularity = Literal["host", "job", "auto"]
+GRANULARITIES: tuple[Granularity, ...] = ("auto", "host", "job")
+#: the most sending hosts "auto" simulates per host.  Per host, a phase ends in as many
+#: events as the job has hosts that finish apart, each one a new solve of the rates: at
+#: 2,048 hosts that is 50 times slower than per job (docs/simulate-benchmark.md).
+AUTO_HOSTS = 512
 _TOL = 1e-7
 _EPS = 1e-12
+
+
+def granularity(jobs: Sequence[SimJob]) -> Granularity:
+    """What "auto" means for this mix: "host" up to :data:`AUTO_HOSTS` sending hosts."""
+    sending = sum(len(np.unique(j.flows.src_host)) for j in jobs)
+    return "host" if sending <= AUTO_HOSTS else "job"
 
 
 def waterfill(demand: FloatArray, weight: FloatArray, cap: FloatArray) -> FloatArray:
@@ -127,13 +143,14 @@ class Senders:
     p_down: IntArray
 
     @classmethod
-    def of(cls, net: Network, jobs: Sequence[SimJob]) -> Senders:
-        """Route every flow of *jobs* and group them by (job, source host).
+    def of(cls, net: Network, jobs: Sequence[SimJob], per: Granularity = "auto") -> Senders:
+        """Route every flow of *jobs* and group them by (job, source host), or by job.
 
         A job with no flows gets one row with no links, so its communication phase
         lasts its declared length as for any job that meets no one.
         """
         n = net.links
+        per = granularity(jobs) if per == "auto" else per
         job_of, rates, firsts = [], [], []
         keys, loads, pairs = [], [], []
         row0 = 0
@@ -141,6 +158,8 @@ class Senders:
             firsts.append(row0)
             flows = sim_job.flows
             hosts, host_row = np.unique(flows.src_host, return_inverse=True)
+            if per == "job":  # one row: the job's hosts move together
+                hosts, host_row = hosts[:1], np.zeros_like(host_row)
             count = max(len(hosts), 1)
             job_of.append(np.full(count, j, dtype=np.int64))
             rate = np.bincount(host_row, weights=flows.rate, minlength=count)
@@ -205,56 +224,106 @@ class Allocator:
         job_vl = np.array([arb.vl_of(j.id) for j in jobs], dtype=np.int64)
         self.vl = job_vl[self.senders.job] if len(jobs) else np.zeros(0, dtype=np.int64)
         low, high = arb.low_packets(), arb.high_packets()
-        self._high = high
-        self._low = low
         high_bytes = arb.high_bytes()
         self.high_share = 1.0 if math.isinf(high_bytes) else high_bytes / (high_bytes + arb.mtu)
         self.rounds = 0  # fixed-point rounds of the last solve
-        # the rates depend only on who is sending: a periodic mix repeats some sets
+        # Only links that all senders at full rate would overload can ever be hot: keep
+        # their entries and head-of-line pairs, with each pair's downstream entry, once.
+        s = self.senders
+        n = len(self.capacity)
+        full = np.bincount(s.e_link, weights=s.e_load, minlength=n)
+        ever = full > self.capacity * (1 + _EPS)
+        keep = np.flatnonzero(ever[s.e_link])
+        self._row, self._link, self._load = s.e_row[keep], s.e_link[keep], s.e_load[keep]
+        pk = np.flatnonzero(ever[s.p_up] & ever[s.p_down])
+        self._p_row, self._p_up = s.p_row[pk], s.p_up[pk]
+        key = self._row * n + self._link  # sorted: entries are sorted by row, then link
+        self._p_entry = np.searchsorted(key, s.p_row[pk] * n + s.p_down[pk])
+        # lanes in use, and each one's priority and weight
+        self._lanes = np.unique(self.vl) if len(self.vl) else np.zeros(0, dtype=np.int64)
+        self._lane_of = np.searchsorted(self._lanes, self.vl)
+        self._lane_high = np.array([int(v) in high for v in self._lanes], dtype=bool)
+        self._lane_weight = np.array(
+            [float(high[int(v)] if int(v) in high else low.get(int(v), 0)) for v in self._lanes]
+        )
+        # rates of groups of senders already solved, by the group's rows (oldest first)
         self._memo: dict[bytes, FloatArray] = {}
 
     def rates(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        """``alpha`` of every sender (0 for the ones not in *active*)."""
-        key = active.tobytes()
-        if key not in self._memo:
-            self._memo[key] = self._solve(active)
-        return self._memo[key].copy()
+        """``alpha`` of every sender (0 for the ones not in *active*).
+
+        Senders that share no hot link do not affect each other, so the rates are solved
+        per group of senders linked through hot links, and a group's rates are kept: when
+        one job changes phase, only its group is solved again.
+        """
+        alpha = np.where(active, 1.0, 0.0)
+        n = len(self.capacity)
+        sel = active[self._row]
+        offered = np.bincount(self._link[sel], weights=self._load[sel], minlength=n)
+        sel &= offered[self._link] > self.capacity[self._link] * (1 + _EPS)
+        row, link = self._row[sel], self._link[sel]
+        if not len(row):
+            return alpha
+        group = _groups(row, link, len(alpha), n)
+        members = np.unique(row)
+        order = members[np.argsort(group[members], kind="stable")]
+        cut = np.flatnonzero(np.diff(group[order])) + 1
+        todo = np.zeros(len(alpha), dtype=bool)
+        missed = []
+        for rows in np.split(order, cut):
+            key = rows.tobytes()
+            got = self._memo.get(key)
+            if got is None:
+                todo[rows] = True
+                missed.append((key, rows))
+            else:
+                alpha[rows] = got
+        if missed:
+            solved = self._solve(todo)
+            for key, rows in missed:
+                if len(self._memo) >= MEMO_SIZE:
+                    self._memo.pop(next(iter(self._memo)))  # the oldest
+                self._memo[key] = solved[rows]
+                alpha[rows] = solved[rows]
+        return alpha
 
     def _solve(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        s = self.senders
         alpha = np.where(active, 1.0, 0.0)
         self.rounds = 0
-        sel = active[s.e_row]
-        offered = np.bincount(s.e_link[sel], weights=s.e_load[sel], minlength=len(self.capacity))
+        n = len(self.capacity)
+        sel = active[self._row]
+        offered = np.bincount(self._link[sel], weights=self._load[sel], minlength=n)
         hot_mask = offered > self.capacity * (1 + _EPS)
         if not hot_mask.any():
             return alpha
-        ent = np.flatnonzero(sel & hot_mask[s.e_link])
-        row, link, a = s.e_row[ent], s.e_link[ent], s.e_load[ent]
+        sel &= hot_mask[self._link]
+        ent = np.flatnonzero(sel)
+        row, link, a = self._row[ent], self._link[ent], self._load[ent]
         hot = np.flatnonzero(hot_mask)
         n_hot = len(hot)
-        rows, starts = np.unique(row, return_index=True)  # entries are sorted by row
-        seg = np.searchsorted(rows, row)
-        vl_e = self.vl[row]
-        lanes = np.unique(vl_e)
-        lane_e = np.searchsorted(lanes, vl_e)
-        high = np.array([int(v) in self._high for v in lanes])
-        weight = np.array(
-            [
-                float(self._high[int(v)] if int(v) in self._high else self._low.get(int(v), 0))
-                for v in lanes
-            ]
-        )
-        col = lane_e * n_hot + np.searchsorted(hot, link)
+        hot_at = np.full(n, -1, dtype=np.int64)
+        hot_at[hot] = np.arange(n_hot)
+        change = np.flatnonzero(np.diff(row)) + 1  # entries are sorted by row
+        starts = np.concatenate([[0], change]).astype(np.int64)
+        rows = row[starts]
+        step = np.zeros(len(row), dtype=np.int64)
+        step[change] = 1
+        seg = np.cumsum(step)  # each entry's sender, as an index into *rows*
+        lanes_used = np.zeros(len(self._lanes), dtype=bool)
+        lanes_used[self._lane_of[rows]] = True
+        lanes = np.flatnonzero(lanes_used)
+        lane_at = np.cumsum(lanes_used) - 1
+        high = self._lane_high[lanes]
+        weight = self._lane_weight[lanes]
+        col = lane_at[self._lane_of[row]] * n_hot + hot_at[link]
         n_col = len(lanes) * n_hot
         # head of line: pairs of hot links of an active sender; the entry whose binding
         # blocks, and the (lane, link) column it blocks
-        n = len(self.capacity)
-        psel = active[s.p_row] & hot_mask[s.p_up] & hot_mask[s.p_down]
-        p_row = s.p_row[psel]
-        key = row * n + link
-        p_entry = np.searchsorted(key, p_row * n + s.p_down[psel])
-        p_col = np.searchsorted(lanes, self.vl[p_row]) * n_hot + np.searchsorted(hot, s.p_up[psel])
+        psel = sel[self._p_entry] & hot_mask[self._p_up]
+        pos = np.cumsum(sel) - 1  # an entry's place among the selected ones
+        p_entry = pos[self._p_entry[psel]]
+        p_row = self._p_row[psel]
+        p_col = lane_at[self._lane_of[p_row]] * n_hot + hot_at[self._p_up[psel]]
         cap = np.full(n_col, np.inf)  # head-of-line bound of each column, in alpha
         grant = np.ones(len(ent))
         before: FloatArray | None = None
@@ -296,6 +365,20 @@ class Allocator:
         left = cap - share[high].sum(axis=0)
         share[~high] = waterfill(d_low, lane_w[~high], np.maximum(left, 0.0))
         return share
+
+
+def _groups(row: IntArray, link: IntArray, rows: int, links: int) -> IntArray:
+    """Label of each row: the least row it is linked to through shared links (label
+    propagation over the row-link pairs given; rows not given keep their own index)."""
+    label = np.arange(rows, dtype=np.int64)
+    while True:
+        at_link = np.full(links, rows, dtype=np.int64)
+        np.minimum.at(at_link, link, label[row])
+        new = label.copy()
+        np.minimum.at(new, row, at_link[link])
+        if np.array_equal(new, label):
+            return label
+        label = new
 
 
 def _offers(grant: FloatArray, starts: IntArray, seg: IntArray) -> FloatArray:
@@ -379,10 +462,12 @@ class FluidSim:
         allocations: times the rates were solved.
     """
 
-    def __init__(self, net: Network, jobs: Sequence[SimJob], arb: Arbitration) -> None:
+    def __init__(
+        self, net: Network, jobs: Sequence[SimJob], arb: Arbitration, per: Granularity = "auto"
+    ) -> None:
         self.net = net
         self.jobs = list(jobs)
-        self.senders = Senders.of(net, self.jobs)
+        self.senders = Senders.of(net, self.jobs, per)
         s = self.senders
         self.comm_s = np.array([j.comm_s for j in self.jobs])
         self.compute_s = np.array([j.compute_s for j in self.jobs])
@@ -528,11 +613,15 @@ class FluidSim:
 
 
 def simulate_fluid(
-    net: Network, jobs: Sequence[SimJob], arb: Arbitration, iterations: int
+    net: Network,
+    jobs: Sequence[SimJob],
+    arb: Arbitration,
+    iterations: int,
+    per: Granularity = "auto",
 ) -> RunResult:
     """Run the mix until every job has *iterations* iterations (workload.py's semantics)."""
     if iterations < 1:
         raise SimError(f"iterations: expected at least 1, got {iterations}")
-    sim = FluidSim(net, jobs, arb)
+    sim = FluidSim(net, jobs, arb, per)
     sim.run(iterations)
     return sim.result(iterations)

@@ -32,7 +32,7 @@ from ibqos.decide import Decider
 from ibqos.fabric import Fabric
 from ibqos.planner import NUM_SLS, LaneConfig
 from ibqos.sim.evaluate import alone, evaluate
-from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.fluid import Granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError, from_tables
 from ibqos.sim.workload import SimJob
@@ -54,8 +54,10 @@ def build(
     jobs: Sequence[SimJob],
     iterations: int,
     lanes: LaneConfig = DEFAULT_LANES,
+    per: Granularity = "auto",
 ) -> Arbitration:
-    """The setup policy *name* gives this mix.
+    """The setup policy *name* gives this mix (*per*: the fluid model's senders, for the
+    policies that simulate).
 
     Raises:
         SimError: an unknown policy, or a mix too large for ``optimal``.
@@ -68,9 +70,9 @@ def build(
         ids = [[j.id] for j in jobs]
         return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
     if name == "ibqos":
-        return ibqos_plan(net, jobs, iterations, lanes)
+        return ibqos_plan(net, jobs, iterations, lanes, per)
     if name == "optimal":
-        return optimal(net, jobs, iterations, lanes)
+        return optimal(net, jobs, iterations, lanes, per)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
 
 
@@ -137,10 +139,14 @@ def grouped(
 
 
 def ibqos_plan(
-    net: Network, jobs: Sequence[SimJob], iterations: int, lanes: LaneConfig
+    net: Network,
+    jobs: Sequence[SimJob],
+    iterations: int,
+    lanes: LaneConfig,
+    per: Granularity = "auto",
 ) -> Arbitration:
     """What ibqos would program after watching the mix run on one VL."""
-    seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations)
+    seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per)
     rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
     fabric = Fabric(net.topo, source="simulated")
     keys = list(fabric.ports)
@@ -165,7 +171,11 @@ def ibqos_plan(
 
 
 def optimal(
-    net: Network, jobs: Sequence[SimJob], iterations: int, lanes: LaneConfig
+    net: Network,
+    jobs: Sequence[SimJob],
+    iterations: int,
+    lanes: LaneConfig,
+    per: Granularity = "auto",
 ) -> Arbitration:
     """The best setup of the exhaustive search (see the module docstring).
 
@@ -181,15 +191,17 @@ def optimal(
             f" {MAX_SEARCH} setups to try; use fewer jobs or lanes"
         )
     base = one_vl(jobs, lanes)
-    t_alone = alone("fluid", net, jobs, base, iterations)
+    t_alone = alone("fluid", net, jobs, base, iterations, per)
     tried = [grouped(g, w, lanes, "optimal") for g, w in candidates]
     tried += [
-        replace(build(p, net, jobs, iterations, lanes), name="optimal")
+        replace(build(p, net, jobs, iterations, lanes, per), name="optimal")
         for p in ("one-vl", "equal", "bandwidth", "ibqos")
     ]
     best = min(
         tried,
-        key=lambda arb: evaluate("fluid", net, jobs, arb, iterations, t_alone).total_contention_s,
+        key=lambda arb: (
+            evaluate("fluid", net, jobs, arb, iterations, t_alone, per).total_contention_s
+        ),
     )
     return best
 

@@ -9,7 +9,7 @@ import pytest
 
 from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
-from ibqos.sim.fluid import FluidSim, simulate_fluid, waterfill
+from ibqos.sim.fluid import Allocator, FluidSim, granularity, simulate_fluid, waterfill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import prepare
@@ -189,3 +189,76 @@ def test_a_held_back_sender_blocks_its_lane_upstream(two_leaves: Network) -> Non
     assert two.alpha == pytest.approx([0.625, 1.0])
     run = simulate_fluid(two_leaves, jobs, setup({"H": 0, "M": 0}, ((0, 32),)), 1)
     assert run.jobs["M"].t_s == pytest.approx(1.6e-4)
+
+
+def test_per_job_senders_move_a_job_at_one_rate() -> None:
+    # The same mix as test_a_job_alone_below_capacity_keeps_its_period, one rate per job:
+    # H's three senders share the in-cast's 12.5 GB/s, so all of H runs at the rate of its
+    # held-back hosts (5/8), including cn1, whose own flow has room.
+    net = xgft_network(parse_xgft("2;4,3;1,1"))
+    h = Job(
+        "H",
+        ("cn0001", "cn0005", "cn0006", "cn0007", "cn0009"),
+        "matrix",
+        10e9,
+        1.0,
+        0.01,
+        matrix=pairs(5, {(0, 4), (1, 3), (2, 3)}),
+    )
+    m = Job("M", ("cn0002", "cn0010"), "matrix", 5e9, 0.5, 0.008, matrix=pairs(2, {(0, 1)}))
+    jobs = prepare(net, [h, m])
+    arb = setup({"H": 0, "M": 0}, ((0, 32),))
+    sim = FluidSim(net, jobs, arb, "job")
+    assert sim.senders.rows == 2
+    assert sim.alpha == pytest.approx([0.625, 0.0])
+    sim.run(1)
+    assert sim.ends[0][0] == pytest.approx(0.016)
+    # auto: per host for a mix this small, per job above AUTO_HOSTS sending hosts
+    assert FluidSim(net, jobs, arb).senders.rows == 4
+    assert granularity(jobs) == "host"
+
+
+def test_auto_goes_per_job_above_the_host_limit(
+    pair_tree: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ibqos.sim import fluid
+
+    jobs = prepare(pair_tree, [flow("A", 1, 3, 6e9), flow("B", 2, 4, 6e9)])
+    assert granularity(jobs) == "host"
+    monkeypatch.setattr(fluid, "AUTO_HOSTS", 1)
+    assert granularity(jobs) == "job"
+
+
+def test_jobs_that_share_no_hot_link_are_solved_apart(two_leaves: Network) -> None:
+    # A and B overload leaf 1's uplink together (20 GB/s); C and D leaf 2's (15).  When B
+    # ends its phase, only A's group is solved again: C and D's rates come back from the
+    # kept solution, equal to solving everything at once.
+    jobs = prepare(
+        two_leaves,
+        [
+            flow("A", 1, 5, 10e9),
+            flow("B", 2, 6, 10e9),
+            flow("C", 7, 3, 10e9),
+            flow("D", 8, 4, 5e9),
+        ],
+    )
+    arb = setup({"A": 0, "B": 0, "C": 0, "D": 0}, ((0, 32),))
+    alloc = Allocator(two_leaves, jobs, arb)
+    solved: list[list[int]] = []
+    real = alloc._solve
+
+    def counting(active: np.ndarray) -> np.ndarray:
+        solved.append(np.flatnonzero(active).tolist())
+        return real(active)
+
+    alloc._solve = counting  # type: ignore[method-assign]
+    everyone = alloc.rates(np.ones(4, dtype=bool))
+    assert everyone == pytest.approx([0.625, 0.625, 12.5 / 15, 12.5 / 15])
+    assert solved == [[0, 1, 2, 3]]  # both groups in one solve
+    no_b = alloc.rates(np.array([True, False, True, True]))
+    assert no_b == pytest.approx([1.0, 0.0, 12.5 / 15, 12.5 / 15])
+    assert solved == [[0, 1, 2, 3]]  # A alone overloads nothing; C and D were kept
+    again = alloc.rates(np.ones(4, dtype=bool))
+    assert again == pytest.approx(everyone) and len(solved) == 1
+    fresh = Allocator(two_leaves, jobs, arb).rates(np.array([True, False, True, True]))
+    assert fresh == pytest.approx(no_b)
