@@ -93,6 +93,11 @@ def waterfill(demand: FloatArray, weight: FloatArray, cap: FloatArray) -> FloatA
     fits = total <= cap * (1 + _EPS)
     if fits.all():
         return demand.copy()
+    if fits.any():  # only the columns that overflow need the search below
+        out = demand.copy()
+        tight = ~fits
+        out[:, tight] = waterfill(demand[:, tight], weight[:, tight], cap[tight])
+        return out
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(weight > 0, demand / weight, np.inf)
     ratio = np.where(demand > 0, ratio, 0.0)
