@@ -35,7 +35,9 @@ link's grants computed exactly by water-filling.  The iteration stops when no gr
 by more than 1e-7 (or after :data:`MAX_ROUNDS`, where the last grants are used).  Only
 links the communicating senders could overload (*hot* links) are looked at, for the
 sharing and for head-of-line blocking alike: a link with room for every sender at full
-rate neither limits nor, in this model, blocks.
+rate neither limits nor, in this model, blocks.  Senders linked by no hot link do not
+affect each other: they are solved in separate groups, and a group's rates are kept until
+one of its senders starts or stops.
 
 What it leaves out, by design: packets, buffer sizes and credits beyond the head-of-line
 rule, latency, and transients inside a phase.  :mod:`ibqos.sim.packet` models those;
