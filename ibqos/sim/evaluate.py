@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ibqos.sim.fluid import Granularity, granularity, simulate_fluid
 from ibqos.sim.network import Network
+from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import RunResult, SimJob
 
@@ -82,8 +83,10 @@ def run(
     arb: Arbitration,
     iterations: int,
     per: Granularity = "auto",
+    buffer_packets: int = PACKET_BUFFER,
 ) -> RunResult:
-    """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.fluid`).
+    """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.fluid`;
+    *buffer_packets*: the packet model's input buffer per VL, in packets).
 
     Raises:
         SimError: an unknown model, or a setup the model cannot run.
@@ -91,9 +94,7 @@ def run(
     if model == "fluid":
         return simulate_fluid(net, jobs, arb, iterations, per)
     if model == "packet":
-        from ibqos.sim.packet import simulate_packets
-
-        return simulate_packets(net, jobs, arb, iterations)
+        return simulate_packets(net, jobs, arb, iterations, buffer_packets=buffer_packets)
     raise SimError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
 
 
@@ -104,11 +105,15 @@ def alone(
     arb: Arbitration,
     iterations: int,
     per: Granularity = "auto",
+    buffer_packets: int = PACKET_BUFFER,
 ) -> dict[str, float]:
     """Each job's ``T_alone`` (seconds for *iterations* iterations, alone)."""
     if model == "fluid" and per == "auto":
         per = granularity(jobs)  # alone as in the mix, or the two would not compare
-    return {j.id: run(model, net, [j], arb, iterations, per).jobs[j.id].t_s for j in jobs}
+    return {
+        j.id: run(model, net, [j], arb, iterations, per, buffer_packets).jobs[j.id].t_s
+        for j in jobs
+    }
 
 
 def evaluate(
@@ -119,11 +124,12 @@ def evaluate(
     iterations: int,
     t_alone: Mapping[str, float] | None = None,
     per: Granularity = "auto",
+    buffer_packets: int = PACKET_BUFFER,
 ) -> Outcome:
     """The mix under *arb*; *t_alone* reused when given (it does not depend on weights)."""
     if t_alone is None:
-        t_alone = alone(model, net, jobs, arb, iterations, per)
-    result = run(model, net, jobs, arb, iterations, per)
+        t_alone = alone(model, net, jobs, arb, iterations, per, buffer_packets)
+    result = run(model, net, jobs, arb, iterations, per, buffer_packets)
     out = tuple(
         JobOutcome(
             j.id,

@@ -58,6 +58,9 @@ from ibqos.sim.network import Network
 from ibqos.sim.qos import VL_COUNT, Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
+#: packet slots per VL at the receiving end of a link, by default
+PACKET_BUFFER = 8
+
 # An event: (time s, sequence number, handler, its argument).  The sequence number makes
 # simultaneous events run in the order they were scheduled, so runs are deterministic.
 _Event = tuple[float, int, Callable[[Any], None], Any]
@@ -479,7 +482,7 @@ def simulate_packets(
     arb: Arbitration,
     iterations: int,
     *,
-    buffer_packets: int = 8,
+    buffer_packets: int = PACKET_BUFFER,
     switch_latency_s: float = 100e-9,
     max_events: int = 50_000_000,
 ) -> RunResult:
