@@ -256,6 +256,23 @@ def test_one_credit_spaces_packets(net: Network) -> None:
     assert result.jobs["a"].t_s == pytest.approx((n - 1) * (S + LAT) + 2 * S + LAT, rel=1e-9)
 
 
+def test_buffers_absorb_a_short_burst(net: Network) -> None:
+    """M's 20 KB bursts overload the uplink H uses (20 GB/s into 12.5) for 2 us.  With 8
+    slots per VL the leaf holds the excess and drains it afterwards, so H keeps its pace;
+    with 2 slots H's packets back up into its CA, and a paced host never catches up.  (The
+    fluid model has no buffers: it sides with small buffers, docs/simulate-validation.md.)"""
+    h = flow_job("H", [("cn0001", "cn0009")], 10e9, 500 * MTU)
+    m = flow_job("M", [("cn0002", "cn0011")], 10e9, 10 * MTU, duty=0.05)
+    assert shared_links(net, h, m) - {ca_link(net, "cn0001")}  # an uplink in common
+    arb = arbitration({}, ((0, ONE_PACKET),))
+    cost = {}
+    for slots in (2, 8):
+        alone = run(net, [h], arb, buffer_packets=slots).jobs["H"].t_s
+        cost[slots] = run(net, [h, m], arb, buffer_packets=slots).jobs["H"].t_s - alone
+    assert cost[8] == pytest.approx(0.0, abs=1e-12)
+    assert cost[2] > 1e-6
+
+
 # -- 6-7: errors, determinism -----------------------------------------------------------
 
 
