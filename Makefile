@@ -1,6 +1,6 @@
 # The two commands of the README:  make demo  and  make test.
 # Each sets the machine up first (scripts/setup.sh is idempotent).
-.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan bench-metrics
+.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan bench-metrics dist
 
 VENV := .venv/bin
 
@@ -34,6 +34,10 @@ bench-plan: setup
 
 bench-metrics: setup
 	$(VENV)/python scripts/bench_metrics.py
+
+# sdist and wheel into dist/ (the wheel carries the units, config, dashboards, Slurm scripts)
+dist: setup
+	$(VENV)/python -m build --no-isolation --outdir dist .
 
 .PHONY: eval-sim validate-sim bench-sim
 

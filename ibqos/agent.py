@@ -21,13 +21,18 @@ has job J?" on ``agent.socket`` (and ``agent.sl_listen``) from its own threads
 (:mod:`ibqos.handoff`); a question for a job it does not know yet wakes the loop, which
 re-reads the job source and plans at once, so a job's tasks get its SL at launch.
 
-Dry-run.  The same pipeline, but instead of writing it prints the plan and unified diffs of
-the files it would write; OpenSM's files stay byte-identical and OpenSM is never signalled.
+Dry-run and observe mode.  The same pipeline, but OpenSM's files stay byte-identical and
+OpenSM is never signalled: ``--dry-run`` prints the plan and unified diffs of the files it
+would write; ``mode: observe`` keeps them in the state directory (:mod:`ibqos.observe`),
+exports every metric, and switches to ``mode: enforce`` with a SIGHUP.
+
+Under systemd (``Type=notify``, :mod:`ibqos.sdnotify`) the daemon says READY after its
+first successful cycle, keeps a one-line STATUS, and pings the watchdog from this loop only,
+so a loop that hangs is noticed.
 """
 
 from __future__ import annotations
 
-import difflib
 import gc
 import logging
 import math
@@ -37,31 +42,24 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import pandas as pd
 
-from ibqos.apply import (
-    Applier,
-    ApplyResult,
-    CommandSignaller,
-    PidFileSignaller,
-    Signaller,
-    read_file,
-    systemd_signaller,
-)
+from ibqos.agentlock import AgentLock
+from ibqos.apply import Applier, ApplyResult, make_signaller, read_file
+from ibqos.characterize.prior import learn, make_priors
 from ibqos.collect.loop import Collector
 from ibqos.config import Config, load_config
 from ibqos.decide import Decider, Decision
 from ibqos.errors import IbqosError, RenderError
 from ibqos.fabric import Fabric, fabric_from_config
 from ibqos.handoff import SlBoard, SlServer
-from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource, JobSource
 from ibqos.jobs import Job
 from ibqos.lanes import resolve_lanes
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app
+from ibqos.observe import Observer, file_diffs
 from ibqos.opensm.check import check_conf, check_policy
 from ibqos.opensm.conf import managed_values, render_conf
 from ibqos.opensm.policy import PolicyJob, render_policy
@@ -69,11 +67,12 @@ from ibqos.plan_output import render as render_plan
 from ibqos.plan_output import to_json
 from ibqos.planner import LaneConfig
 from ibqos.portinfo import SmpqueryRunner
+from ibqos.sdnotify import Notifier
 from ibqos.sim.network import Network, dmodk_lfts
 from ibqos.sim.whatif import what_if
 from ibqos.slurm.source import SlurmJobSource
 from ibqos.state import AgentState, load_state, save_state
-from ibqos.verify import Expected, PathCheck, check_until
+from ibqos.verify import check_until, expected_after
 
 log = logging.getLogger("ibqos.agent")
 
@@ -98,18 +97,6 @@ def make_job_source(config: Config) -> JobSource:
     return FileJobSource(config.jobs.path)
 
 
-def make_signaller(config: Config) -> Signaller | None:
-    """How OpenSM is reached, from the ``opensm`` section (None: never signalled)."""
-    osm = config.opensm
-    if osm.pid_file is not None:
-        return PidFileSignaller(osm.pid_file)
-    if osm.unit is not None:
-        return systemd_signaller(osm.unit)
-    if osm.reload_command:
-        return CommandSignaller(osm.reload_command)
-    return None
-
-
 class Agent:
     """One ibqos daemon.
 
@@ -121,6 +108,8 @@ class Agent:
             the running jobs under the setup in force and the proposed one.
         echo: where dry-run output goes (one text block per call).
         clock: monotonic seconds (tests inject their own).
+        notifier: how systemd is told about readiness, status and liveness (None: not
+            under systemd).
     """
 
     def __init__(
@@ -132,6 +121,7 @@ class Agent:
         simulate: bool = False,
         echo: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path
@@ -140,6 +130,9 @@ class Agent:
         self._sim_net: tuple[Fabric, Network] | None = None
         self.echo = echo
         self.clock = clock
+        self.notifier = notifier or Notifier(None)
+        self.lock: AgentLock | None = None
+        self._sl_wanted = False
         self.counters = Counters()
         self._wake = threading.Event()
         self._stop = False
@@ -155,10 +148,12 @@ class Agent:
         self.sl_server: SlServer | None = None
         self.applier = Applier(
             config.agent.state_dir,
-            make_signaller(config),
+            make_signaller(config.opensm),
             config.opensm.log,
             sweep_timeout_s=config.opensm.sweep_timeout_s,
+            heartbeat=self.notifier.ping_if_due,
         )
+        self.observer = Observer(config.agent.state_dir)
         refresh = config.fabric.refresh_s
         self.collector = Collector(
             config.collect,
@@ -170,7 +165,7 @@ class Agent:
             self.counters,
             fabric=config.metrics.fabric,
             routing_engine=self.lanes.routing_engine,
-            dry_run=dry_run,
+            dry_run=self.observing,
         )
         self.metrics.health.sl_answers = self.board.counts
         self.metrics.health.job_source_up = self._source_up
@@ -180,6 +175,11 @@ class Agent:
         self.jobs_seen: tuple[Job, ...] | None = None
         self.last: Decision | None = None
         _freeze()
+
+    @property
+    def observing(self) -> bool:
+        """Whether OpenSM is left alone: ``--dry-run``, or ``mode: observe``."""
+        return self.dry_run or self.config.mode == "observe"
 
     # -- setup --------------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ class Agent:
         return lanes
 
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
-        decider = Decider(fabric, lanes, config.classify, HostMatcher(config.jobs.host_pattern))
+        decider = Decider.from_config(config, fabric, lanes)
         # continue from the saved state: running jobs keep their SLs and classes
         decider.known_sl = dict(self.state.job_sl)
         decider.known_cls = dict(self.state.job_cls)
@@ -213,12 +213,16 @@ class Agent:
     def serve_sl(self) -> None:
         """Answer job SL questions on ``agent.socket`` / ``agent.sl_listen`` (if set).
 
-        Not for a dry run: it would hand out SLs that are not in force.  A socket that
+        Not while observing: it would hand out SLs that are not in force (a SIGHUP into
+        enforce mode starts it, one back into observe mode stops it).  A socket that
         cannot be served (another agent answers there, /run/ibqos not writable for this
         user) is one logged error, not the end of the daemon: the QoS work goes on, and
         ``ibqos job-sl`` then fails as for an agent that is not running.
         """
+        self._sl_wanted = True
         cfg = self.config.agent
+        if self.observing:
+            return
         if self.sl_server is None and (cfg.socket is not None or cfg.sl_listen is not None):
             try:
                 self.sl_server = SlServer(self.board, cfg.socket, cfg.sl_listen)
@@ -230,8 +234,19 @@ class Agent:
         source = self.source
         return source.up if isinstance(source, SlurmJobSource) else None
 
+    def hold_lock(self) -> None:
+        """Claim the state directory for this daemon (``ibqos.agentlock``).
+
+        Raises:
+            AgentLockError: another agent runs on it.
+        """
+        self.lock = AgentLock(self.config.agent.state_dir, self.config.mode)
+
     def close(self) -> None:
-        """Stop serving metrics and SLs, and release the collector's MAD device."""
+        """Stop serving metrics and SLs, release the collector's MAD device and the lock."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
         if self.sl_server is not None:
             self.sl_server.close()
             self.sl_server = None
@@ -268,8 +283,14 @@ class Agent:
     def run(self, *, cycles: int | None = None) -> int:
         """Run until stopped (or for *cycles* full cycles); return the exit status (0)."""
         interval = self.config.collect.interval_s
+        notify = self.notifier
+        notify.status(f"{self._mode_name()}: first sweep and plan")
+        notify.ping_if_due()
         # the baseline sweep; a daemon also plans at once, so running jobs get SLs now
-        self._soft(self._baseline if cycles is None else self._sweep)
+        if cycles is None:
+            self._soft(self._baseline)
+        else:
+            self._soft(self._sweep, report=False)
         start = self.clock()
         done = 0
         k = 0
@@ -280,6 +301,7 @@ class Agent:
                 break
             self._soft(lambda: self.cycle(sweep=True))
             done += 1
+        notify.stopping()
         log.info("stopping after %d cycles", self.counters.cycles)
         return 0
 
@@ -287,13 +309,14 @@ class Agent:
         """Sleep until *due*, looking at the job source and at signals meanwhile."""
         poll = self.config.agent.job_poll_s
         while not self._stop:
+            self.notifier.ping_if_due()  # only here and in the cycle: a hung loop goes quiet
             if self._reload:
                 self._reload = False
-                self.reload()
+                self._handle_reload()
             left = due - self.clock()
             if left <= 0:
                 return
-            self._wake.wait(min(poll, left))
+            self._wake.wait(min(poll, left, max(0.01, self.notifier.next_ping_s())))
             self._wake.clear()
             if not self._stop and self.board.pending():
                 self._answer_questions()
@@ -332,8 +355,13 @@ class Agent:
             return False  # reported by the next cycle
         return jobs != self.jobs_seen
 
-    def _soft(self, work: Callable[[], object]) -> None:
-        """Run *work*; a failure is logged once per distinct message and counted."""
+    def _soft(self, work: Callable[[], object], *, report: bool = True) -> bool:
+        """Run *work*; a failure is logged once per distinct message and counted.
+
+        With *report*, systemd hears of the outcome: READY after the first success (so
+        ``systemctl start`` returns once a plan is in force, or shown in observe mode),
+        and a status line after each one.
+        """
         try:
             work()
             self._last_error = ""
@@ -346,6 +374,39 @@ class Agent:
             else:
                 log.debug("cycle failed again: %s", message)
             self._last_error = message
+            if report:
+                self.notifier.status(f"{self._mode_name()}: cycle failed, retrying: {message}")
+            return False
+        finally:
+            self.notifier.ping_if_due()
+        if report:
+            if self.notifier.is_ready:
+                self.notifier.status(self._status_line())
+            else:
+                self.notifier.ready(self._status_line())
+        return True
+
+    def _mode_name(self) -> str:
+        return "dry run" if self.dry_run else self.config.mode
+
+    def _status_line(self) -> str:
+        """One line for ``systemctl status``: mode, jobs, lanes, what happened to OpenSM."""
+        plan = self.last.plan if self.last is not None else None
+        jobs = len(plan.job_sl) if plan is not None else 0
+        lanes = "-"
+        if plan is not None and plan.tables is not None:
+            lanes = str(len({plan.tables.sl_to_vl[sl] for sl in plan.job_sl.values()}))
+        if self.observing:
+            pending = self.observer.pending
+            what = (
+                f"would change {', '.join(p.name for p in pending)}"
+                if pending
+                else "OpenSM's files match the plan"
+            )
+        else:
+            what = f"OpenSM: {(self.state.last_apply or {}).get('summary', 'no change yet')}"
+        cycle = self.counters.cycles
+        return f"{self._mode_name()}: cycle {cycle}, {jobs} jobs, {lanes} lanes; {what}"
 
     # -- one cycle ----------------------------------------------------------------------
 
@@ -362,6 +423,8 @@ class Agent:
         if fresh or self.rates is None:
             self.rates = self._sweep()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
+        if self.config.profiles.learn and self.decider.priors is not None:
+            learn(self.decider.priors.store, decision.finished, time.time())
         # before applying: the SL is the job's from now on, whether or not this apply works
         self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
         if decision.result.replace:
@@ -372,6 +435,8 @@ class Agent:
         result: ApplyResult | None = None
         if self.dry_run:
             self.echo(self._dry_run_text(decision, files))
+        elif self.observing:
+            self.observer.show(files)
         else:
             result = self.applier.apply(files, self._verifier(decision))
             if result.changed:
@@ -446,43 +511,20 @@ class Agent:
     def _verifier(self, decision: Decision) -> Callable[[], Sequence[str]] | None:
         if not self.config.opensm.verify:
             return None
-        expected = self._expected(decision)
+        expected = expected_after(
+            decision.plan,
+            self.fabric,
+            self.decider.job_lids()[:VERIFY_JOBS],
+            switch_tables="swe" in self.config.opensm.port_types,
+            vlarb_low_cap=self.lanes.vlarb_low_cap,
+        )
         runner = SmpqueryRunner(10.0, binary="saquery")
         return lambda: check_until(expected, runner)
 
-    def _expected(self, decision: Decision) -> Expected:
-        """What SA should serve: the switch tables on one spine port, a few jobs' paths."""
-        plan = decision.plan
-        tables = plan.tables
-        sl2vl = vlarb = None
-        sl2vl_port = vlarb_port = None
-        if tables is not None and "swe" in self.config.opensm.port_types:
-            port = _switch_ports(self.fabric)
-            if port is not None:
-                lid, a, b = port
-                sl2vl, sl2vl_port = tables.sl_to_vl, (lid, a, b)
-                vlarb = tuple(tables.vlarb_low[: self.lanes.vlarb_low_cap])
-                vlarb_port = (lid, b)
-        paths: list[PathCheck] = []
-        if tables is not None:  # an SL-owning engine's path_sl overrides the policy
-            for job_id, lids in self.decider.job_lids()[:VERIFY_JOBS]:
-                if lids:
-                    paths.append(PathCheck(job_id, lids[0], lids[-1], plan.job_sl[job_id]))
-        return Expected(sl2vl, sl2vl_port, vlarb, vlarb_port, tuple(paths))
-
     def _dry_run_text(self, decision: Decision, files: dict[Path, str]) -> str:
         out = [render_plan(decision, "table").rstrip("\n")]
-        for path, text in files.items():
-            old = read_file(path) or ""
-            diff = list(
-                difflib.unified_diff(
-                    old.splitlines(keepends=True),
-                    text.splitlines(keepends=True),
-                    f"{path} (now)",
-                    f"{path} (ibqos would write)",
-                )
-            )
-            out.append("".join(diff).rstrip("\n") if diff else f"{path}: no change")
+        for path, diff in file_diffs(files):
+            out.append(diff.rstrip("\n") if diff else f"{path}: no change")
         if self.simulate:
             out.append(self._what_if(decision).rstrip("\n"))
         out.append("dry run: nothing written, OpenSM not signalled")
@@ -507,14 +549,37 @@ class Agent:
             history=dict(self.decider.history),
             plan=to_json(decision) | {"time_s": time.time()},  # the plan's clock is monotonic
             # the last time files changed: "no change" cycles do not hide it
-            last_apply=_apply_doc(result) if result and result.changed else self.state.last_apply,
+            last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
             updated_s=time.time(),
+            mode=self.config.mode,
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             save_state(self.config.agent.state_dir, state)
         self.state = state
 
     # -- reload -------------------------------------------------------------------------
+
+    def _handle_reload(self) -> None:
+        """SIGHUP: re-read the config, tell systemd, and act on a change of mode at once."""
+        ready = self.notifier.is_ready  # before the first good cycle there is no READY yet
+        if ready:
+            self.notifier.reloading()
+        old_mode = self.config.mode
+        self.reload()
+        if self.config.mode != old_mode:
+            log.warning("SIGHUP: mode %s -> %s", old_mode, self.config.mode)
+            self.metrics.health.dry_run = self.observing
+            if self.lock is not None:
+                self.lock.set_mode(self.config.mode)
+            if self.observing and self.sl_server is not None:
+                self.sl_server.close()
+                self.sl_server = None
+            elif self._sl_wanted:
+                self.serve_sl()
+            if self.jobs_seen is not None:  # plan now, in the new mode
+                self._soft(lambda: self.cycle(sweep=False), report=False)
+        if ready:
+            self.notifier.ready(self._status_line())
 
     def reload(self) -> None:
         """Re-read the config file if it changed; keep the old one if the new one is bad."""
@@ -527,6 +592,7 @@ class Agent:
         try:
             config = load_config(self.config_path)
             lanes = self._lanes(config, self.fabric)
+            priors = make_priors(config.profiles)  # profiles are re-read on SIGHUP too
         except IbqosError as err:
             self.counters.config_errors += 1
             self.counters.config_error_now = True
@@ -548,9 +614,10 @@ class Agent:
         self.lanes = lanes
         self.decider.lanes = lanes
         self.decider.classifier.thresholds = config.classify
+        self.decider.priors = priors
         if (config.jobs, config.slurm) != (old.jobs, old.slurm):
             self.source = make_job_source(config)  # else keep its state (grace, last jobs)
-        self.applier.signaller = make_signaller(config)
+        self.applier.signaller = make_signaller(config.opensm)
         log.info("SIGHUP: config %s re-read", self.config_path)
 
 
@@ -560,33 +627,3 @@ def _freeze() -> None:
     (docs/plan-benchmark.md)."""
     gc.collect()
     gc.freeze()
-
-
-def _apply_doc(result: ApplyResult) -> dict[str, Any]:
-    return {
-        "summary": result.summary(),
-        "time_s": result.started_s,
-        "changed": [str(p) for p in result.changed],
-        "signalled": result.signalled,
-        "ok": result.ok,
-        "rolled_back": result.rolled_back,
-        "problems": list(result.problems),
-        "sweep_s": result.sweep_s,
-        "verify_s": result.verify_s,
-    }
-
-
-def _switch_ports(fabric: Fabric) -> tuple[int, int, int] | None:
-    """(LID, in port, out port) of a top-level switch with two linked ports."""
-    ports: dict[int, list[int]] = {}
-    where: dict[int, tuple[int, int]] = {}  # switch GUID -> (level, LID)
-    for fp in fabric.ports.values():
-        if fp.is_switch and fp.lid is not None and fp.node_guid is not None:
-            ports.setdefault(fp.node_guid, []).append(fp.num)
-            where[fp.node_guid] = (fp.level, fp.lid)
-    usable = [g for g, nums in ports.items() if len(nums) >= 2]
-    if not usable:
-        return None
-    top = max(usable, key=lambda g: (where[g][0], -g))
-    a, b = sorted(ports[top])[:2]
-    return where[top][1], a, b

@@ -7,7 +7,8 @@ The one path by which ibqos changes what OpenSM reads (reference D.1-D.3):
 2. compare each rendered file with what is on disk and stop if nothing changed: OpenSM is
    signalled only for a real change, since every signal costs a heavy sweep;
 3. keep the current version of each changed file (``<state_dir>/backup/<name>.prev``), and
-   the very first version ibqos found (``<name>.orig``, for ``ibqos restore``);
+   the very first version ibqos found (``<name>.orig``, or an empty ``<name>.orig.absent``
+   when there was no file), for ``ibqos restore``;
 4. write each changed file with :func:`ibqos.fsio.atomic_write` (temp file in the same
    directory, fsync, rename, fsync of the directory; permissions kept);
 5. note the size of OpenSM's log, signal OpenSM (SIGHUP re-reads opensm.conf and the policy
@@ -35,10 +36,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ibqos.errors import IbqosError
 from ibqos.fsio import atomic_write
+
+if TYPE_CHECKING:
+    from ibqos.config import OpenSMConfig
 
 log = logging.getLogger("ibqos.apply")
 
@@ -130,6 +134,17 @@ def systemd_signaller(unit: str) -> CommandSignaller:
     return CommandSignaller(("systemctl", "kill", "--signal=SIGHUP", "--kill-whom=main", unit))
 
 
+def make_signaller(osm: OpenSMConfig) -> Signaller | None:
+    """How OpenSM is reached, from the ``opensm`` section (None: never signalled)."""
+    if osm.pid_file is not None:
+        return PidFileSignaller(osm.pid_file)
+    if osm.unit is not None:
+        return systemd_signaller(osm.unit)
+    if osm.reload_command:
+        return CommandSignaller(osm.reload_command)
+    return None
+
+
 #: Checks that OpenSM serves what was written; returns problems, one line each.
 Verifier = Callable[[], Sequence[str]]
 
@@ -169,6 +184,20 @@ class ApplyResult:
         what = "rolled back" if self.rolled_back else "FAILED, not rolled back"
         return f"{what} {names}: {self.problems[0] if self.problems else 'unknown'}"
 
+    def to_doc(self) -> dict[str, Any]:
+        """The result as the state file keeps it (``last_apply``)."""
+        return {
+            "summary": self.summary(),
+            "time_s": self.started_s,
+            "changed": [str(p) for p in self.changed],
+            "signalled": self.signalled,
+            "ok": self.ok,
+            "rolled_back": self.rolled_back,
+            "problems": list(self.problems),
+            "sweep_s": self.sweep_s,
+            "verify_s": self.verify_s,
+        }
+
 
 class Applier:
     """Writes OpenSM's files, signals it, checks, verifies and rolls back.
@@ -179,6 +208,7 @@ class Applier:
             written, e.g. when OpenSM is restarted by other means).
         log_path: OpenSM's log.
         sweep_timeout_s: seconds to wait for the heavy sweep after a signal.
+        heartbeat: called while waiting for OpenSM (the daemon's systemd watchdog ping).
     """
 
     def __init__(
@@ -188,12 +218,14 @@ class Applier:
         log_path: Path,
         *,
         sweep_timeout_s: float = 30.0,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.backups = state_dir / "backup"
         self.signaller = signaller
         self.log_path = log_path
         self.sweep_timeout_s = sweep_timeout_s
+        self.heartbeat = heartbeat
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -214,12 +246,16 @@ class Applier:
         finally:
             os.close(fd)
 
-    def pending(self, files: Mapping[Path, str]) -> dict[Path, str]:
-        """The files whose content differs from what is on disk."""
+    def pending(self, files: Mapping[Path, str | None]) -> dict[Path, str | None]:
+        """The files whose content differs from what is on disk (None: should not exist)."""
         return {path: text for path, text in files.items() if read_file(path) != text}
 
-    def apply(self, files: Mapping[Path, str], verify: Verifier | None = None) -> ApplyResult:
+    def apply(
+        self, files: Mapping[Path, str | None], verify: Verifier | None = None
+    ) -> ApplyResult:
         """Write the changed *files*, signal OpenSM, check and verify; roll back on failure.
+
+        A None content removes the file (``ibqos restore`` of a file ibqos created).
 
         Raises:
             ApplyError: the lock is held elsewhere, a file cannot be written, or OpenSM
@@ -230,17 +266,21 @@ class Applier:
             if not changed:
                 return ApplyResult()
             previous = {path: read_file(path) for path in changed}
-            self._keep(previous)
             try:
-                for path, text in changed.items():
-                    atomic_write(path, text)
+                self._keep(previous)
+            except OSError as err:
+                raise ApplyError(
+                    f"cannot keep a backup in {self.backups}: {err.strerror}; nothing written"
+                ) from err
+            try:
+                self._put(changed)
                 if self.signaller is None:
                     return ApplyResult(tuple(changed), False, True)
                 offset = _log_size(self.log_path)
                 t0 = time.monotonic()
                 self.signaller.signal()
             except (OSError, ApplyError) as err:
-                self._restore(previous)
+                self._put(previous)
                 if isinstance(err, ApplyError):
                     raise
                 raise ApplyError(f"cannot write {err.filename}: {err.strerror}") from err
@@ -265,24 +305,25 @@ class Applier:
         """Keep the current version of each file, and the first one ibqos ever found."""
         self.backups.mkdir(parents=True, exist_ok=True)
         for path, text in previous.items():
-            if text is None:
-                continue
             orig = self.backups / f"{path.name}.orig"
-            if not orig.exists():
-                atomic_write(orig, text)
-            atomic_write(self.backups / f"{path.name}.prev", text)
+            absent = self.backups / f"{path.name}.orig.absent"
+            if not orig.exists() and not absent.exists():  # the first write ever: pristine
+                atomic_write(absent if text is None else orig, text or "")
+            if text is not None:
+                atomic_write(self.backups / f"{path.name}.prev", text)
 
-    def _restore(self, previous: Mapping[Path, str | None]) -> None:
-        for path, text in previous.items():
+    def _put(self, files: Mapping[Path, str | None]) -> None:
+        """Put each file in place atomically; None removes it (it did not exist)."""
+        for path, text in files.items():
             if text is None:
-                path.unlink(missing_ok=True)  # ibqos created it
+                path.unlink(missing_ok=True)
             else:
                 atomic_write(path, text)
 
     def _roll_back(self, previous: Mapping[Path, str | None]) -> bool:
         """Put the previous files back and make OpenSM read them again."""
         try:
-            self._restore(previous)
+            self._put(previous)
             assert self.signaller is not None
             offset = _log_size(self.log_path)
             t0 = time.monotonic()
@@ -301,6 +342,8 @@ class Applier:
         """Wait for the heavy sweep's end; return its duration and the errors logged."""
         deadline = t0 + self.sweep_timeout_s
         while True:
+            if self.heartbeat is not None:
+                self.heartbeat()
             text = _log_since(self.log_path, offset)
             errors = [line.strip() for line in text.splitlines() if _LOG_ERRORS.search(line)]
             if SWEEP_DONE in text:

@@ -19,6 +19,8 @@ import yaml
 
 from ibqos import __version__
 from ibqos.agent import Agent, make_job_source
+from ibqos.cli_characterize import characterize as characterize_group
+from ibqos.cli_deploy import COMMANDS as DEPLOY_COMMANDS
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config import BACKENDS, Config, find_config, load_config, parse_config
@@ -26,7 +28,6 @@ from ibqos.decide import Decider
 from ibqos.errors import IbqosError, LabError, TopologyError
 from ibqos.fabric import Fabric, fabric_from_config, fabric_from_file
 from ibqos.handoff import ask_sl, check_job_id
-from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource
 from ibqos.jobs import PATTERNS, parse_jobs
 from ibqos.lab import manage
@@ -38,6 +39,7 @@ from ibqos.opensm.check import check_file
 from ibqos.plan_output import FORMATS as PLAN_FORMATS
 from ibqos.plan_output import render as render_plan
 from ibqos.plan_output import render_status
+from ibqos.sdnotify import Notifier
 from ibqos.sim.command import network as sim_network
 from ibqos.sim.command import simulate as run_simulation
 from ibqos.sim.evaluate import MODELS as SIM_MODELS
@@ -113,6 +115,7 @@ def show_config(path: Path | None) -> None:
     config = load_config(find_config(path))
     out = {
         "source": config.source,
+        "mode": config.mode,
         "opensm": {k: str(v) if v is not None else None for k, v in vars(config.opensm).items()},
         "jobs": {
             "source": config.jobs.source,
@@ -277,7 +280,7 @@ def plan_command(
     lanes, notes = resolve_lanes(config, fabric, read_ports=cfg.backend != "replay")
     for note in notes:
         logger.info("%s", note)
-    decider = Decider(fabric, lanes, config.classify, HostMatcher(config.jobs.host_pattern))
+    decider = Decider.from_config(config, fabric, lanes)
     pause = interval if interval is not None else cfg.interval_s
     with Collector(cfg, fabric) as collector:
         collector.step()  # rates need two sweeps: the first is the baseline
@@ -304,8 +307,9 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
     """Run the agent: sweep, plan, and rewrite OpenSM's QoS files every collect.interval_s.
 
     SIGTERM ends it after the current cycle (exit 0); SIGHUP re-reads the config.  With
-    --dry-run nothing is written and OpenSM is never signalled.  Prometheus metrics are
-    served on metrics.listen (not with --once).
+    mode: observe (the default) or --dry-run nothing is written and OpenSM is never
+    signalled.  Prometheus metrics are served on metrics.listen (not with --once).  Under
+    systemd (ibqos.service) it notifies READY, STATUS and the watchdog.
     """
     found = find_config(path)
     config = load_config(found)
@@ -317,9 +321,12 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
         dry_run=dry_run,
         simulate=simulate,
         echo=lambda text: click.echo(text, nl=False),
+        notifier=None if once else Notifier.from_env(),  # Type=notify (ibqos.service)
     )
     try:
         if not once:
+            if not dry_run:
+                agent.hold_lock()  # one daemon per state directory
             agent.serve_metrics()
             if not dry_run:
                 agent.serve_sl()
@@ -781,6 +788,11 @@ def lab_job_remove(name: str, job_ids: tuple[str, ...], root: Path | None) -> No
     """Remove jobs from a lab."""
     jobs = manage.edit_jobs(name, root=root or default_root(), remove=job_ids)
     click.echo(f"lab {name}: removed {', '.join(job_ids)} ({len(jobs)} jobs left)")
+
+
+for _command in DEPLOY_COMMANDS:
+    cli.add_command(_command)
+cli.add_command(characterize_group)
 
 
 def main() -> None:

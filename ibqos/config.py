@@ -28,6 +28,11 @@ JOB_SOURCES = ("file", "slurm")
 SQUEUE_FORMATS = ("auto", "json", "text")
 FABRIC_SOURCES = ("ibnetdiscover", "file", "lab")
 BACKENDS = ("native", "perfquery", "replay")
+#: ``mode``: observe computes, exports and shows diffs but never touches OpenSM; enforce
+#: writes OpenSM's files.  Observe is the default, so that a fresh install changes nothing
+#: on a production fabric before an admin has read what it would do (docs/deploy.md).
+MODES = ("observe", "enforce")
+DEFAULT_MODE = "observe"
 
 
 #: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2)
@@ -260,6 +265,22 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ProfilesConfig:
+    """Job profiles: priors for new jobs (``docs/characterize.md``).
+
+    Attributes:
+        dir: the profile directory; None: no profiles.
+        min_confidence: profiles less confident than this (0..1) are not used.
+        learn: the agent adds every finished job's measured class to its application's
+            profile (creating it); needs ``dir`` writable.
+    """
+
+    dir: Path | None = None
+    min_confidence: float = 0.5
+    learn: bool = False
+
+
+@dataclass(frozen=True)
 class LabConfig:
     """Set when the config belongs to a simulated lab fabric."""
 
@@ -270,6 +291,7 @@ class LabConfig:
 @dataclass(frozen=True)
 class Config:
     source: str
+    mode: str = DEFAULT_MODE
     opensm: OpenSMConfig = field(default_factory=OpenSMConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
@@ -279,6 +301,7 @@ class Config:
     lanes: LanesConfig = field(default_factory=LanesConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    profiles: ProfilesConfig = field(default_factory=ProfilesConfig)
     lab: LabConfig | None = None
 
 
@@ -314,6 +337,7 @@ def parse_config(data: object, source: str) -> Config:
         source,
         "",
         (
+            "mode",
             "opensm",
             "jobs",
             "slurm",
@@ -323,6 +347,7 @@ def parse_config(data: object, source: str) -> Config:
             "lanes",
             "agent",
             "metrics",
+            "profiles",
             "lab",
         ),
     )
@@ -344,6 +369,7 @@ def parse_config(data: object, source: str) -> Config:
         )
     return Config(
         source=source,
+        mode=_choice(top.get("mode", DEFAULT_MODE), source, "mode", MODES),
         opensm=_opensm(osm, source),
         jobs=JobsConfig(
             job_source,
@@ -357,6 +383,7 @@ def parse_config(data: object, source: str) -> Config:
         lanes=_lanes(top.get("lanes", {}), source),
         agent=_agent(top.get("agent", {}), source),
         metrics=_metrics(top.get("metrics", {}), source),
+        profiles=_profiles(top.get("profiles", {}), source),
         lab=lab,
     )
 
@@ -447,6 +474,25 @@ def _opensm(osm: Mapping[str, Any], source: str) -> OpenSMConfig:
         ),
         verify=_bool(osm.get("verify", d.verify), source, "opensm.verify"),
     )
+
+
+def _profiles(value: object, source: str) -> ProfilesConfig:
+    d = ProfilesConfig()
+    raw = _mapping(value, source, "profiles", tuple(ProfilesConfig.__dataclass_fields__))
+    directory = raw.get("dir")
+    confidence = _number(
+        raw.get("min_confidence", d.min_confidence), source, "profiles.min_confidence", 0
+    )
+    if confidence > 1:
+        raise ConfigError(f"{source}: profiles.min_confidence: expected 0-1, got {confidence}")
+    cfg = ProfilesConfig(
+        dir=None if directory in ("", None) else _path(directory, source, "profiles.dir"),
+        min_confidence=confidence,
+        learn=_bool(raw.get("learn", d.learn), source, "profiles.learn"),
+    )
+    if cfg.learn and cfg.dir is None:
+        raise ConfigError(f"{source}: profiles.learn: needs profiles.dir to write to")
+    return cfg
 
 
 def _agent(value: object, source: str) -> AgentConfig:

@@ -27,19 +27,27 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from ibqos.attribution import Attributor
+from ibqos.characterize.levels import Characterizer
+from ibqos.characterize.prior import Prior, Priors, make_priors
+from ibqos.characterize.profiles import Profile
+from ibqos.characterize.sharing import JobSharing, SharingTables
 from ibqos.classify import Capacities, Class, Classifier, JobClass, Thresholds
 from ibqos.fabric import Fabric
 from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import JobMapper, MappedJob, log_warnings
 from ibqos.jobs import Job
 from ibqos.planner import JobState, LaneConfig, Plan, PlanResult, plan
+
+if TYPE_CHECKING:
+    from ibqos.config import Config
 
 log = logging.getLogger("ibqos.plan")
 
@@ -88,6 +96,8 @@ class JobReport:
             (1.0 when it is alone in every subtree it uses).
         profile: "pattern <name>" when a declared pattern was the attribution prior, else
             "gravity".
+        prior: the job profile that gave its expected class (and pattern, if it declared
+            none): ``file: class (how, confidence c)``; None when no profile matched.
     """
 
     id: str
@@ -106,6 +116,42 @@ class JobReport:
     vl: int | None
     measured_share: float
     profile: str
+    prior: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A job that ended since the previous cycle, as last measured (to learn profiles).
+
+    Attributes:
+        id, name, user: from the job source.
+        nodes: its hosts on the fabric.
+        cls: its last measured class.
+        intensity: its last smoothed intensity.
+    """
+
+    id: str
+    name: str
+    user: str | None
+    nodes: int
+    cls: Class
+    intensity: float
+
+
+class LazySharing:
+    """The jobs' sharing of the fat tree (:mod:`ibqos.characterize.sharing`), computed
+    on first use: the exporter and ``ibqos characterize sharing`` want it, a cycle does not."""
+
+    def __init__(self, tables: SharingTables | None, jobs: Sequence[MappedJob]) -> None:
+        self._tables = tables
+        self._jobs = tuple(jobs)
+        self._value: dict[str, JobSharing] | None = None
+
+    def get(self) -> dict[str, JobSharing]:
+        """Per job id."""
+        if self._value is None:
+            self._value = self._tables.sharing(self._jobs) if self._tables else {}
+        return self._value
 
 
 @dataclass(frozen=True)
@@ -119,6 +165,8 @@ class Decision:
         unattributed: per level >= 1, uplink bytes/s no running job could take (traffic of
             nodes outside any job, or of management).
         warnings: job mapping and planning warnings of this cycle.
+        finished: jobs that ended since the previous cycle and had been measured.
+        sharing: how the jobs share the fat tree (computed when first asked).
     """
 
     now_s: float
@@ -126,6 +174,8 @@ class Decision:
     result: PlanResult
     unattributed: Mapping[int, float]
     warnings: tuple[str, ...]
+    finished: tuple[FinishedJob, ...] = ()
+    sharing: LazySharing = field(default_factory=lambda: LazySharing(None, ()))
 
     @property
     def plan(self) -> Plan:
@@ -141,6 +191,8 @@ class Decider:
         lanes: what the planner may use (resolved: no ``auto`` values left).
         thresholds: class bounds and smoothing.
         matcher: how host names are read from NodeDescriptions.
+        priors: job profiles (``profiles.dir``): a matching one gives a new job its
+            expected class and, if it declares none, its pattern.
 
     Attributes:
         timings: seconds each stage of the last cycle took: ``map``, ``attribute``,
@@ -154,15 +206,21 @@ class Decider:
         lanes: LaneConfig,
         thresholds: Thresholds | None = None,
         matcher: HostMatcher | None = None,
+        priors: Priors | None = None,
     ) -> None:
         self.lanes = lanes
         self.matcher = matcher or HostMatcher()
+        self.priors = priors
+        # id() of a job as its source gave it -> (that job, the job used, its profile)
+        self._profiled: dict[int, tuple[Job, Job, Profile | None]] = {}
+        self._prior_of: dict[str, Prior] = {}  # running job id -> the prior it started with
         self.classifier = Classifier(thresholds)
         self.previous: Plan | None = None
         #: application name -> class of its last finished job (the expected class of the
         #: next job of that name; profiles will refine it)
         self.history: dict[str, Class] = {}
         self._names: dict[str, str] = {}  # running job id -> application name
+        self._ran: dict[str, tuple[str | None, int]] = {}  # running job id -> (user, hosts)
         self._expected_of: dict[str, Class] = {}  # running job id -> expected class
         self._warned: frozenset[str] = frozenset()
         self.timings: dict[str, float] = {}
@@ -173,12 +231,29 @@ class Decider:
         self.mapped: tuple[MappedJob, ...] = ()
         self.set_fabric(fabric)
 
+    @classmethod
+    def from_config(cls, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
+        """A decider as the config says: thresholds, host pattern, job profiles.
+
+        Raises:
+            ProfileError: a profile file is bad.
+        """
+        return cls(
+            fabric,
+            lanes,
+            config.classify,
+            HostMatcher(config.jobs.host_pattern),
+            priors=make_priors(config.profiles),
+        )
+
     def set_fabric(self, fabric: Fabric) -> None:
         """Use a new topology (after a fabric change): rebuild the per-fabric tables."""
         self.fabric = fabric
         self.attributor = Attributor(fabric)
         self.capacities = Capacities.from_fabric(fabric)
         self.mapper = JobMapper(fabric, self.matcher)
+        self.sharing_tables = SharingTables(fabric)
+        self._characterizer: Characterizer | None = None  # built when a profile needs it
         self._avail: tuple[tuple[MappedJob, ...], FloatArray] | None = None
         self._avail_of: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
 
@@ -203,12 +278,13 @@ class Decider:
         """
         clock = time.perf_counter
         t0 = clock()
+        jobs = self._with_profiles(jobs)
         mapped, warnings = self.mapper.map(jobs)
         self._log_new(warnings)
         t1 = clock()
         attribution = self.attributor.attribute(rates, mapped)
         t2 = clock()
-        self._remember_ended({mj.id for mj in mapped})
+        finished = self._remember_ended({mj.id for mj in mapped})
         # every job at once: rate, avail and util per job (row) and level 0..height (column)
         avail = self._available(tuple(mapped))
         rate = np.full(avail.shape, math.nan)
@@ -254,20 +330,28 @@ class Decider:
         # the saved state served its purpose once the plan holds these jobs
         self.known_sl = {j: sl for j, sl in self.known_sl.items() if j not in result.plan.job_sl}
         self._names = {mj.id: mj.job.name for mj in mapped}
+        self._ran = {mj.id: (mj.job.user, len(mj.hosts)) for mj in mapped}
         self._expected_of = dict(zip(ids, expected, strict=True))
+        self._prior_of = {j: p for j, p in self._prior_of.items() if j in self._expected_of}
         new_warnings = [w for w in result.warnings if w not in self._warned]
         for w in new_warnings:
             log.warning("%s", w)
         self._warned = frozenset(warnings) | frozenset(result.warnings)
         columns = _columns(rate, avail, util, known)
         reports = tuple(
-            _report(mj, share, _Levels(columns, i), sample, exp, result.plan)
+            _report(mj, share, _Levels(columns, i), sample, exp, result.plan, self._prior_of)
             for i, (mj, share, sample, exp) in enumerate(
                 zip(mapped, attribution.measured_share.tolist(), samples, expected, strict=True)
             )
         )
         decision = Decision(
-            now_s, reports, result, attribution.unattributed, (*warnings, *result.warnings)
+            now_s,
+            reports,
+            result,
+            attribution.unattributed,
+            (*warnings, *result.warnings),
+            finished,
+            LazySharing(self.sharing_tables, mapped),
         )
         t5 = clock()
         self.timings = {
@@ -349,20 +433,58 @@ class Decider:
 
     def _expected(self, mj: MappedJob) -> Class:
         """Expected class of a job, fixed when first seen: its class before a restart,
-        else its application's last class, else the configured default."""
+        else what its profile predicts, else its application's last class, else the
+        configured default."""
         cls = self._expected_of.get(mj.id) or self.known_cls.get(mj.id)
         if cls is None:
+            hit = self._profiled.get(id(mj.job))
+            profile = hit[2] if hit is not None and hit[1] is mj.job else None
+            if profile is not None and self.priors is not None:
+                if self._characterizer is None and profile.model is not None:
+                    self._characterizer = Characterizer(self.fabric, matcher=self.matcher)
+                prior = self.priors.prior(mj.job, profile, mj.hosts, self._characterizer)
+                self._prior_of[mj.id] = prior
+                return prior.cls
             known = self.history.get(mj.job.name) if mj.job.name else None
             cls = known or self.lanes.default_class
         return cls
 
-    def _remember_ended(self, running: set[str]) -> None:
+    def _with_profiles(self, jobs: Sequence[Job]) -> Sequence[Job]:
+        """The jobs, each with its profile's pattern when it declares none.  Matched once
+        per job object (a job source hands back the same objects while nothing changes),
+        so the job mapper's and attributor's caches still hold."""
+        if self.priors is None:
+            return jobs
+        seen: dict[int, tuple[Job, Job, Profile | None]] = {}
+        out = []
+        for job in jobs:
+            hit = self._profiled.get(id(job))
+            if hit is None or hit[0] is not job:
+                profile = self.priors.profile(job)
+                used = job if profile is None else self.priors.with_pattern(job, profile)
+                hit = (job, used, profile)
+            seen[id(job)] = seen[id(hit[1])] = hit
+            out.append(hit[1])
+        self._profiled = seen
+        return out
+
+    def _remember_ended(self, running: set[str]) -> tuple[FinishedJob, ...]:
+        """Record the class of every job that ended; return those that were measured."""
         if self.previous is None:
-            return
+            return ()
+        finished = []
         for job_id, cls in self.previous.job_cls.items():
             name = self._names.get(job_id, "")
             if job_id not in running and name:
                 self.history[name] = cls
+            sample = self.classifier.get(job_id)
+            if job_id not in running and sample is not None:
+                job = self._ran.get(job_id)
+                if job is not None:
+                    finished.append(
+                        FinishedJob(job_id, name, job[0], job[1], sample.cls, sample.smoothed)
+                    )
+        return tuple(finished)
 
     def _log_new(self, warnings: Sequence[str]) -> None:
         """Log mapping warnings once: the same bad job is not reported every cycle."""
@@ -426,6 +548,7 @@ def _report(
     sample: JobClass | None,
     expected: Class,
     current: Plan,
+    priors: Mapping[str, Prior],
 ) -> JobReport:
     sl = current.job_sl[mj.id]
     tables = current.tables
@@ -446,4 +569,5 @@ def _report(
         vl=None if tables is None else tables.sl_to_vl[sl],
         measured_share=measured_share,
         profile=f"pattern {mj.job.pattern}" if mj.job.pattern else "gravity",
+        prior=prior.describe() if (prior := priors.get(mj.id)) is not None else None,
     )

@@ -75,3 +75,15 @@ class RenderError(IbqosError):
     does not parse.  Nothing is written."""
 
     category = "render"
+
+
+class TraceError(IbqosError):
+    """A communication trace (ibqos CSV, OTF2) or a recorded history cannot be read."""
+
+    category = "trace"
+
+
+class ProfileError(IbqosError):
+    """A job profile file is invalid, or the profile store cannot be read or written."""
+
+    category = "profile"

@@ -12,7 +12,12 @@ from pathlib import Path
 
 
 def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
-    """Replace *path* with *text*.
+    """Replace *path* with *text* (UTF-8); see :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace *path* with *data*.
 
     Writes a temp file in the same directory (``rename(2)`` is only atomic within one
     file system), fsyncs it, renames it over the target and fsyncs the directory so the
@@ -28,8 +33,8 @@ def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
     tmp = directory / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fchmod(fh.fileno(), mode)  # O_CREAT's mode is filtered by the umask
             os.fsync(fh.fileno())

@@ -128,6 +128,7 @@ def _job(job: JobReport) -> dict[str, Any]:
         "vl": job.vl,
         "measured_share": _num(job.measured_share),
         "profile": job.profile,
+        "prior": job.prior,
     }
 
 
@@ -181,6 +182,11 @@ def _tables_text(decision: Decision) -> str:
         ]
         rows.append(cells)
     lines = _align(header, rows) if rows else ["no running jobs on the fabric"]
+    lines += [
+        f"job {job.id}: expected class from profile {job.prior}"
+        for job in decision.jobs
+        if job.prior
+    ]
     tables = current.tables
     if tables is not None:
         weights = lane_weights(tables)
@@ -212,6 +218,11 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         return f"no agent state in {state_dir} (has ibqos run run here?)\n"
     when = datetime.fromtimestamp(state.updated_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [f"state {state_dir}, written {when}"]
+    if state.mode == "observe":  # the plan below was only shown, never written
+        lines.append(
+            f"mode: observe (the plan below is proposed, not in force;"
+            f" diff: {state_dir / 'observe' / 'proposed.diff'})"
+        )
     apply = state.last_apply
     lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
     plan = state.plan or {}

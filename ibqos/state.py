@@ -42,6 +42,7 @@ class AgentState:
         plan: the last decision as ``ibqos plan --format json`` prints it (for status).
         last_apply: the last apply result (``summary``, ``ok``, ``rolled_back``, ...).
         updated_s: when it was written, seconds since the epoch.
+        mode: the mode it ran in ("observe": *plan* was only proposed, not in force).
     """
 
     job_sl: dict[str, int] = field(default_factory=dict)
@@ -50,12 +51,14 @@ class AgentState:
     plan: dict[str, Any] | None = None
     last_apply: dict[str, Any] | None = None
     updated_s: float = 0.0
+    mode: str = "enforce"
 
     def to_json(self) -> str:
         """The file's text."""
         doc = {
             "version": VERSION,
             "updated_s": self.updated_s,
+            "mode": self.mode,
             "job_sl": self.job_sl,
             "job_cls": self.job_cls,
             "history": self.history,
@@ -94,6 +97,7 @@ def load_state(state_dir: Path) -> AgentState:
             plan=doc.get("plan"),
             last_apply=doc.get("last_apply"),
             updated_s=float(doc.get("updated_s", 0.0)),
+            mode=str(doc.get("mode", "enforce")),  # files of before modes existed: enforce
         )
     except (KeyError, AttributeError, TypeError, ValueError) as err:
         raise StateError(f"{path}: damaged ({err})") from err

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ibqos.errors import IbqosError
-from ibqos.planner import NUM_SLS, Entry
+from ibqos.fabric import Fabric
+from ibqos.planner import NUM_SLS, Entry, Plan
 
 #: Runs a diag (argv) and returns its stdout; raises IbqosError on failure.
 Runner = Callable[[Sequence[str]], str]
@@ -125,6 +126,51 @@ def check(expected: Expected, run: Runner) -> list[str]:
                 f" the policy gives SL {path.sl}"
             )
     return problems
+
+
+def expected_after(
+    plan: Plan,
+    fabric: Fabric,
+    job_lids: Sequence[tuple[str, Sequence[int]]],
+    *,
+    switch_tables: bool,
+    vlarb_low_cap: int,
+) -> Expected:
+    """What SA should serve after *plan* was applied: the switch tables on one top-level
+    switch port (when *switch_tables*: ibqos manages ``qos_swe_*``), and a PathRecord SL
+    for each job of *job_lids* (job id, its CA port LIDs)."""
+    tables = plan.tables
+    sl2vl = vlarb = None
+    sl2vl_port = vlarb_port = None
+    if tables is not None and switch_tables:
+        port = switch_ports(fabric)
+        if port is not None:
+            lid, a, b = port
+            sl2vl, sl2vl_port = tables.sl_to_vl, (lid, a, b)
+            vlarb = tuple(tables.vlarb_low[:vlarb_low_cap])
+            vlarb_port = (lid, b)
+    paths: list[PathCheck] = []
+    if tables is not None:  # an SL-owning engine's path_sl overrides the policy
+        for job_id, lids in job_lids:
+            if lids:
+                paths.append(PathCheck(job_id, lids[0], lids[-1], plan.job_sl[job_id]))
+    return Expected(sl2vl, sl2vl_port, vlarb, vlarb_port, tuple(paths))
+
+
+def switch_ports(fabric: Fabric) -> tuple[int, int, int] | None:
+    """(LID, in port, out port) of a top-level switch with two linked ports."""
+    ports: dict[int, list[int]] = {}
+    where: dict[int, tuple[int, int]] = {}  # switch GUID -> (level, LID)
+    for fp in fabric.ports.values():
+        if fp.is_switch and fp.lid is not None and fp.node_guid is not None:
+            ports.setdefault(fp.node_guid, []).append(fp.num)
+            where[fp.node_guid] = (fp.level, fp.lid)
+    usable = [g for g, nums in ports.items() if len(nums) >= 2]
+    if not usable:
+        return None
+    top = max(usable, key=lambda g: (where[g][0], -g))
+    a, b = sorted(ports[top])[:2]
+    return where[top][1], a, b
 
 
 def check_until(

@@ -5,13 +5,14 @@
 #    Slurm (slurmctld, slurmd, slurm-client) and munge: the Slurm tests start a real
 #    one-host cluster.  Never slurm-wlm-emulator: it switches the slurmctld/slurmd
 #    alternatives to a front-end build that cannot start here;
+#  - systemd: systemd-analyze verifies and scores ibqos.service (no systemd runs here);
 #  - a virtual environment .venv with ibqos installed editable, plus the dev tools.
 # apt-get runs only when a package is missing; pip only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux prometheus
-  slurmctld slurmd slurm-client munge)
+  slurmctld slurmd slurm-client munge systemd)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -604,6 +604,9 @@ def _write_files(
     atomic_write(osm.policy, MINIMAL_POLICY)
     atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
     config = {
+        # a lab is a simulation: the agent changes its OpenSM at once (the default,
+        # observe, is for production fabrics: docs/deploy.md)
+        "mode": "enforce",
         "opensm": {
             "conf": str(osm.conf),
             "policy_file": str(osm.policy),

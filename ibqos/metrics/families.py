@@ -132,6 +132,7 @@ def families(snap: Snapshot) -> list[Metric]:
     out += _levels(snap)
     out += _lanes(snap)
     out += _jobs(snap)
+    out += _sharing(snap)
     if snap.ports is not None:
         out += _ports(snap)
     return out
@@ -318,6 +319,32 @@ def _jobs(snap: Snapshot) -> list[Metric]:
             vl.add_metric([jid], job.vl)
         share.add_metric([jid], job.measured_share)
     return [info, nodes, traffic, avail, util, intensity, cls, sl, vl, share]
+
+
+def _sharing(snap: Snapshot) -> list[Metric]:
+    """How jobs share the fat tree (``ibqos.characterize.sharing``): scheduler advice."""
+    others = _gauge(
+        "ibqos_job_sharing_jobs",
+        "Other running jobs with nodes in the level's subtrees holding the job (level 1:"
+        " its leaf switches): jobs whose traffic meets its own on that level's uplinks.",
+        ["job_id", "level"],
+    )
+    subtrees = _gauge(
+        "ibqos_job_subtrees",
+        "The level's subtrees (level 1: leaf switches) holding the job's nodes.",
+        ["job_id", "level"],
+    )
+    spread = _gauge(
+        "ibqos_job_fragmentation_ratio",
+        "Leaf switches the job spans over the fewest that could hold its nodes (1 = compact).",
+        ["job_id"],
+    )
+    for job_id, s in snap.decision.sharing.get().items():
+        for level in sorted(s.sharing):
+            others.add_metric([job_id, str(level)], s.sharing[level])
+            subtrees.add_metric([job_id, str(level)], s.subtrees[level])
+        spread.add_metric([job_id], s.fragmentation)
+    return [others, subtrees, spread]
 
 
 _JOB_INFO_LABELS = ("job_id", "name", "user")

@@ -92,7 +92,8 @@ class HealthCollector(Collector):
         counters: the daemon's counters (read, never written, here).
         fabric: the fabric's name (``metrics.fabric``).
         routing_engine: OpenSM's routing engine, as configured.
-        dry_run: the agent only shows what it would write.
+        dry_run: the agent only shows what it would write (observe mode or --dry-run);
+            the agent updates it when a reload switches the mode.
 
     Attributes:
         sl_answers: job SL questions answered, by result (``ibqos.handoff.RESULTS``); the
@@ -157,7 +158,9 @@ class HealthCollector(Collector):
             value=int(c.config_error_now),
         )
         yield GaugeMetricFamily(
-            "ibqos_dry_run", "1 when the agent only shows what it would write.", value=self.dry_run
+            "ibqos_dry_run",
+            "1 when the agent only shows what it would write (mode: observe, or --dry-run).",
+            value=self.dry_run,
         )
         yield GaugeMetricFamily(
             "ibqos_start_time_seconds", "UNIX time the agent started.", value=c.started_s

@@ -1,0 +1,127 @@
+"""A release as an admin gets it: sdist and wheel built from a copy of the tree, the wheel
+installed into a fresh virtual environment, the README's install commands run against it,
+and the installed units checked by systemd-analyze.
+
+The new environment takes ibqos's dependencies from the development one (a .pth line), so
+the test needs no network; ``pip check`` confirms that they satisfy what the wheel asks.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from pathlib import Path
+
+from ibqos import __version__
+
+ROOT = Path(__file__).parents[2]
+SHIPPED = ("systemd", "opensm_conf", "dashboards", "contrib", "docs", "examples", "ibqos")
+TOP_FILES = ("pyproject.toml", "MANIFEST.in", "README.md", "CHANGELOG.md", "LICENSE")
+OPENSM_UNIT = "opensm@0x0002c90300a1b2c3.service"
+
+
+def run(*argv: str | Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kw)
+    assert out.returncode == 0, f"{argv}: {out.stdout[-1500:]}{out.stderr[-1500:]}"
+    return out
+
+
+def build(tmp_path: Path) -> tuple[Path, Path]:
+    """sdist and wheel (built from the sdist, as ``python -m build`` does)."""
+    src = tmp_path / "src"
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in SHIPPED:
+        shutil.copytree(ROOT / name, src / name, ignore=junk)
+    for name in TOP_FILES:
+        shutil.copy2(ROOT / name, src / name)
+    dist = tmp_path / "dist"
+    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, src)
+    (sdist,) = dist.glob("ibqos-*.tar.gz")
+    (wheel,) = dist.glob("ibqos-*.whl")
+    return sdist, wheel
+
+
+def readme_install_block() -> list[str]:
+    """The commands of the README's install section, one per line, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
+    sdist, wheel = build(tmp_path)
+    assert wheel.name == f"ibqos-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        meta = zf.read(f"ibqos-{__version__}.dist-info/METADATA").decode()
+        entry = zf.read(f"ibqos-{__version__}.dist-info/entry_points.txt").decode()
+        data_dir = f"ibqos-{__version__}.data/data/share/ibqos"
+        prolog = zf.getinfo(f"{data_dir}/contrib/slurm/ibqos-taskprolog")
+    for data in (
+        "systemd/ibqos.service",
+        "systemd/ibqos.service.d/opensm.conf",
+        "systemd/ibqos.default",
+        "opensm_conf/ibqos.yaml",
+        "dashboards/ibqos-lanes.json",
+        "contrib/slurm/ibqos-slurmctld",
+    ):
+        assert f"{data_dir}/{data}" in names, data
+    assert (prolog.external_attr >> 16) & 0o111, "the Slurm scripts stay executable"
+    assert f"\nVersion: {__version__}\n" in meta and "License-Expression: MIT" in meta
+    assert "Requires-Dist: cysystemd>=1.5" in meta
+    assert "ibqos = ibqos.cli:main" in entry
+    with tarfile.open(sdist) as tar:
+        top = f"ibqos-{__version__}"
+        assert {f"{top}/CHANGELOG.md", f"{top}/LICENSE", f"{top}/systemd/ibqos.service"} <= set(
+            tar.getnames()
+        )
+
+    # a fresh environment, as README's install section makes one
+    commands = readme_install_block()
+    venv, prefix = tmp_path / "opt-ibqos", tmp_path / "root"
+    assert commands[0].startswith("apt-get install -y python3-venv")  # setup.sh has these
+    assert commands[1] == "python3 -m venv /opt/ibqos"
+    run(sys.executable, "-m", "venv", venv)
+    site = Path(
+        run(
+            venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"
+        ).stdout.strip()
+    )
+    (site / "ibqos-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    assert commands[2].startswith("/opt/ibqos/bin/pip install ")
+    run(venv / "bin/pip", "install", "--no-deps", "--no-index", wheel)
+    run(venv / "bin/pip", "check")
+    exe = venv / "bin/ibqos"
+    assert run(exe, "--version").stdout.strip() == f"ibqos, version {__version__}"
+    code = "import ibqos.install as i; print(i.data_root())"
+    where = run(venv / "bin/python", "-c", code, cwd=tmp_path)  # not the tree's ibqos/
+    assert where.stdout.strip() == str(venv / "share/ibqos")  # the wheel's, not the tree's
+
+    for line in commands[3:]:
+        if not line.startswith("/opt/ibqos/bin/ibqos "):
+            assert line.startswith("systemctl "), line  # no systemd here: verified below
+            continue
+        line = line.replace("--prefix / ", f"--prefix {prefix} ").replace(
+            " /etc/", f" {prefix}/etc/"
+        )
+        run(*line.replace("/opt/ibqos", str(venv)).split())
+
+    unit = prefix / "etc/systemd/system/ibqos.service"
+    assert f"ExecStart={exe} $IBQOS_OPTIONS run" in unit.read_text()
+    drop_in = (prefix / "etc/systemd/system/ibqos.service.d/opensm.conf").read_text()
+    assert f"BindsTo={OPENSM_UNIT}" in drop_in
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False
+    )
+    assert verify.returncode == 0 and not verify.stdout + verify.stderr, verify.stderr
+    for script in ("ibqos-taskprolog", "ibqos-slurmctld"):
+        assert (prefix / "usr/local/libexec/ibqos" / script).stat().st_mode & 0o111
+    assert (prefix / "usr/local/share/ibqos/dashboards/ibqos-agent.json").is_file()

@@ -1,0 +1,388 @@
+"""ibqos.service's real behaviour on a lab: its ExecStart run as written, systemd's side
+played by the test.
+
+There is no systemd as PID 1 here, so the test does what it would: installs the unit with
+``ibqos install``, reads ExecStart, Environment= and the EnvironmentFile from the installed
+files (tests/systemdunit.py), starts that argv with a NOTIFY_SOCKET it listens on and a
+WATCHDOG_USEC, runs ExecReload's command with $MAINPID, and stops the service as
+``KillMode=control-group`` does: SIGTERM to every process of the service.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from labcheck import QUIET
+from systemdunit import Unit, exec_argv, parse_unit, seconds, unit_environment
+from test_agent_lab import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
+
+from ibqos.opensm.check import check_file
+from ibqos.state import load_state
+
+IBQOS = Path(sys.executable).parent / "ibqos"
+WATCHDOG_S = 2.0
+
+
+@dataclass(frozen=True)
+class Message:
+    """One notification: when it came (monotonic and wall clock), from which pid, what."""
+
+    t: float
+    wall: float
+    pid: int
+    text: str
+
+
+class Systemd:
+    """The NOTIFY_SOCKET side: every datagram with its sender's pid (SCM_CREDENTIALS)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[Message] = []
+        self._run = True
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while self._run:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except TimeoutError:
+                continue
+            pid = next(struct.unpack("iII", d[:12])[0] for _, typ, d in anc if typ == 2)
+            for line in data.decode().splitlines():
+                self.messages.append(Message(time.monotonic(), time.time(), pid, line))
+
+    def wait(self, text: str, after: float, timeout: float, alive: Callable[[], bool]) -> Message:
+        """The first message *text* (or starting with it) received after *after*."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in list(self.messages):
+                if msg.t >= after and msg.text.startswith(text):
+                    return msg
+            assert alive(), "the service died"
+            time.sleep(0.05)
+        raise AssertionError(f"no {text!r} within {timeout} s: {self.texts()[-8:]}")
+
+    def texts(self, prefix: str = "", after: float = 0.0) -> list[str]:
+        return [m.text for m in self.messages if m.t >= after and m.text.startswith(prefix)]
+
+    def pings(self, after: float, before: float = float("inf")) -> list[float]:
+        return [m.t for m in self.messages if after <= m.t < before and m.text == "WATCHDOG=1"]
+
+    def close(self) -> None:
+        self._run = False
+        self._thread.join()
+        self.sock.close()
+
+
+class Service:
+    """The installed ibqos.service, started from its ExecStart line with its environment."""
+
+    def __init__(self, lab, prefix: Path, tmp_path: Path) -> None:
+        self.unit: Unit = parse_unit(prefix / "etc/systemd/system/ibqos.service")
+        self.prefix = prefix
+        self.lab = lab
+        self.systemd = Systemd(tmp_path / "notify.sock")
+        self.log_path = tmp_path / "service.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def service(self) -> dict[str, list[str]]:
+        return self.unit["Service"]
+
+    def start(self) -> float:
+        env = self.lab.env() | unit_environment(self.unit, self.prefix)
+        env |= {"NOTIFY_SOCKET": str(self.systemd.path), "WATCHDOG_USEC": f"{WATCHDOG_S * 1e6:.0f}"}
+        (argv,) = [exec_argv(line, env) for line in self.service["ExecStart"]]
+        with open(self.log_path, "wb") as log:
+            t0 = time.monotonic()
+            # systemd sets WATCHDOG_PID to the main pid: the shell's $$ is that pid after exec
+            self.proc = subprocess.Popen(
+                ["/bin/sh", "-c", 'WATCHDOG_PID=$$; export WATCHDOG_PID; exec "$@"', "sh", *argv],
+                env=env,
+                cwd=self.lab.paths.run,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the unit's control group
+            )
+        return t0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def reload(self) -> None:
+        """ExecReload's command as written, with $MAINPID."""
+        assert self.proc is not None
+        env = {"MAINPID": str(self.proc.pid), "PATH": os.environ["PATH"]}
+        for line in self.service["ExecReload"]:
+            subprocess.run(exec_argv(line, env), check=True, env=env)
+
+    def stop(self) -> tuple[int, float]:
+        """SIGTERM to every process of the service; (exit status, seconds to exit)."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        code = self.proc.wait(timeout=seconds(self.service["TimeoutStopSec"][0]))
+        return code, time.monotonic() - t0
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()  # only when a test failed midway
+            self.proc.wait()
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # a child the agent left behind
+            except ProcessLookupError:
+                pass
+        self.systemd.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def install(tmp_path: Path, config: Path) -> Path:
+    """``ibqos install`` into a prefix, then /etc/default/ibqos edited as an admin would."""
+    prefix = tmp_path / "root"
+    subprocess.run(
+        [str(IBQOS), "install", "--prefix", str(prefix)], check=True, capture_output=True
+    )
+    env_file = prefix / "etc/default/ibqos"
+    text = env_file.read_text().replace(
+        "IBQOS_CONFIG=/etc/ibqos/ibqos.yaml", f"IBQOS_CONFIG={config}"
+    )
+    env_file.write_text(text)
+    return prefix
+
+
+def service_config(lab, tmp_path: Path, jobs: Path, mode: str, **opensm: object) -> Path:
+    doc = yaml.safe_load(lab.paths.config.read_text())
+    doc["mode"] = mode
+    doc["jobs"]["path"] = str(jobs)  # the agent's own job file; the lab keeps its own
+    doc["opensm"] |= opensm
+    doc |= {
+        "collect": {"interval_s": 1.0},
+        "classify": {"tau_s": 0.0},
+        "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
+        "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2, "socket": ""},
+        "metrics": {"listen": "127.0.0.1:0"},
+    }
+    path = tmp_path / "ibqos.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def agent_jobs(path: Path, *jobs: dict) -> None:
+    tmp = path.with_name(".jobs.tmp")
+    tmp.write_text(yaml.safe_dump({"jobs": list(jobs)}))
+    os.replace(tmp, path)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes (zombies aside) of process group *pgid*."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def leftovers(*dirs: Path) -> list[Path]:
+    """Temp files of an interrupted atomic write (``.<name>.tmp-<pid>-<thread>``)."""
+    return [p for d in dirs if d.is_dir() for p in d.rglob(".*.tmp-*")]
+
+
+def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    write_jobs(lab, LIGHT_A, JOB_B)
+    lab.reload_jobs()
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs: [\n")  # broken: the first cycles fail
+    config = service_config(lab, tmp_path, jobs, "observe")
+    osm = lab.paths.opensm
+    before = (osm.conf.read_bytes(), osm.policy.read_bytes())
+    sweeps = osm.log.read_text().count("SUBNET UP")
+    svc = Service(lab, install(tmp_path, config), tmp_path)
+    try:
+        t0 = svc.start()
+        systemd = svc.systemd
+        # no READY while cycles fail; STATUS says why
+        failed = systemd.wait("STATUS=observe: cycle failed, retrying: jobs:", t0, 30, svc.alive)
+        time.sleep(2.5)  # two more ticks, still failing
+        assert "READY=1" not in systemd.texts(), systemd.texts()
+        # READY once a cycle succeeds, and only after the state of that cycle is written
+        agent_jobs(jobs, LIGHT_A, JOB_B)
+        fixed = time.monotonic()
+        ready = systemd.wait("READY=1", t0, 15, svc.alive)
+        state_file = tmp_path / "state" / "state.json"
+        assert state_file.stat().st_mtime <= ready.wall
+        status = systemd.texts("STATUS=", after=failed.t)[-1]
+        assert status.startswith("STATUS=observe: cycle") and "2 jobs" in status, status
+        assert "would change opensm.conf, qos-policy.conf" in status
+        print(f"first failure at {failed.t - t0:.2f} s; READY {ready.t - fixed:.2f} s after fix")
+        assert {m.pid for m in systemd.messages} == {svc.proc.pid}  # NotifyAccess=main holds
+        state = load_state(tmp_path / "state")
+        assert state.mode == "observe" and set(state.job_sl) == {"A", "B"}
+
+        # observe: OpenSM's files untouched, never signalled; the diff is kept
+        assert (osm.conf.read_bytes(), osm.policy.read_bytes()) == before
+        assert osm.log.read_text().count("SUBNET UP") == sweeps
+        diff = (tmp_path / "state/observe/proposed.diff").read_text()
+        assert "+# BEGIN ibqos managed keys" in diff and "ibqos_job_A" in diff
+
+        # the watchdog: pings at half of WATCHDOG_USEC, from the main process
+        time.sleep(5.0)
+        pings = systemd.pings(ready.t)
+        gaps = sorted(b - a for a, b in itertools.pairwise(pings))
+        print(f"watchdog: {len(pings)} pings, gaps {gaps[0]:.2f}-{gaps[-1]:.2f} s")
+        assert len(gaps) >= 3 and WATCHDOG_S / 2 - 0.05 <= gaps[len(gaps) // 2] <= 1.3
+        assert gaps[-1] < WATCHDOG_S
+
+        # ExecReload's signal: the config is re-read, observe -> enforce at once
+        config.write_text(config.read_text().replace("mode: observe", "mode: enforce"))
+        t_reload = time.monotonic()
+        svc.reload()
+        systemd.wait("RELOADING=1", t_reload, 10, svc.alive)
+        done = systemd.wait("READY=1", t_reload, 30, svc.alive)
+        assert "enforce: cycle" in systemd.texts("STATUS=", after=t_reload)[-1]
+        print(f"reload into enforce: READY again after {done.t - t_reload:.2f} s")
+        assert "ibqos_job_A" in osm.policy.read_text()  # applied with the reload
+        assert "# BEGIN ibqos managed keys" in osm.conf.read_text()
+        lid = lids(lab)
+        sl_a = load_state(tmp_path / "state").job_sl["A"]
+        assert path_sl(lab, lid["cn0001"], lid["cn0006"]) == sl_a  # OpenSM serves it
+        assert "SIGHUP: mode observe -> enforce" in svc.log()
+
+        # a loop that hangs (a job file on a stuck file system: a FIFO nobody writes)
+        # stops the pings although the process and its threads live on
+        fifo = tmp_path / "stuck.yaml"
+        os.mkfifo(fifo)
+        os.replace(fifo, jobs)
+        time.sleep(0.5)
+        hung = time.monotonic()
+        time.sleep(1.5 * WATCHDOG_S)
+        assert svc.alive()
+        assert systemd.pings(hung) == [], "pings went on while the loop hung"
+        with open(jobs, "w") as writer:  # the file system answers again
+            writer.write(yaml.safe_dump({"jobs": [LIGHT_A, JOB_B]}))
+        released = time.monotonic()
+        resumed = systemd.wait("WATCHDOG=1", released, WATCHDOG_S, svc.alive)
+        silent, back = resumed.t - hung + 0.5, resumed.t - released
+        print(f"hang: no ping for {silent:.1f} s; pinging again {back:.2f} s after")
+        agent_jobs(jobs, LIGHT_A, JOB_B)  # a regular file again
+
+        # SIGTERM in the middle of an apply (the reload command takes 2 s), sent to every
+        # process of the service: stops within TimeoutStopSec, no partial file anywhere
+        slow = f"sleep 2; kill -HUP $(cat {osm.pid})"
+        doc = yaml.safe_load(config.read_text())
+        doc["opensm"] |= {"pid_file": None, "reload_command": ["sh", "-c", slow]}
+        config.write_text(yaml.safe_dump(doc))
+        t_reload = time.monotonic()
+        svc.reload()
+        systemd.wait("READY=1", t_reload, 30, svc.alive)
+        agent_jobs(jobs, LIGHT_A, JOB_B, JOB_C)
+        pid = svc.proc.pid
+        deadline = time.monotonic() + 15
+        # the new policy is written and the reload command runs: OpenSM not told yet
+        while "ibqos_job_C" not in osm.policy.read_text() or len(group_members(pid)) < 2:
+            assert time.monotonic() < deadline, svc.log()[-2000:]
+            time.sleep(0.02)
+        code, took = svc.stop()
+        assert code == 0, svc.log()[-2000:]
+        print(f"SIGTERM mid-apply: exit {code} after {took:.2f} s")
+        assert "cycle failed: apply: sh -c sleep 2" in svc.log(), svc.log()[-2000:]
+        assert "STOPPING=1" in systemd.texts()
+        assert took < seconds(svc.service["TimeoutStopSec"][0])
+        assert group_members(svc.proc.pid) == [], "a process of the service outlived it"
+    finally:
+        svc.close()
+    assert leftovers(osm.conf.parent, osm.policy.parent, tmp_path / "state") == []
+    for path in (osm.conf, osm.policy):  # each file whole: the old version or the new
+        assert [f for f in check_file(path, data_vls=8) if f.severity == "error"] == []
+    # the interrupted apply put the previous files back: OpenSM's view and the disk agree
+    assert "ibqos_job_C" not in osm.policy.read_text()
+    assert "ibqos_job_A" in osm.policy.read_text()
+    load_state(tmp_path / "state")  # whole and readable
+
+
+def test_restore_gives_opensm_its_first_files_back(make_lab, tmp_path):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    write_jobs(lab, LIGHT_A, JOB_B)
+    lab.reload_jobs()
+    jobs = tmp_path / "jobs.yaml"
+    agent_jobs(jobs, LIGHT_A, JOB_B)
+    config = service_config(lab, tmp_path, jobs, "enforce")
+    osm = lab.paths.opensm
+    first = (osm.conf.read_bytes(), osm.policy.read_bytes())
+    lid = lids(lab)
+    svc = Service(lab, install(tmp_path, config), tmp_path)
+
+    def ibqos(*args: str) -> subprocess.CompletedProcess[str]:
+        return lab.run([str(IBQOS), *args, "--config", str(config)])
+
+    try:
+        t0 = svc.start()
+        ready = svc.systemd.wait("READY=1", t0, 60, svc.alive)
+        print(f"enforce: READY {ready.t - t0:.2f} s after the start")
+        assert "ibqos_job_A" in osm.policy.read_text()  # applied before READY
+        sl_a = load_state(tmp_path / "state").job_sl["A"]
+        assert path_sl(lab, lid["cn0001"], lid["cn0006"]) == sl_a
+        # an enforcing agent would undo the restore at once: refused, nothing touched
+        refused = ibqos("restore")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stderr.count("\n") == 1 and refused.stderr.startswith(
+            f"ibqos: apply: an ibqos agent in enforce mode runs on {tmp_path / 'state'}"
+            f" (pid {svc.proc.pid})"
+        ), refused.stderr
+        assert "ibqos_job_A" in osm.policy.read_text()
+        assert svc.stop()[0] == 0
+    finally:
+        svc.close()
+
+    applied = (osm.conf.read_bytes(), osm.policy.read_bytes())
+    # OpenSM rejects the restored files once: the restore is rolled back, exit 1
+    mark = tmp_path / "broken-once"
+    script = (
+        f'if [ ! -e {mark} ]; then touch {mark}; printf "port-groups\\n" >> {osm.policy}; fi;'
+        f" kill -HUP $(cat {osm.pid})"
+    )
+    doc = yaml.safe_load(config.read_text())
+    doc["opensm"] |= {"pid_file": None, "reload_command": ["sh", "-c", script]}
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(doc))
+    out = lab.run([str(IBQOS), "restore", "--config", str(broken)])
+    assert out.returncode == 1 and "ibqos: apply: restore failed, rolled back" in out.stderr
+    assert "ERR AC0" in out.stderr, out.stderr[-1500:]
+    assert (osm.conf.read_bytes(), osm.policy.read_bytes()) == applied
+
+    sweeps = osm.log.read_text().count("SUBNET UP")
+    out = ibqos("restore")
+    assert out.returncode == 0, out.stderr
+    assert f"restored {osm.conf}" in out.stdout and "OpenSM: applied" in out.stdout
+    assert (osm.conf.read_bytes(), osm.policy.read_bytes()) == first  # byte for byte
+    assert osm.log.read_text().count("SUBNET UP") > sweeps  # OpenSM re-read them
+    assert path_sl(lab, lid["cn0001"], lid["cn0006"]) == 0  # the default SL again
+    status = ibqos("status").stdout
+    assert "last apply: restored the original files (ibqos restore)" in status
+    again = ibqos("restore")
+    assert again.returncode == 0 and "nothing to restore" in again.stdout

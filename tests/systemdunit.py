@@ -1,0 +1,138 @@
+"""Reading a systemd unit as systemd does, for tests that run its commands as written.
+
+There is no systemd as PID 1 in the test machine, so the tests do its part: parse the unit
+and its drop-ins (systemd.syntax(7)), load ``Environment=`` and ``EnvironmentFile=``
+(systemd.exec(5)), split an ``Exec*=`` line into argv and expand ``$VAR`` / ``${VAR}``
+(systemd.service(5), "Command lines").  Only what the shipped unit uses is supported;
+anything else fails loudly rather than being guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+Unit = dict[str, dict[str, list[str]]]
+
+_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", " ": " "}
+
+
+def parse_unit(path: Path) -> Unit:
+    """Sections -> key -> values in order, the unit file then ``<path>.d/*.conf``; an
+    empty assignment resets a key, as in systemd."""
+    unit: Unit = {}
+    for file in [path, *sorted(Path(f"{path}.d").glob("*.conf"))]:
+        section = ""
+        for line in _logical_lines(file.read_text()):
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1]
+                unit.setdefault(section, {})
+                continue
+            key, sep, value = line.partition("=")
+            assert sep and section, f"{file}: not a key=value line: {line!r}"
+            values = unit[section].setdefault(key.strip(), [])
+            if value.strip():
+                values.append(value.strip())
+            else:
+                values.clear()
+    return unit
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines without comments and blank lines, backslash continuations joined."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line[0] in "#;"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        out.append(pending + line)
+        pending = ""
+    return out
+
+
+def split_words(text: str) -> list[str]:
+    """Whitespace-separated words, with "..." / '...' quoting and C-style escapes."""
+    words: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        word, quote = "", None
+        while i < n and (quote or not text[i].isspace()):
+            c = text[i]
+            if c == "\\" and i + 1 < n:
+                assert text[i + 1] in _ESCAPES, f"unsupported escape in {text!r}"
+                word += _ESCAPES[text[i + 1]]
+                i += 2
+                continue
+            if quote and c == quote:
+                quote = None
+            elif not quote and c in "\"'":
+                quote = c
+            else:
+                word += c
+            i += 1
+        assert quote is None, f"unterminated quote in {text!r}"
+        words.append(word)
+    return words
+
+
+def environment_file(path: Path) -> dict[str, str]:
+    """``KEY=value`` lines (comments, blank lines, quotes), as EnvironmentFile= reads them."""
+    env: dict[str, str] = {}
+    for line in _logical_lines(path.read_text()):
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()), line
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
+def unit_environment(unit: Unit, root: Path) -> dict[str, str]:
+    """Environment= then EnvironmentFile= (paths taken under *root*; ``-``: optional)."""
+    service = unit.get("Service", {})
+    env: dict[str, str] = {}
+    for line in service.get("Environment", []):
+        for word in split_words(line):
+            key, _, value = word.partition("=")
+            env[key] = value
+    for name in service.get("EnvironmentFile", []):
+        optional = name.startswith("-")
+        path = root / name.lstrip("-").lstrip("/")
+        if optional and not path.exists():
+            continue
+        env.update(environment_file(path))
+    return env
+
+
+def exec_argv(line: str, env: dict[str, str]) -> list[str]:
+    """An ``Exec*=`` line as the argv systemd runs: a lone ``$VAR`` word splits into
+    zero or more words, ``${VAR}`` is replaced in place, ``$$`` is a dollar."""
+    assert not line.startswith(tuple("@-:+!")), f"prefixes are not supported here: {line!r}"
+    argv: list[str] = []
+    for word in split_words(line):
+        assert "%" not in word, f"specifiers are not supported here: {word!r}"
+        lone = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if lone:
+            argv += env.get(lone.group(1), "").split()
+            continue
+        word = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m.group(1), ""), word)
+        argv.append(word.replace("$$", "$"))
+    return argv
+
+
+def seconds(value: str) -> float:
+    """A systemd time span (``90``, ``2min``, ``1min 30s``, ``500ms``) in seconds."""
+    units = {"": 1, "s": 1, "sec": 1, "ms": 1e-3, "m": 60, "min": 60, "h": 3600}
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value):
+        total += float(number) * units[unit]
+    return total
