@@ -142,12 +142,9 @@ def two_leaves() -> Network:
     return xgft_network(parse_xgft("2;4,2;1,1"))
 
 
-def test_each_host_is_paced_on_its_own() -> None:
-    # three leaves of four hosts under one spine.  H: cn5 and cn6 both send to cn7 (20 GB/s
-    # into 12.5: 5/8 of the rate, its 10 ms of bytes take 16 ms); cn1 sends to cn9, up the
-    # leaf-1 uplink that M (cn2 -> cn10, 5 GB/s) shares from 4 ms to 8.8 ms at 5/6 (15 GB/s
-    # into 12.5).  cn1 is then done at 10.8 ms, long before the in-cast: H loses nothing.
-    # One rate for the whole job would have slowed the in-cast too.
+def incast_and_uplink() -> tuple[Network, Job, Job]:
+    """Three leaves of four hosts under one spine; H: cn1 -> cn9, cn5 and cn6 -> cn7 at
+    10 GB/s each for 10 ms; M: cn2 -> cn10 at 5 GB/s, duty 0.5 of 8 ms."""
     net = xgft_network(parse_xgft("2;4,3;1,1"))
     h = Job(
         "H",
@@ -159,6 +156,16 @@ def test_each_host_is_paced_on_its_own() -> None:
         matrix=pairs(5, {(0, 4), (1, 3), (2, 3)}),
     )
     m = Job("M", ("cn0002", "cn0010"), "matrix", 5e9, 0.5, 0.008, matrix=pairs(2, {(0, 1)}))
+    return net, h, m
+
+
+def test_each_host_is_paced_on_its_own() -> None:
+    # three leaves of four hosts under one spine.  H: cn5 and cn6 both send to cn7 (20 GB/s
+    # into 12.5: 5/8 of the rate, its 10 ms of bytes take 16 ms); cn1 sends to cn9, up the
+    # leaf-1 uplink that M (cn2 -> cn10, 5 GB/s) shares from 4 ms to 8.8 ms at 5/6 (15 GB/s
+    # into 12.5).  cn1 is then done at 10.8 ms, long before the in-cast: H loses nothing.
+    # One rate for the whole job would have slowed the in-cast too.
+    net, h, m = incast_and_uplink()
     sim = FluidSim(net, prepare(net, [h, m]), setup({"H": 0, "M": 0}, ((0, 32),)))
     # senders: H's cn1, cn5, cn6 (cn7 and cn9 only receive), then M's cn2 (computing)
     assert sim.sender_alpha == pytest.approx([1.0, 0.625, 0.625, 0.0])
@@ -195,17 +202,7 @@ def test_per_job_senders_move_a_job_at_one_rate() -> None:
     # The same mix as test_a_job_alone_below_capacity_keeps_its_period, one rate per job:
     # H's three senders share the in-cast's 12.5 GB/s, so all of H runs at the rate of its
     # held-back hosts (5/8), including cn1, whose own flow has room.
-    net = xgft_network(parse_xgft("2;4,3;1,1"))
-    h = Job(
-        "H",
-        ("cn0001", "cn0005", "cn0006", "cn0007", "cn0009"),
-        "matrix",
-        10e9,
-        1.0,
-        0.01,
-        matrix=pairs(5, {(0, 4), (1, 3), (2, 3)}),
-    )
-    m = Job("M", ("cn0002", "cn0010"), "matrix", 5e9, 0.5, 0.008, matrix=pairs(2, {(0, 1)}))
+    net, h, m = incast_and_uplink()
     jobs = prepare(net, [h, m])
     arb = setup({"H": 0, "M": 0}, ((0, 32),))
     sim = FluidSim(net, jobs, arb, "job")
