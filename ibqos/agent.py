@@ -8,7 +8,8 @@ latest rates, so the policy names a new job's SL before its processes ask for pa
 
 Signals.  SIGTERM (and SIGINT) let the current cycle finish, then the daemon exits 0.
 SIGHUP re-reads the config file if it changed; a bad new config is logged and the old one
-kept.  Both only set flags: the work happens in the loop, never in a handler.
+kept, and so is one that moves ``agent.state_dir`` (only a restart can: the lock, backups
+and state live there).  Both only set flags: the work happens in the loop, never in a handler.
 
 Failures.  A cycle that fails (fabric unreadable, OpenSM not running, a plan that does not
 fit) is logged once per distinct message, counted, and the daemon goes on at the next tick.
@@ -146,13 +147,7 @@ class Agent:
         self.source = make_job_source(config)
         self.board = SlBoard(wake=self._wake.set)
         self.sl_server: SlServer | None = None
-        self.applier = Applier(
-            config.agent.state_dir,
-            make_signaller(config.opensm),
-            config.opensm.log,
-            sweep_timeout_s=config.opensm.sweep_timeout_s,
-            heartbeat=self.notifier.ping_if_due,
-        )
+        self.applier = self._applier(config)
         self.observer = Observer(config.agent.state_dir)
         refresh = config.fabric.refresh_s
         self.collector = Collector(
@@ -190,12 +185,23 @@ class Agent:
             log.info("%s", note)
         return lanes
 
+    def _applier(self, config: Config) -> Applier:
+        """The apply path for *config*'s ``opensm`` section (built anew on SIGHUP)."""
+        return Applier(
+            config.agent.state_dir,
+            make_signaller(config.opensm),
+            config.opensm.log,
+            sweep_timeout_s=config.opensm.sweep_timeout_s,
+            heartbeat=self.notifier.ping_if_due,
+        )
+
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
         decider = Decider.from_config(config, fabric, lanes)
         # continue from the saved state: running jobs keep their SLs and classes
         decider.known_sl = dict(self.state.job_sl)
         decider.known_cls = dict(self.state.job_cls)
         decider.history = dict(self.state.history)
+        decider.last_finished = dict(self.state.finished)
         return decider
 
     def serve_metrics(self) -> None:
@@ -423,7 +429,8 @@ class Agent:
         if fresh or self.rates is None:
             self.rates = self._sweep()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
-        if self.config.profiles.learn and self.decider.priors is not None:
+        # a dry run writes nothing, profiles included
+        if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
             learn(self.decider.priors.store, decision.finished, time.time())
         # before applying: the SL is the job's from now on, whether or not this apply works
         self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
@@ -547,6 +554,7 @@ class Agent:
             job_sl=dict(plan.job_sl),
             job_cls=dict(plan.job_cls),
             history=dict(self.decider.history),
+            finished=dict(self.decider.last_finished),
             plan=to_json(decision) | {"time_s": time.time()},  # the plan's clock is monotonic
             # the last time files changed: "no change" cycles do not hide it
             last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
@@ -591,8 +599,22 @@ class Agent:
             return
         try:
             config = load_config(self.config_path)
+            if config.agent.state_dir != self.config.agent.state_dir:
+                # Refused, not followed: the agent lock, state.json, the backups (.orig is
+                # kept once, ever) and observe/ all live there; moving them under a running
+                # agent would split its history and let a second agent in on the old one.
+                raise RestartNeeded(
+                    f"agent.state_dir changed ({self.config.agent.state_dir} ->"
+                    f" {config.agent.state_dir}): a restart is needed"
+                    " (systemctl restart ibqos)"
+                )
             lanes = self._lanes(config, self.fabric)
             priors = make_priors(config.profiles)  # profiles are re-read on SIGHUP too
+        except RestartNeeded as err:
+            self.counters.config_errors += 1
+            self.counters.config_error_now = True
+            log.warning("SIGHUP: new config not taken, keeping the old one whole: %s", err)
+            return
         except IbqosError as err:
             self.counters.config_errors += 1
             self.counters.config_error_now = True
@@ -617,8 +639,17 @@ class Agent:
         self.decider.priors = priors
         if (config.jobs, config.slurm) != (old.jobs, old.slurm):
             self.source = make_job_source(config)  # else keep its state (grace, last jobs)
-        self.applier.signaller = make_signaller(config.opensm)
+        # every opensm key (log, sweep_timeout_s, how to signal) takes effect at the next
+        # apply: the Applier holds nothing but them, so it is rebuilt; conf and policy_file
+        # follow because render() reads self.config each cycle
+        self.applier = self._applier(config)
         log.info("SIGHUP: config %s re-read", self.config_path)
+
+
+class RestartNeeded(IbqosError):
+    """A reloaded config changes a key that only a restart can change."""
+
+    category = "config"
 
 
 def _freeze() -> None:

@@ -2,9 +2,10 @@
 
 The daemon holds an exclusive flock(2) on the file for as long as it runs and keeps
 ``<pid> <mode>`` in it.  A second daemon on the same state directory fails at start (two
-agents would fight over OpenSM's files and the jobs' SLs), and ``ibqos restore`` refuses
-while an agent in enforce mode runs, since it would rewrite the files just put back.  The
-kernel drops the lock with the process, so a crash leaves no stale lock behind.
+agents would fight over OpenSM's files and the jobs' SLs).  ``ibqos restore`` and
+``ibqos run --once`` (not a dry run) take the same lock while they work: restore refuses
+while an agent runs, since the agent would overwrite what it writes.  The kernel drops
+the lock with the process, so a crash leaves no stale lock behind.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ The one path by which ibqos changes what OpenSM reads (reference D.1-D.3):
 6. read what OpenSM logged since: any policy or option error (``ERR AC..``, ``Unrecognized
    token``...) fails the apply; then run the verifier (SA records of the new tables, a
    PathRecord SL per job);
-7. on failure restore the previous files, signal again, wait, and report what went wrong.
+7. on failure restore the previous files, signal again, wait, and report what went wrong;
+   a signal cut short (its command killed by a stop, or timed out) also puts the previous
+   files back and signals again, since OpenSM may have read the new ones.
 
 OpenSM is never bypassed: SL2VL and VLArb change only through opensm.conf.
 """
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ibqos.errors import IbqosError
-from ibqos.fsio import atomic_write
+from ibqos.fsio import atomic_remove, atomic_write
 
 if TYPE_CHECKING:
     from ibqos.config import OpenSMConfig
@@ -56,9 +58,18 @@ _LOG_ERRORS = re.compile(
 
 
 class ApplyError(IbqosError):
-    """OpenSM could not be signalled, or its files could not be written or restored."""
+    """OpenSM could not be signalled, or its files could not be written or restored.
+
+    Attributes:
+        maybe_signalled: the signal's command was cut short (killed, timed out) after it
+            started, so OpenSM may have been told to re-read all the same.
+    """
 
     category = "apply"
+
+    def __init__(self, message: str, *, maybe_signalled: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_signalled = maybe_signalled
 
 
 class Signaller(Protocol):
@@ -122,8 +133,14 @@ class CommandSignaller:
             proc = subprocess.run(
                 self.argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
             )
-        except (OSError, subprocess.TimeoutExpired) as err:
+        except subprocess.TimeoutExpired as err:
+            raise ApplyError(f"{self.describe()}: {err}", maybe_signalled=True) from err
+        except OSError as err:
             raise ApplyError(f"{self.describe()}: {err}") from err
+        if proc.returncode < 0:  # killed (SIGTERM to the service's control group)
+            raise ApplyError(
+                f"{self.describe()}: killed by signal {-proc.returncode}", maybe_signalled=True
+            )
         if proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise ApplyError(f"{self.describe()}: exit {proc.returncode}: {last[0]}")
@@ -282,6 +299,8 @@ class Applier:
             except (OSError, ApplyError) as err:
                 self._put(previous)
                 if isinstance(err, ApplyError):
+                    if err.maybe_signalled:
+                        self._signal_again(err)
                     raise
                 raise ApplyError(f"cannot write {err.filename}: {err.strerror}") from err
             sweep_s, problems = self._await_sweep(offset, t0)
@@ -316,9 +335,39 @@ class Applier:
         """Put each file in place atomically; None removes it (it did not exist)."""
         for path, text in files.items():
             if text is None:
-                path.unlink(missing_ok=True)
+                atomic_remove(path)
             else:
                 atomic_write(path, text)
+
+    def _signal_again(self, err: ApplyError) -> None:
+        """The signal was cut short after the new files were written, and they are gone
+        again: OpenSM may have read them and would run them while the disk has the
+        previous ones.  Signal once more so it reads what is on disk (best effort,
+        bounded by the signaller's own timeout and one ``sweep_timeout_s``)."""
+        assert self.signaller is not None
+        log.warning(
+            "signalling OpenSM was cut short (%s); the previous files are back, signalling"
+            " it again so that it reads them",
+            err,
+        )
+        offset = _log_size(self.log_path)
+        t0 = time.monotonic()
+        try:
+            self.signaller.signal()
+        except ApplyError as again:
+            log.error(
+                "signalling OpenSM again failed (%s): it may run the new files until it"
+                " next re-reads its files",
+                again,
+            )
+            return
+        sweep_s, problems = self._await_sweep(offset, t0)
+        if problems:
+            log.error("signalled OpenSM again; it reports: %s", problems[0])
+        else:
+            log.warning(
+                "signalled OpenSM again: it reads the previous files (sweep %.1f s)", sweep_s
+            )
 
     def _roll_back(self, previous: Mapping[Path, str | None]) -> bool:
         """Put the previous files back and make OpenSM read them again."""

@@ -324,9 +324,11 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
         notifier=None if once else Notifier.from_env(),  # Type=notify (ibqos.service)
     )
     try:
+        if not dry_run:
+            # one writer per state directory: a --once cycle writes OpenSM's files (enforce)
+            # and state.json like the daemon, and restore must not run meanwhile
+            agent.hold_lock()
         if not once:
-            if not dry_run:
-                agent.hold_lock()  # one daemon per state directory
             agent.serve_metrics()
             if not dry_run:
                 agent.serve_sl()
@@ -391,7 +393,12 @@ def status_command(path: Path | None, fmt: str) -> None:
     config = load_config(find_config(path))
     state = load_state(config.agent.state_dir)
     if fmt == "json":
-        doc = {"updated_s": state.updated_s, "last_apply": state.last_apply, "plan": state.plan}
+        doc = {
+            "updated_s": state.updated_s,
+            "mode": state.mode,
+            "last_apply": state.last_apply,
+            "plan": state.plan,
+        }
         click.echo(json.dumps(doc, indent=1))
         return
     click.echo(render_status(state, config.agent.state_dir), nl=False)

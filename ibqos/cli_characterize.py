@@ -19,6 +19,7 @@ import click
 from ibqos.characterize import command, history, report
 from ibqos.characterize.levels import Characterizer, NodeTraffic
 from ibqos.characterize.otf2trace import load_otf2
+from ibqos.characterize.prior import learn
 from ibqos.characterize.profiles import Observation, Profile, ProfileStore, check_name
 from ibqos.characterize.sharing import SharingTables
 from ibqos.characterize.trace import load_csv_trace
@@ -28,6 +29,7 @@ from ibqos.fabric import fabric_from_config, fabric_from_file
 from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import FileJobSource, JobMapper
 from ibqos.jobs import load_jobs
+from ibqos.plan_output import align
 from ibqos.state import load_state
 from ibqos.topology import LANE_DATA_BITS_PER_S, WIDTHS
 
@@ -178,6 +180,7 @@ def trace_command(
 ) -> None:
     """Per-level injection, available bandwidth, utilization and class of a traced
     application on placements of a fat tree."""
+    _check_names(application, user)  # before anything is printed or written
     config = _config(path)
     store = _store(config, profiles_dir) if application else None
     otf2 = trace_format == "otf2" or (
@@ -194,7 +197,9 @@ def trace_command(
     else:
         trace = load_csv_trace(trace_path)
     traffic = trace.node_traffic(ranks_per_node)
-    fabric, name, exclude = command.fabric_of(xgft, topology, int(width), speed)
+    fabric, name, exclude = command.fabric_of(
+        xgft, topology, int(width), speed, config.jobs.exclude_hosts
+    )
     ch = Characterizer(fabric, config.classify, HostMatcher(config.jobs.host_pattern), exclude)
     run = command.characterize(
         ch, traffic, placements, title=f"trace {trace_path.name}", fabric_name=name
@@ -234,12 +239,16 @@ def jobs_command(
     config = _config(path)
     store = _store(config, profiles_dir) if save else None
     jobs = load_jobs(jobs_path, traffic=True)
-    fabric, name, exclude = command.fabric_of(xgft, topology, int(width), speed)
+    fabric, name, exclude = command.fabric_of(
+        xgft, topology, int(width), speed, config.jobs.exclude_hosts
+    )
     ch = Characterizer(fabric, config.classify, HostMatcher(config.jobs.host_pattern), exclude)
     runs = []
     for job in jobs:
         if save and not job.name:
             raise JobsError(f"{jobs_path}: job {job.id}: --save needs a name (the application)")
+        if save:
+            check_name(job.name, f"{jobs_path}: job {job.id}: --save: name")
         traffic = NodeTraffic.from_job(job)
         asked = placements or ("job", *command.DEFAULT_PLACEMENTS)
         runs.append(
@@ -290,6 +299,7 @@ def history_command(
 ) -> None:
     """A job's per-level behaviour as ibqos recorded it, from Prometheus range queries of
     the agent's metrics."""
+    _check_names(application, user)
     config = _config(path)
     store = _store(config, profiles_dir) if application else None
     end_s = end if end is not None else time.time()
@@ -312,7 +322,7 @@ def history_command(
             round(hist.intensity, 6),
             round(hist.end_s, 3),
         )
-        profile = store.observe(check_name(application, "application"), obs, user=user)
+        profile = store.observe(application, obs, user=user)
         click.echo(
             _saved(profile),
             err=True,
@@ -330,26 +340,13 @@ def history_command(
 @_config_option
 @_profiles_option
 def learn_command(state_dir: Path, path: Path | None, profiles_dir: Path | None) -> None:
-    """Add the classes of finished applications the agent recorded (its state.json
-    history) to their profiles; a history entry already added is not added again."""
+    """Add the measured classes of finished applications the agent recorded (its
+    state.json: each application's last finished job) to their profiles; a job already
+    in its profile (by id and end time) is not added again."""
     config = _config(path)
     store = _store(config, profiles_dir)
     state = load_state(state_dir)
-    added = 0
-    for name, cls in sorted(state.history.items()):
-        source = f"agent history {state_dir}"
-        found = store.get(name)
-        if found is not None and any(
-            o.source == source and o.time_s == round(state.updated_s, 3) for o in found.observations
-        ):
-            continue
-        try:
-            check_name(name, "application")
-        except ProfileError:
-            click.echo(f"skipped {name!r}: not a name a profile can have", err=True)
-            continue
-        store.observe(name, Observation(source, cls, None, round(state.updated_s, 3)))
-        added += 1
+    added = learn(store, state.finished.values(), time.time(), strict=True)
     click.echo(f"{added} profiles updated in {store.directory}")
 
 
@@ -359,9 +356,9 @@ def learn_command(state_dir: Path, path: Path | None, profiles_dir: Path | None)
 def profiles_command(path: Path | None, profiles_dir: Path | None) -> None:
     """List the profiles (checking every file)."""
     store = _store(_config(path), profiles_dir)
-    rows = [
-        ["APPLICATION", "USER", "NODES", "CLASS", "CONFIDENCE", "MODEL", "OBSERVATIONS", "FILE"]
-    ]
+    header = ["APPLICATION", "USER", "NODES", "CLASS", "CONFIDENCE", "MODEL", "OBSERVATIONS"]
+    header.append("FILE")
+    rows = []
     for p in sorted(store.profiles, key=lambda p: p.key[0]):
         model = "-" if p.model is None else p.model.pattern
         rows.append(
@@ -376,9 +373,7 @@ def profiles_command(path: Path | None, profiles_dir: Path | None) -> None:
                 p.path.name if p.path else "-",
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo("\n".join(align(header, rows)))
 
 
 @characterize.command("sharing")
@@ -410,8 +405,9 @@ def sharing_command(
         fabric_from_file(topology, root_guids=roots) if topology else fabric_from_config(config)
     )
     jobs = (FileJobSource(jobs_path) if jobs_path else make_job_source(config)).jobs()
-    mapped, warnings = JobMapper(fabric, HostMatcher(config.jobs.host_pattern)).map(jobs)
-    sharing = SharingTables(fabric).sharing(mapped)
+    matcher = HostMatcher(config.jobs.host_pattern)
+    mapped, warnings = JobMapper(fabric, matcher).map(jobs)
+    sharing = SharingTables(fabric, matcher, config.jobs.exclude_hosts).sharing(mapped)
     if fmt == "json":
         doc = [
             {
@@ -435,7 +431,7 @@ def sharing_command(
         *(f"L{lv} subtrees/sharing" for lv in levels),
         "FRAGMENTATION",
     ]
-    rows = [header]
+    rows = []
     for mj in mapped:
         s = sharing[mj.id]
         rows.append(
@@ -447,11 +443,17 @@ def sharing_command(
                 f"{s.fragmentation:.2f}",
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo("\n".join(align(header, rows)))
     for w in warnings:
         click.echo(f"warning: {w}")
+
+
+def _check_names(application: str | None, user: str | None) -> None:
+    """--save APP and --user must be able to key a profile (ProfileError otherwise)."""
+    if application is not None:
+        check_name(application, "--save")
+    if user is not None:
+        check_name(user, "--user")
 
 
 def _saved(profile: Profile) -> str:

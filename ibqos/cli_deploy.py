@@ -74,8 +74,8 @@ def restore_command(path: Path | None) -> None:
     """Put back the OpenSM files ibqos first found (kept in the state directory), signal
     OpenSM and check its log; on an error the files of before the restore go back.
 
-    Refuses while an agent in enforce mode runs: stop it, or set mode: observe and
-    reload it, first.  Exit 1 if OpenSM did not take the files.
+    Refuses while an ibqos agent runs on the state directory (in either mode it would
+    overwrite the restore): stop it first.  Exit 1 if OpenSM did not take the files.
     """
     config = load_config(find_config(path))
     done = restore(config)

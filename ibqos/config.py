@@ -19,7 +19,7 @@ import yaml
 
 from ibqos.classify import CLASSES, Thresholds
 from ibqos.errors import ConfigError
-from ibqos.hostnames import DEFAULT_HOST_PATTERN, HostMatcher
+from ibqos.hostnames import DEFAULT_HOST_PATTERN, LAB_SM_HOSTNAME, HostMatcher
 from ibqos.planner import LaneConfig
 from ibqos.weights import WEIGHT_LAWS
 
@@ -95,12 +95,18 @@ class JobsConfig:
         source: "file" (a job file or a directory of them, ``docs/jobs.md``).
         path: the file or directory.
         host_pattern: regular expression with one group that finds the host name in a
-            CA's NodeDescription (default: its first word).
+            CA's NodeDescription (default: its first word).  CAs it finds no name in are
+            not compute hosts.
+        exclude_hosts: hosts on the fabric that run no jobs (the subnet manager's host,
+            storage and login nodes): not counted as leaf-switch capacity by the sharing
+            report, never used to place a characterized job.  Default: the lab's OpenSM
+            host.
     """
 
     source: str = "file"
     path: Path = Path("/etc/ibqos/jobs.yaml")
     host_pattern: str = DEFAULT_HOST_PATTERN
+    exclude_hosts: tuple[str, ...] = (LAB_SM_HOSTNAME,)
 
 
 @dataclass(frozen=True)
@@ -332,7 +338,7 @@ def load_config(path: Path) -> Config:
 
 def parse_config(data: object, source: str) -> Config:
     """Validate a loaded document (see :func:`load_config`)."""
-    top = _mapping(
+    top = check_mapping(
         data,
         source,
         "",
@@ -351,10 +357,12 @@ def parse_config(data: object, source: str) -> Config:
             "lab",
         ),
     )
-    osm = _mapping(
+    osm = check_mapping(
         top.get("opensm", {}), source, "opensm", tuple(OpenSMConfig.__dataclass_fields__)
     )
-    jobs = _mapping(top.get("jobs", {}), source, "jobs", ("source", "path", "host_pattern"))
+    jobs = check_mapping(
+        top.get("jobs", {}), source, "jobs", ("source", "path", "host_pattern", "exclude_hosts")
+    )
     d_jobs = JobsConfig()
     job_source = _str(jobs.get("source", d_jobs.source), source, "jobs.source")
     if job_source not in JOB_SOURCES:
@@ -363,7 +371,7 @@ def parse_config(data: object, source: str) -> Config:
         )
     lab = None
     if "lab" in top:
-        raw = _mapping(top["lab"], source, "lab", ("name", "dir"))
+        raw = check_mapping(top["lab"], source, "lab", ("name", "dir"))
         lab = LabConfig(
             _str(raw.get("name"), source, "lab.name"), _path(raw.get("dir"), source, "lab.dir")
         )
@@ -375,6 +383,7 @@ def parse_config(data: object, source: str) -> Config:
             job_source,
             _path(jobs.get("path", d_jobs.path), source, "jobs.path"),
             _host_pattern(jobs.get("host_pattern", d_jobs.host_pattern), source),
+            _host_list(jobs.get("exclude_hosts", d_jobs.exclude_hosts), source),
         ),
         slurm=_slurm(top.get("slurm", {}), source),
         fabric=_fabric(top.get("fabric", {}), source, lab),
@@ -389,7 +398,7 @@ def parse_config(data: object, source: str) -> Config:
 
 
 def _fabric(value: object, source: str, lab: LabConfig | None) -> FabricConfig:
-    raw = _mapping(value, source, "fabric", ("source", "path", "root_guids", "refresh_s"))
+    raw = check_mapping(value, source, "fabric", ("source", "path", "root_guids", "refresh_s"))
     # a lab's config reads the lab's own discovery unless told otherwise
     kind = _choice(
         raw.get("source", "lab" if lab else "ibnetdiscover"),
@@ -413,7 +422,7 @@ def _fabric(value: object, source: str, lab: LabConfig | None) -> FabricConfig:
 
 def _collect(value: object, source: str) -> CollectConfig:
     d = CollectConfig()
-    raw = _mapping(value, source, "collect", tuple(CollectConfig.__dataclass_fields__))
+    raw = check_mapping(value, source, "collect", tuple(CollectConfig.__dataclass_fields__))
     ca = raw.get("ca")
     replay = raw.get("replay_path")
     cfg = CollectConfig(
@@ -478,7 +487,7 @@ def _opensm(osm: Mapping[str, Any], source: str) -> OpenSMConfig:
 
 def _profiles(value: object, source: str) -> ProfilesConfig:
     d = ProfilesConfig()
-    raw = _mapping(value, source, "profiles", tuple(ProfilesConfig.__dataclass_fields__))
+    raw = check_mapping(value, source, "profiles", tuple(ProfilesConfig.__dataclass_fields__))
     directory = raw.get("dir")
     confidence = _number(
         raw.get("min_confidence", d.min_confidence), source, "profiles.min_confidence", 0
@@ -497,7 +506,7 @@ def _profiles(value: object, source: str) -> ProfilesConfig:
 
 def _agent(value: object, source: str) -> AgentConfig:
     d = AgentConfig()
-    raw = _mapping(value, source, "agent", tuple(AgentConfig.__dataclass_fields__))
+    raw = check_mapping(value, source, "agent", tuple(AgentConfig.__dataclass_fields__))
     sock = raw.get("socket", d.socket)
     listen = raw.get("sl_listen")
     return AgentConfig(
@@ -511,7 +520,7 @@ def _agent(value: object, source: str) -> AgentConfig:
 
 def _slurm(value: object, source: str) -> SlurmConfig:
     d = SlurmConfig()
-    raw = _mapping(value, source, "slurm", tuple(SlurmConfig.__dataclass_fields__))
+    raw = check_mapping(value, source, "slurm", tuple(SlurmConfig.__dataclass_fields__))
     argv = raw.get("squeue", list(d.squeue))
     if isinstance(argv, str):
         argv = [argv]
@@ -533,7 +542,9 @@ def _slurm(value: object, source: str) -> SlurmConfig:
 
 def _metrics(value: object, source: str) -> MetricsConfig:
     d = MetricsConfig()
-    raw = _mapping(value, source, "metrics", ("listen", "fabric", "per_port", "tls", "basic_auth"))
+    raw = check_mapping(
+        value, source, "metrics", ("listen", "fabric", "per_port", "tls", "basic_auth")
+    )
     listen = d.listen
     if "listen" in raw:
         listen = (
@@ -544,7 +555,9 @@ def _metrics(value: object, source: str) -> MetricsConfig:
     fabric = _str(raw.get("fabric", d.fabric), source, "metrics.fabric")
     tls = None
     if raw.get("tls") is not None:
-        t = _mapping(raw["tls"], source, "metrics.tls", ("cert_file", "key_file", "client_ca_file"))
+        t = check_mapping(
+            raw["tls"], source, "metrics.tls", ("cert_file", "key_file", "client_ca_file")
+        )
         ca = t.get("client_ca_file")
         tls = TlsConfig(
             _readable(t.get("cert_file"), source, "metrics.tls.cert_file"),
@@ -553,7 +566,9 @@ def _metrics(value: object, source: str) -> MetricsConfig:
         )
     auth = None
     if raw.get("basic_auth") is not None:
-        a = _mapping(raw["basic_auth"], source, "metrics.basic_auth", ("username", "password_file"))
+        a = check_mapping(
+            raw["basic_auth"], source, "metrics.basic_auth", ("username", "password_file")
+        )
         key = "metrics.basic_auth.password_file"
         pw_file = _readable(a.get("password_file"), source, key)
         # trimmed, as Prometheus trims its own password_file
@@ -606,7 +621,7 @@ def _host_pattern(value: object, source: str) -> str:
 
 def _classify(value: object, source: str) -> Thresholds:
     d = Thresholds()
-    raw = _mapping(value, source, "classify", ("moderate", "high", "hysteresis", "tau_s"))
+    raw = check_mapping(value, source, "classify", ("moderate", "high", "hysteresis", "tau_s"))
     values = {
         key: _number(raw.get(key, getattr(d, key)), source, f"classify.{key}", 0)
         for key in ("moderate", "high", "hysteresis", "tau_s")
@@ -620,7 +635,7 @@ def _classify(value: object, source: str) -> Thresholds:
 def _lanes(value: object, source: str) -> LanesConfig:
     d = LaneConfig()
     keys = tuple(f for f in LaneConfig.__dataclass_fields__)
-    raw = _mapping(value, source, "lanes", keys)
+    raw = check_mapping(value, source, "lanes", keys)
     got: dict[str, Any] = {}
     auto: list[str] = []
     for key in AUTO_LANE_KEYS:
@@ -706,7 +721,7 @@ def _pairs(
 def _class_intensity(
     value: object, source: str, default: tuple[float, float, float]
 ) -> tuple[float, float, float]:
-    raw = _mapping(value, source, "lanes.class_intensity", CLASSES)
+    raw = check_mapping(value, source, "lanes.class_intensity", CLASSES)
     low, moderate, high = (
         _number(raw.get(c, default[i]), source, f"lanes.class_intensity.{c}", 0)
         for i, c in enumerate(CLASSES)
@@ -747,7 +762,11 @@ def _bool(value: object, source: str, key: str) -> bool:
     return value
 
 
-def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+def check_mapping(
+    value: object, source: str, key: str, allowed: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """*value* if it is a mapping with only *allowed* keys, else ConfigError naming the key
+    (``source: key.k: unknown key ...``); other files in YAML (profiles) check theirs so too."""
     where = f"{source}: {key or 'top level'}"
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
@@ -758,6 +777,14 @@ def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> 
                 f"{source}: {prefix}{k}: unknown key (expected one of {', '.join(allowed)})"
             )
     return value
+
+
+def _host_list(value: object, source: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(h, str) and h for h in value):
+        raise ConfigError(
+            f"{source}: jobs.exclude_hosts: expected a list of host names, got {value!r}"
+        )
+    return tuple(value)
 
 
 def _str(value: object, source: str, key: str) -> str:

@@ -10,7 +10,8 @@ intensity, the plan in force, the classes of finished jobs by application name) 
 :meth:`Decider.decide` runs one cycle.  Nothing here reads the fabric or the clock: the
 caller passes the rates (``ibqos.collect``) and the time, so the cycle runs the same on a
 live fabric, a replayed recording or a benchmark's synthetic tables.  (Only a performance
-counter is read, to time the stages: :attr:`Decider.timings`.)
+counter is read, to time the stages: :attr:`Decider.timings`, and the wall clock once when
+jobs end, to stamp them: :attr:`FinishedJob.end_s`.)
 
 Speed.  A cycle must stay well under a second with 50k ports and thousands of jobs
 (``docs/plan-benchmark.md``), so utilization and intensity are computed for all jobs at
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -39,12 +40,13 @@ from ibqos.characterize.levels import Characterizer
 from ibqos.characterize.prior import Prior, Priors, make_priors
 from ibqos.characterize.profiles import Profile
 from ibqos.characterize.sharing import JobSharing, SharingTables
-from ibqos.classify import Capacities, Class, Classifier, JobClass, Thresholds
+from ibqos.classify import Capacities, Class, Classifier, JobClass, Thresholds, class_of
 from ibqos.fabric import Fabric
 from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import JobMapper, MappedJob, log_warnings
 from ibqos.jobs import Job
 from ibqos.planner import JobState, LaneConfig, Plan, PlanResult, plan
+from ibqos.state import FinishedJob as FinishedJob  # where the state file keeps it
 
 if TYPE_CHECKING:
     from ibqos.config import Config
@@ -119,25 +121,6 @@ class JobReport:
     prior: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class FinishedJob:
-    """A job that ended since the previous cycle, as last measured (to learn profiles).
-
-    Attributes:
-        id, name, user: from the job source.
-        nodes: its hosts on the fabric.
-        cls: its last measured class.
-        intensity: its last smoothed intensity.
-    """
-
-    id: str
-    name: str
-    user: str | None
-    nodes: int
-    cls: Class
-    intensity: float
-
-
 class LazySharing:
     """The jobs' sharing of the fat tree (:mod:`ibqos.characterize.sharing`), computed
     on first use: the exporter and ``ibqos characterize sharing`` want it, a cycle does not."""
@@ -193,6 +176,9 @@ class Decider:
         matcher: how host names are read from NodeDescriptions.
         priors: job profiles (``profiles.dir``): a matching one gives a new job its
             expected class and, if it declares none, its pattern.
+        exclude_hosts: hosts on the fabric that run no jobs (``jobs.exclude_hosts``): not
+            leaf capacity for fragmentation, never a profile model's placement.
+        wall_clock: seconds since the epoch, to stamp finished jobs (tests inject one).
 
     Attributes:
         timings: seconds each stage of the last cycle took: ``map``, ``attribute``,
@@ -207,9 +193,14 @@ class Decider:
         thresholds: Thresholds | None = None,
         matcher: HostMatcher | None = None,
         priors: Priors | None = None,
+        exclude_hosts: Collection[str] = (),
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.lanes = lanes
         self.matcher = matcher or HostMatcher()
+        self.exclude_hosts = frozenset(exclude_hosts)
+        #: seconds since the epoch; read only to stamp when a job was seen to end
+        self.wall_clock = wall_clock
         self.priors = priors
         # id() of a job as its source gave it -> (that job, the job used, its profile)
         self._profiled: dict[int, tuple[Job, Job, Profile | None]] = {}
@@ -219,6 +210,9 @@ class Decider:
         #: application name -> class of its last finished job (the expected class of the
         #: next job of that name; profiles will refine it)
         self.history: dict[str, Class] = {}
+        #: application name -> its last finished job that was measured (kept in the state
+        #: file for ``ibqos characterize learn``, which counts each job once by id and end)
+        self.last_finished: dict[str, FinishedJob] = {}
         self._names: dict[str, str] = {}  # running job id -> application name
         self._ran: dict[str, tuple[str | None, int]] = {}  # running job id -> (user, hosts)
         self._expected_of: dict[str, Class] = {}  # running job id -> expected class
@@ -244,6 +238,7 @@ class Decider:
             config.classify,
             HostMatcher(config.jobs.host_pattern),
             priors=make_priors(config.profiles),
+            exclude_hosts=config.jobs.exclude_hosts,
         )
 
     def set_fabric(self, fabric: Fabric) -> None:
@@ -252,7 +247,7 @@ class Decider:
         self.attributor = Attributor(fabric)
         self.capacities = Capacities.from_fabric(fabric)
         self.mapper = JobMapper(fabric, self.matcher)
-        self.sharing_tables = SharingTables(fabric)
+        self.sharing_tables = SharingTables(fabric, self.matcher, self.exclude_hosts)
         self._characterizer: Characterizer | None = None  # built when a profile needs it
         self._avail: tuple[tuple[MappedJob, ...], FloatArray] | None = None
         self._avail_of: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
@@ -441,7 +436,12 @@ class Decider:
             profile = hit[2] if hit is not None and hit[1] is mj.job else None
             if profile is not None and self.priors is not None:
                 if self._characterizer is None and profile.model is not None:
-                    self._characterizer = Characterizer(self.fabric, matcher=self.matcher)
+                    self._characterizer = Characterizer(
+                        self.fabric, matcher=self.matcher, exclude=self.exclude_hosts
+                    )
+                if self._characterizer is not None:
+                    # the classifier's thresholds, as a config reload last set them
+                    self._characterizer.thresholds = self.classifier.thresholds
                 prior = self.priors.prior(mj.job, profile, mj.hosts, self._characterizer)
                 self._prior_of[mj.id] = prior
                 return prior.cls
@@ -473,17 +473,26 @@ class Decider:
         if self.previous is None:
             return ()
         finished = []
+        end_s: float | None = None
         for job_id, cls in self.previous.job_cls.items():
+            if job_id in running:
+                continue
+            if end_s is None:
+                end_s = round(self.wall_clock(), 3)  # ms: as profiles keep it
             name = self._names.get(job_id, "")
-            if job_id not in running and name:
+            if name:
                 self.history[name] = cls
             sample = self.classifier.get(job_id)
-            if job_id not in running and sample is not None:
-                job = self._ran.get(job_id)
-                if job is not None:
-                    finished.append(
-                        FinishedJob(job_id, name, job[0], job[1], sample.cls, sample.smoothed)
-                    )
+            job = self._ran.get(job_id)
+            if sample is not None and job is not None:
+                # the band of its measured (smoothed) intensity: the class it kept may
+                # still be its prior's, held by hysteresis, and learning that would only
+                # confirm the prior
+                measured = class_of(sample.smoothed, self.classifier.thresholds)
+                done = FinishedJob(job_id, name, job[0], job[1], measured, sample.smoothed, end_s)
+                finished.append(done)
+                if name:
+                    self.last_finished[name] = done
         return tuple(finished)
 
     def _log_new(self, warnings: Sequence[str]) -> None:

@@ -1,4 +1,4 @@
-"""The one way ibqos writes files: atomically.
+"""The one way ibqos writes (and removes) files: atomically.
 
 A reader (OpenSM after a SIGHUP, the lab's supervisor, an admin's editor) sees either the
 old file or the new one, never a half-written one, and a crash leaves no temp file behind.
@@ -43,6 +43,20 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
         tmp.unlink(missing_ok=True)
         raise
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_remove(path: Path) -> None:
+    """Remove *path* (if it exists) and fsync its directory, so that the removal, like a
+    replacement, survives a crash."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
     finally:

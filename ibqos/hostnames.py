@@ -13,6 +13,9 @@ from ibqos.errors import ConfigError
 DEFAULT_HOST_PATTERN = r"^(\S+)"
 """Host name = the first word of a CA's NodeDescription (``cn0001 mlx5_0`` -> ``cn0001``)."""
 
+LAB_SM_HOSTNAME = "opensm01"
+"""The host ``ibqos lab`` runs OpenSM on: a CA of the fabric that runs no jobs."""
+
 
 class HostMatcher:
     """Finds the host name in a CA's NodeDescription.

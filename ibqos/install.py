@@ -11,7 +11,7 @@ staging directory), at the places systemd and the docs name:
 ``etc/ibqos/ibqos.yaml``                           the configuration (the commented example)
 ``usr/local/libexec/ibqos/``                       the Slurm scripts (docs/slurm.md)
 ``usr/local/share/ibqos/``                         pristine copies: units, example config,
-                                                   dashboards, contrib
+                                                   dashboards, contrib, examples, docs
 ================================================  ==========================================
 
 An admin's files are never overwritten: an existing config, environment file or drop-in
@@ -40,6 +40,16 @@ DROP_IN = "opensm.conf"
 UNIT_DIR = Path("etc/systemd/system")
 SHARE = Path("usr/local/share/ibqos")
 LIBEXEC = Path("usr/local/libexec/ibqos")
+#: what goes under SHARE: (directory, files), as the wheel's data files carry them; of
+#: docs/ the text only (the shipped READMEs link to deploy.md, which links to the others)
+SHARED = (
+    ("systemd", "*"),
+    ("opensm_conf", "*"),
+    ("dashboards", "*"),
+    ("contrib", "*"),
+    ("examples", "*"),
+    ("docs", "*.md"),
+)
 #: what ``--opensm-unit`` accepts: a service name, template instances included
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
 _EXEC_START = re.compile(r"^(ExecStart=)(\S+)", re.M)
@@ -147,8 +157,8 @@ def plan(
     for script in sorted((root / "contrib" / "slurm").iterdir()):
         if script.is_file():
             steps.append(Step(prefix / LIBEXEC / script.name, script.read_text(), 0o755))
-    for name in ("systemd", "opensm_conf", "dashboards", "contrib"):
-        for src in sorted((root / name).rglob("*")):
+    for name, pattern in SHARED:
+        for src in sorted((root / name).rglob(pattern)):
             if src.is_file() and "__pycache__" not in src.parts:
                 mode = 0o755 if src.stat().st_mode & 0o111 else 0o644
                 target = prefix / SHARE / src.relative_to(root)

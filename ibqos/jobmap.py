@@ -178,7 +178,7 @@ def host_ports(fabric: Fabric, matcher: HostMatcher | None = None) -> dict[str, 
 # --- mapping -------------------------------------------------------------------------------
 
 
-def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders "9" before "10" and "1234_2" before "1234_10"."""
     return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t)
 
@@ -186,7 +186,7 @@ def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
 def _priority(job: Job) -> tuple[bool, float, tuple[tuple[int, int | str], ...]]:
     """Earlier start first; a job without a start time after every job that has one."""
     start = job.start_time
-    return (start is None, math.inf if start is None else start, _natural(job.id))
+    return (start is None, math.inf if start is None else start, natural_key(job.id))
 
 
 def _hosts_text(hosts: Iterable[str]) -> str:

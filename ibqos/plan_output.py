@@ -139,7 +139,8 @@ def render(decision: Decision, fmt: str) -> str:
     return _tables_text(decision)
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
+    """Bytes per second for people (``12.50 GB/s``); ``-`` when not known."""
     if value is None or not math.isfinite(value):
         return "-"
     for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
@@ -148,11 +149,13 @@ def _rate(value: float | None) -> str:
     return f"{value:.0f} B/s"
 
 
-def _pct(value: float | None) -> str:
+def pct_text(value: float | None) -> str:
+    """A fraction as a percentage (``10.7%``); ``-`` when not known."""
     return "-" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def _align(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def align(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The header and rows as lines of left-aligned columns two spaces apart."""
     table = [list(header), *(list(r) for r in rows)]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
@@ -172,16 +175,16 @@ def _tables_text(decision: Decision) -> str:
         cells = [job.id, job.name or "-", nodes]
         for lvl in upper:
             f = job.levels[lvl]
-            cells.append(f"{_rate(f.bytes_per_s)} {_pct(f.util)}")
+            cells.append(f"{rate_text(f.bytes_per_s)} {pct_text(f.util)}")
         cells += [
-            _pct(job.intensity),
+            pct_text(job.intensity),
             job.cls + ("" if job.measured_class in (None, job.cls) else f" ({job.measured_class})"),
             str(job.sl),
             "-" if job.vl is None else str(job.vl),
-            _pct(job.measured_share),
+            pct_text(job.measured_share),
         ]
         rows.append(cells)
-    lines = _align(header, rows) if rows else ["no running jobs on the fabric"]
+    lines = align(header, rows) if rows else ["no running jobs on the fabric"]
     lines += [
         f"job {job.id}: expected class from profile {job.prior}"
         for job in decision.jobs
@@ -197,11 +200,11 @@ def _tables_text(decision: Decision) -> str:
                 str(weights.get(lane.vl, 0)),
                 ",".join(map(str, lane.sls)) or "-",
                 ",".join(j for sl in lane.sls for j in jobs_by_sl.get(sl, [])) or "-",
-                _pct(lane.intensity),
+                pct_text(lane.intensity),
             ]
             for lane in sorted(tables.lanes, key=lambda lane: lane.vl)
         ]
-        lines += ["", *_align(["VL", "WEIGHT", "SLS", "JOBS", "INTENSITY"], lane_rows)]
+        lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS", "INTENSITY"], lane_rows)]
         lines.append(
             f"weights in 64-byte credits per round; lightest/most intense lane: target"
             f" {tables.target_ratio:g}, achieved {tables.achieved_ratio:g}"
@@ -223,6 +226,8 @@ def render_status(state: AgentState, state_dir: Path) -> str:
             f"mode: observe (the plan below is proposed, not in force;"
             f" diff: {state_dir / 'observe' / 'proposed.diff'})"
         )
+    else:
+        lines.append(f"mode: {state.mode}")
     apply = state.last_apply
     lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
     plan = state.plan or {}
@@ -231,14 +236,14 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         [
             str(j["id"]),
             j.get("name") or "-",
-            _pct(j.get("intensity")),
+            pct_text(j.get("intensity")),
             str(j["class"]),
             str(j["sl"]),
             "-" if j.get("vl") is None else str(j["vl"]),
         ]
         for j in jobs
     ]
-    lines += _align(["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"], rows) if rows else []
+    lines += align(["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"], rows) if rows else []
     lanes = [
         [
             str(lane["vl"]),
@@ -249,5 +254,5 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         for lane in plan.get("lanes", [])
     ]
     if lanes:
-        lines += ["", *_align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
+        lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
     return "\n".join(lines) + "\n"

@@ -7,9 +7,11 @@ the same apply as the agent's: atomic writes, the current files kept as ``.prev`
 signalled, its log read until the heavy sweep ends, and on an error in the log the files
 of before the restore go back.
 
-An agent in enforce mode would rewrite the files at its next cycle, so restore refuses
-while one runs on the state directory (``ibqos.agentlock``): stop it, or switch it to
-observe mode, first.
+Restore refuses while any agent runs on the state directory (``ibqos.agentlock``): one
+in enforce mode would rewrite the files at its next cycle, and one in observe mode
+rewrites state.json from memory each cycle, erasing restore's record of what it did.
+Restore holds the agent lock itself until it is done, so no agent can start in between
+(no check-then-act race).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ibqos.agentlock import holder
+from ibqos.agentlock import AgentLock, AgentLockError, holder
 from ibqos.apply import Applier, ApplyError, ApplyResult, make_signaller, read_file
 from ibqos.config import Config
 from ibqos.state import load_state, save_state
@@ -64,18 +66,32 @@ def restore(config: Config) -> Restored:
     """Put OpenSM's original files back and have OpenSM re-read them.
 
     Raises:
-        ApplyError: an agent in enforce mode runs on the state directory, a kept copy
-            cannot be read or a file written, or OpenSM cannot be signalled (nothing
-            changed then).
+        ApplyError: an agent runs on the state directory, a kept copy cannot be read or a
+            file written, or OpenSM cannot be signalled (nothing changed then).
+        AgentLockError: the agent lock cannot be opened.
     """
     state_dir = config.agent.state_dir
-    who = holder(state_dir)
-    if who is not None and who[1] != "observe":
+    if not state_dir.is_dir():  # ibqos never ran here: nothing kept, nothing to lock
+        return Restored(ApplyResult(), {})
+    try:
+        lock = AgentLock(state_dir, "restore")
+    except AgentLockError as err:
+        who = holder(state_dir)
+        if who is None:
+            raise
         raise ApplyError(
             f"an ibqos agent in {who[1]} mode runs on {state_dir} (pid {who[0]}) and would"
-            " rewrite the files: stop it (systemctl stop ibqos) or set mode: observe and"
-            " reload it first"
-        )
+            " overwrite the restore at its next cycle: stop it first (systemctl stop ibqos)"
+        ) from err
+    try:
+        return _restore(config)
+    finally:
+        lock.close()
+
+
+def _restore(config: Config) -> Restored:
+    """:func:`restore` with the agent lock held."""
+    state_dir = config.agent.state_dir
     files = originals(config)
     notes = []
     for path, text in files.items():

@@ -1,8 +1,9 @@
 """What must survive a restart, in the state directory (``agent.state_dir``).
 
 ``state.json`` holds the job -> SL bindings and classes of the plan in force, the classes of
-finished applications (the expected class of their next job), a summary of the plan and the
-last apply result.  On restart the agent gives every job that is still running the SL it
+finished applications (the expected class of their next job) and each one's last measured
+finished job (for ``ibqos characterize learn``), a summary of the plan and the last apply
+result.  On restart the agent gives every job that is still running the SL it
 had, so no job's SL is reshuffled (its MPI ranks cached it at launch).  ``ibqos status``
 reads the same file.  It is written atomically after every cycle that changed it.
 """
@@ -31,6 +32,39 @@ class StateError(IbqosError):
     category = "state"
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A job that ended, as last measured (to learn profiles from).
+
+    Attributes:
+        id, name, user: from the job source.
+        nodes: its hosts on the fabric.
+        cls: the class of its last smoothed intensity, by the thresholds alone (no
+            hysteresis, so not biased towards the class it was expected to have).
+        intensity: its last smoothed intensity (a fraction).
+        end_s: when it was seen to have ended, seconds since the epoch (None: unknown).
+    """
+
+    id: str
+    name: str
+    user: str | None
+    nodes: int
+    cls: Class
+    intensity: float
+    end_s: float | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        """As the state file keeps it."""
+        return {
+            "id": self.id,
+            "user": self.user,
+            "nodes": self.nodes,
+            "class": self.cls,
+            "intensity": self.intensity,
+            "end_s": self.end_s,
+        }
+
+
 @dataclass
 class AgentState:
     """The agent's memory across restarts.
@@ -43,6 +77,8 @@ class AgentState:
         last_apply: the last apply result (``summary``, ``ok``, ``rolled_back``, ...).
         updated_s: when it was written, seconds since the epoch.
         mode: the mode it ran in ("observe": *plan* was only proposed, not in force).
+        finished: application name -> its last finished job that was measured (what
+            ``ibqos characterize learn`` adds to profiles, once per job id and end time).
     """
 
     job_sl: dict[str, int] = field(default_factory=dict)
@@ -52,6 +88,8 @@ class AgentState:
     last_apply: dict[str, Any] | None = None
     updated_s: float = 0.0
     mode: str = "enforce"
+    # last: callers that build a state positionally keep working
+    finished: dict[str, FinishedJob] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The file's text."""
@@ -62,6 +100,7 @@ class AgentState:
             "job_sl": self.job_sl,
             "job_cls": self.job_cls,
             "history": self.history,
+            "finished": {name: job.to_doc() for name, job in self.finished.items()},
             "last_apply": self.last_apply,
             "plan": self.plan,
         }
@@ -94,6 +133,8 @@ def load_state(state_dir: Path) -> AgentState:
             job_sl={str(k): _sl(v) for k, v in doc["job_sl"].items()},
             job_cls={str(k): _cls(v) for k, v in doc["job_cls"].items()},
             history={str(k): _cls(v) for k, v in doc["history"].items()},
+            # absent in files of before profiles were learned
+            finished={str(k): _finished(str(k), v) for k, v in doc.get("finished", {}).items()},
             plan=doc.get("plan"),
             last_apply=doc.get("last_apply"),
             updated_s=float(doc.get("updated_s", 0.0)),
@@ -110,6 +151,20 @@ def save_state(state_dir: Path, state: AgentState) -> None:
         atomic_write(state_dir / STATE_FILE, state.to_json())
     except OSError as err:
         raise StateError(f"{state_dir / STATE_FILE}: cannot write: {err.strerror}") from err
+
+
+def _finished(name: str, doc: Any) -> FinishedJob:
+    end = doc["end_s"]
+    user = doc["user"]
+    return FinishedJob(
+        id=str(doc["id"]),
+        name=name,
+        user=None if user is None else str(user),
+        nodes=int(doc["nodes"]),
+        cls=_cls(doc["class"]),
+        intensity=float(doc["intensity"]),
+        end_s=None if end is None else float(end),
+    )
 
 
 def _sl(value: object) -> int:

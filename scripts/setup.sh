@@ -6,13 +6,15 @@
 #    one-host cluster.  Never slurm-wlm-emulator: it switches the slurmctld/slurmd
 #    alternatives to a front-end build that cannot start here;
 #  - systemd: systemd-analyze verifies and scores ibqos.service (no systemd runs here);
+#  - python3-venv: Debian's python3 makes no virtual environment without it (.venv here;
+#    the packaging test makes one as the README's install section does);
 #  - a virtual environment .venv with ibqos installed editable, plus the dev tools.
 # apt-get runs only when a package is missing; pip only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(opensm ibsim-utils infiniband-diags libibumad3 util-linux prometheus
-  slurmctld slurmd slurm-client munge systemd)
+  slurmctld slurmd slurm-client munge systemd python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,6 +24,7 @@ from ibqos.characterize.profiles import (
 )
 from ibqos.errors import TopologyError
 from ibqos.fabric import Fabric, fabric_from_file
+from ibqos.hostnames import LAB_SM_HOSTNAME
 from ibqos.jobs import Job
 from ibqos.lab.xgft import SM_HOSTNAME, build_xgft, parse_xgft
 from ibqos.topology import Port
@@ -51,18 +52,24 @@ class Run:
 
 
 def fabric_of(
-    xgft: str | None, topology: Path | None, width: int = 4, speed: str = "EDR"
+    xgft: str | None,
+    topology: Path | None,
+    width: int = 4,
+    speed: str = "EDR",
+    exclude_hosts: Sequence[str] = (LAB_SM_HOSTNAME,),
 ) -> tuple[Fabric, str, tuple[str, ...]]:
     """The fabric to characterize on, its name, and hosts that run no jobs.
 
     An XGFT is built as the lab builds it (:func:`ibqos.lab.xgft.build_xgft`); its
-    OpenSM host runs no jobs.
+    OpenSM host runs no jobs.  On either, neither do *exclude_hosts*
+    (``jobs.exclude_hosts``): no rank is placed on the subnet manager's host.
 
     Raises:
         TopologyError: neither or both given, or a bad spec or file.
     """
     if (xgft is None) == (topology is None):
         raise TopologyError("give the fabric as --xgft SPEC or --topology FILE (one of them)")
+    exclude = tuple(exclude_hosts)
     if xgft is not None:
         spec = parse_xgft(xgft)
         topo = build_xgft(spec, width, speed)
@@ -71,9 +78,9 @@ def fabric_of(
         ports = [p for ca in topo.cas() for p in topo.ports(ca.id)]
         ports += [Port(sw.id, 0) for sw in topo.switches()]
         topo.lids.update({p: lid for lid, p in enumerate(ports, start=1)})
-        return Fabric(topo, source=f"xgft {spec}"), str(spec), (SM_HOSTNAME,)
+        return Fabric(topo, source=f"xgft {spec}"), str(spec), (*exclude, SM_HOSTNAME)
     assert topology is not None
-    return fabric_from_file(topology), topology.name, ()
+    return fabric_from_file(topology), topology.name, exclude
 
 
 def characterize(
@@ -123,8 +130,13 @@ def outputs(run: Run, plot_format: str = "png") -> dict[str, bytes]:
 
 
 def model_of_trace(traffic: NodeTraffic) -> Model:
-    """A profile model of traced traffic: its node matrix as the pattern (up to
-    :data:`MAX_MATRIX_NODES` nodes; bigger ones keep only the rate, with gravity)."""
+    """A profile model of traced traffic: its node matrix as relative weights of the whole
+    matrix, and the mean bytes per second over all nodes as the rate (up to
+    :data:`MAX_MATRIX_NODES` nodes; bigger ones keep only the rate, with all-to-all).
+
+    :func:`ibqos.characterize.prior.model_traffic` scales the weights back by that rate,
+    so the model predicts the trace's own traffic, nodes that send nothing included.
+    """
     rate = traffic.mean_injection_bytes_per_s()
     if traffic.nodes > MAX_MATRIX_NODES:
         return Model("all-to-all", rate)
@@ -137,7 +149,11 @@ def model_of_trace(traffic: NodeTraffic) -> Model:
 
 
 def model_of_job(job: Job) -> Model:
-    """A profile model of a lab job: its pattern and its mean rate (rate x duty)."""
+    """A profile model of a lab job: its pattern and its mean rate (rate x duty).  A
+    ``matrix`` job is kept as the traffic the lab gives it (each sending row at the full
+    rate), in a profile's whole-matrix terms (:func:`model_of_trace`)."""
+    if job.pattern == "matrix":
+        return model_of_trace(NodeTraffic.from_job(job))
     return Model(
         job.pattern,
         job.rate_bytes_per_s * job.duty,

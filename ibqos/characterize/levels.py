@@ -33,7 +33,7 @@ from ibqos.classify import Capacities, Class, Thresholds, class_of, intensity, u
 from ibqos.errors import JobsError, TopologyError
 from ibqos.fabric import Fabric, PortKey
 from ibqos.hostnames import HostMatcher
-from ibqos.jobmap import _natural, host_ports  # hosts sorted as the job mapper does
+from ibqos.jobmap import host_ports, natural_key  # hosts sorted as the job mapper does
 from ibqos.jobs import Job
 from ibqos.patterns import traffic_matrix
 
@@ -86,6 +86,21 @@ class NodeTraffic:
             src=s.astype(np.int64),
             dst=d.astype(np.int64),
             bytes=m[s, d] * comm_s,
+        )
+
+    @classmethod
+    def from_matrix(cls, bytes_per_s: FloatArray) -> NodeTraffic:
+        """Steady traffic: node i sends ``bytes_per_s[i, j]`` bytes per second to node j
+        (one interval of one second, so mean and peak are the same)."""
+        s, d = np.nonzero(bytes_per_s)
+        return cls(
+            nodes=len(bytes_per_s),
+            interval_s=np.array([1.0]),
+            span_s=1.0,
+            interval=np.zeros(len(s), dtype=np.int64),
+            src=s.astype(np.int64),
+            dst=d.astype(np.int64),
+            bytes=bytes_per_s[s, d].astype(np.float64),
         )
 
     def matrix(self) -> FloatArray:
@@ -197,8 +212,8 @@ class Characterizer:
         by_leaf: dict[int, list[str]] = {}
         for host, keys in self.ports.items():
             by_leaf.setdefault(self.caps.subtree_of[0][keys[0]], []).append(host)
-        leaves = [sorted(hosts, key=_natural) for hosts in by_leaf.values()]
-        self.leaves: list[list[str]] = sorted(leaves, key=lambda hs: _natural(hs[0]))
+        leaves = [sorted(hosts, key=natural_key) for hosts in by_leaf.values()]
+        self.leaves: list[list[str]] = sorted(leaves, key=lambda hs: natural_key(hs[0]))
 
     @property
     def hosts(self) -> list[str]:
@@ -262,17 +277,14 @@ class Characterizer:
 
     def spreads(self, nodes: int) -> list[Placement]:
         """The job spread ever more thinly: ``F<n>`` for n = hosts per leaf down to 1,
-        as long as the fabric has the leaf switches (each spans more leaves)."""
+        as long as the fabric has the leaf switches.  Every n is kept, also when two span
+        the same leaves: 8 nodes as F7 (7 + 1) and F4 (4 + 4) both span 2, but the even
+        split sends more across the uplinks and may be another class."""
         out: list[Placement] = []
-        seen: set[int] = set()
         for per_leaf in range(self.hosts_per_leaf, 0, -1):
             if math.ceil(nodes / per_leaf) > len(self.leaves):
                 break
-            placement = self.placement(f"F{per_leaf}", nodes)
-            spanned = len({self._leaf_of(h) for h in placement.hosts})
-            if spanned not in seen:  # F7 and F8 of 8 nodes both span 2 leaves
-                seen.add(spanned)
-                out.append(placement)
+            out.append(self.placement(f"F{per_leaf}", nodes))
         return out
 
     def characterize(self, traffic: NodeTraffic, placement: Placement) -> Characterization:
@@ -326,6 +338,3 @@ class Characterizer:
             cls=class_of(value, self.thresholds),
             peak_intensity=peak_value,
         )
-
-    def _leaf_of(self, host: str) -> int:
-        return self.caps.subtree_of[0][self.ports[host][0]]

@@ -6,8 +6,10 @@ confident enough (``profiles.min_confidence``) gives:
 
 - the **expected class**: with a traffic model (pattern and mean rate) that fits the job's
   size, the class that traffic has on the job's actual placement (the characterization of
-  :mod:`ibqos.characterize.levels`: a spread job sees more bandwidth); otherwise the
-  profile's ``expected_class``;
+  :mod:`ibqos.characterize.levels`: a spread job sees more bandwidth), unless at least
+  :data:`~ibqos.characterize.profiles.MIN_MEASURED` jobs measured on the fabric agree on
+  another class with ``min_confidence`` (:meth:`Profile.measured_class`): then that class;
+  without a model the profile's ``expected_class``;
 - the **attribution prior**: a job that declares no pattern gets the profile's, so shared
   uplinks are split by it instead of by gravity (``docs/plan.md``).
 """
@@ -15,19 +17,21 @@ confident enough (``profiles.min_confidence``) gives:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ibqos.characterize.levels import Characterizer, NodeTraffic, Placement
-from ibqos.characterize.profiles import NAME_PATTERN, Observation, Profile, ProfileStore
+from ibqos.characterize.profiles import NAME_PATTERN, Model, Observation, Profile, ProfileStore
 from ibqos.classify import Class
 from ibqos.errors import ProfileError
 from ibqos.jobs import Job
 
 if TYPE_CHECKING:
     from ibqos.config import ProfilesConfig
-    from ibqos.decide import FinishedJob
+    from ibqos.state import FinishedJob
 
 log = logging.getLogger("ibqos.profiles")
 
@@ -39,12 +43,15 @@ class Prior:
     Attributes:
         profile: the profile.
         cls: the job's expected class.
-        how: ``model on its placement`` or ``profile class``.
+        how: ``model on its placement``, ``profile class`` or ``measured jobs ...``.
+        intensity: the model's intensity on the job's placement (a fraction); None when
+            no model was used.
     """
 
     profile: Profile
     cls: Class
     how: str
+    intensity: float | None = None
 
     def describe(self) -> str:
         """One line for ``ibqos plan``: which profile, what it gave and how sure it is."""
@@ -104,11 +111,31 @@ class Priors:
             or any(h not in characterizer.ports for h in hosts)
         ):
             return Prior(profile, profile.expected_class, "profile class")
-        modelled = model.job(Job(job.id, hosts))
-        figures = characterizer.characterize(
-            NodeTraffic.from_job(modelled), Placement("job", hosts)
-        )
-        return Prior(profile, figures.cls, "model on its placement")
+        traffic = model_traffic(model, job.id, hosts)
+        figures = characterizer.characterize(traffic, Placement("job", hosts))
+        measured = profile.measured_class(self.min_confidence)
+        if measured is not None and measured[0] != figures.cls:
+            # Jobs measured on the fabric consistently saw another class: the model (its
+            # rate, its pattern) no longer describes what the application does, and a
+            # model that always won could never be corrected by what was measured.
+            how = f"measured jobs, the model said {figures.cls}"
+            return Prior(profile, measured[0], how, figures.intensity)
+        return Prior(profile, figures.cls, "model on its placement", figures.intensity)
+
+
+def model_traffic(model: Model, job_id: str, hosts: Sequence[str]) -> NodeTraffic:
+    """The traffic a model with a rate predicts for a job on *hosts* (node order).
+
+    A ``matrix`` model is scaled as a whole, so nodes send in the matrix's proportions and
+    the mean over all nodes is the rate: a traced job in which only some nodes send keeps
+    its total (the lab's job format instead gives every sending row the full rate).  Other
+    patterns are the lab's (``docs/jobs.md``), every node sending the rate.
+    """
+    if model.matrix is not None:
+        weights = np.array(model.matrix, dtype=np.float64)
+        scale = model.rate_bytes_per_s * len(weights) / float(weights.sum())
+        return NodeTraffic.from_matrix(weights * scale)
+    return NodeTraffic.from_job(model.job(Job(job_id, tuple(hosts))))
 
 
 def make_priors(cfg: ProfilesConfig) -> Priors | None:
@@ -122,12 +149,22 @@ def make_priors(cfg: ProfilesConfig) -> Priors | None:
     return Priors(ProfileStore(cfg.dir), cfg.min_confidence)
 
 
-def learn(store: ProfileStore, finished: Sequence[FinishedJob], now_s: float) -> int:
+def learn(
+    store: ProfileStore, finished: Iterable[FinishedJob], now_s: float, *, strict: bool = False
+) -> int:
     """Add each finished job's measured class to its application's profile (by name,
     user and size: the most specific profile that exists, else a new one by name).
 
-    A profile that cannot be written is logged, not raised: learning must not stop the
-    agent.  Returns how many profiles were updated.
+    Each job is one observation, ``job <id>`` at its end time (*now_s* when that is not
+    known): a job already in its profile (the agent learned it, or ``ibqos characterize
+    learn`` ran before) is not added again.  Each profile is read again from its file
+    right before it is updated (:meth:`ProfileStore.observe`).
+
+    A profile that cannot be written is logged, not raised, unless *strict*: learning must
+    not stop the agent.  Returns how many profiles were updated.
+
+    Raises:
+        ProfileError: with *strict*, a profile that cannot be read or written.
     """
     done = 0
     for job in finished:
@@ -135,10 +172,18 @@ def learn(store: ProfileStore, finished: Sequence[FinishedJob], now_s: float) ->
             continue  # jobs without a usable application name teach nothing
         found = store.match(job.name, job.user, job.nodes)
         key = (None, None) if found is None else (found.user, found.nodes)
-        obs = Observation(f"job {job.id}", job.cls, round(job.intensity, 6), round(now_s, 3))
+        when = round(now_s if job.end_s is None else job.end_s, 3)
+        obs = Observation(f"job {job.id}", job.cls, round(job.intensity, 6), when)
         try:
+            current = store.reread(job.name, *key)
+            if current is not None and any(
+                (o.source, o.time_s) == (obs.source, obs.time_s) for o in current.observations
+            ):
+                continue
             store.observe(job.name, obs, user=key[0], nodes=key[1])
         except ProfileError as err:
+            if strict:
+                raise
             log.warning("profiles: cannot learn from job %s: %s", job.id, err)
             continue
         done += 1

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from ibqos.classify import CLASSES, Class
-from ibqos.config import _mapping as config_mapping
+from ibqos.config import check_mapping
 from ibqos.errors import ConfigError, ProfileError
 from ibqos.fsio import atomic_write
 from ibqos.jobs import PATTERNS, Job
@@ -48,6 +48,11 @@ MAX_OBSERVATIONS = 50
 #: a traced matrix is kept only up to this many nodes (a bigger one is no longer readable)
 MAX_MATRIX_NODES = 64
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+#: sources of observations measured on the fabric (the agent's learning, ``characterize
+#: learn``, ``characterize history``), as opposed to characterized from a trace or job file
+MEASURED_SOURCES = ("job ", "history of job ")
+#: measured observations needed before they may overrule a profile's model
+MIN_MEASURED = 2
 _KEYS = (
     "version",
     "application",
@@ -69,10 +74,13 @@ class Model:
 
     Attributes:
         pattern: one of :data:`ibqos.jobs.PATTERNS`.
-        rate_bytes_per_s: mean bytes per second each node sends (0.0: not known; then
-            only the pattern is used, as the attribution prior).
+        rate_bytes_per_s: mean bytes per second each node sends, over all nodes (0.0:
+            not known; then only the pattern is used, as the attribution prior).
         halo_dims: for ``halo``; None: one dimension.
-        matrix: for ``matrix``: relative weights, rows send to columns.
+        matrix: for ``matrix``: relative weights, rows send to columns, of the whole
+            matrix: node i sends ``rate * n * w[i][j] / sum(w)`` bytes per second to j
+            (:func:`ibqos.characterize.prior.model_traffic`), so rows that send nothing
+            keep the total right.
     """
 
     pattern: str
@@ -164,6 +172,19 @@ class Profile:
             and (self.user is None or self.user == user)
             and (self.nodes is None or self.nodes == nodes)
         )
+
+    def measured_class(self, min_confidence: float) -> tuple[Class, float] | None:
+        """The class its measured observations (:data:`MEASURED_SOURCES`) agree on, and
+        how sure (``agree / (n + 1)``, as ``confidence``): None with fewer than
+        :data:`MIN_MEASURED` of them or below *min_confidence*."""
+        measured = [o for o in self.observations if o.source.startswith(MEASURED_SOURCES)]
+        if len(measured) < MIN_MEASURED:
+            return None
+        counts = Counter(o.cls for o in measured)
+        top = max(counts.values())
+        cls = next(o.cls for o in reversed(measured) if counts[o.cls] == top)
+        sure = top / (len(measured) + 1)
+        return (cls, sure) if sure >= min_confidence else None
 
     def observe(self, obs: Observation) -> Profile:
         """This profile with one more observation, its class and confidence recomputed."""
@@ -346,6 +367,28 @@ class ProfileStore:
         """The profile with exactly this key."""
         return next((p for p in self.profiles if p.key == (application, user, nodes)), None)
 
+    def reread(
+        self, application: str, user: str | None = None, nodes: int | None = None
+    ) -> Profile | None:
+        """The profile of this key as its file holds it now (None: no file), and this
+        store updated to it.
+
+        Raises:
+            ProfileError: the file is bad, or now holds another key.
+        """
+        key = (application, user, nodes)
+        old = self.get(*key)
+        path = old.path if old is not None and old.path is not None else None
+        path = path or self.directory / Profile(application, "low", 0.0, user, nodes).file_name()
+        if not path.exists():
+            self.profiles = [p for p in self.profiles if p.key != key]
+            return None
+        profile = load_profile(path)
+        if profile.key != key:
+            raise ProfileError(f"{path}: now holds {profile.file_name()}'s key, not {key}")
+        self.profiles = [p for p in self.profiles if p.key != key] + [profile]
+        return profile
+
     def save(self, profile: Profile) -> Path:
         """Write *profile* atomically (a profile of the same key is replaced in place).
 
@@ -375,8 +418,16 @@ class ProfileStore:
         characterized: Sequence[Mapping[str, Any]] | None = None,
     ) -> Profile:
         """Add an observation to the profile of this key (created if missing) and save it;
-        *model* and *characterized*, when given, replace the profile's."""
-        profile = self.get(application, user, nodes) or Profile(
+        *model* and *characterized*, when given, replace the profile's.
+
+        The profile's file is read again first (read, modify, write one file): another
+        writer -- ``ibqos characterize --save``, an admin's edit, the agent's learning --
+        may have changed it since this store was loaded, and its changes are kept.
+
+        Raises:
+            ProfileError: the file is bad now, or cannot be written.
+        """
+        profile = self.reread(application, user, nodes) or Profile(
             application, obs.cls, 0.0, user=user, nodes=nodes
         )
         if model is not None:
@@ -442,7 +493,7 @@ def _model(value: object, source: str) -> Model:
 def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
     """A mapping with only *allowed* keys, checked as the config's sections are."""
     try:
-        return config_mapping(value, source, key, allowed)
+        return check_mapping(value, source, key, allowed)
     except ConfigError as err:
         raise ProfileError(str(err)) from None
 

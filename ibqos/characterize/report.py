@@ -5,8 +5,8 @@ peak_bytes_per_s, avail_bytes_per_s, util, peak_util, intensity, class`` (bytes 
 second, fractions; empty/null where not defined: the top level has no uplinks).  Plots:
 
 - ``levels``: per-level mean injection (bytes/s) and utilization by placement;
-- ``spread``: available bandwidth per level (and utilization) by the number of leaf
-  switches the job spans, for one job size.
+- ``spread``: available bandwidth per level (and utilization) by placement ``F<n>``, with
+  the number of leaf switches it spans, for one job size.
 
 Everything is rendered in memory first; :func:`write_outputs` then writes each file
 atomically, so a failure leaves no half-written output.
@@ -24,7 +24,7 @@ from typing import Any
 
 from ibqos.characterize.levels import Characterization
 from ibqos.fsio import atomic_write_bytes
-from ibqos.plan_output import _pct, _rate  # the units `ibqos plan` prints
+from ibqos.plan_output import align, pct_text, rate_text  # as `ibqos plan` prints them
 
 COLUMNS = (
     "placement",
@@ -117,18 +117,15 @@ def text_table(chars: Sequence[Characterization]) -> str:
     body = []
     for c in chars:
         by = {r.level: r for r in c.levels}
-        cells = [c.placement, str(len(c.hosts)), str(c.leaves), _rate(by[0].bytes_per_s)]
+        cells = [c.placement, str(len(c.hosts)), str(c.leaves), rate_text(by[0].bytes_per_s)]
         for lv in levels:
             r = by[lv]
-            cells.append(f"{_rate(r.bytes_per_s)} / {_rate(r.avail_bytes_per_s)} {_pct(r.util)}")
-        cells += [_pct(c.intensity), _pct(c.peak_intensity), c.cls]
+            cells.append(
+                f"{rate_text(r.bytes_per_s)} / {rate_text(r.avail_bytes_per_s)} {pct_text(r.util)}"
+            )
+        cells += [pct_text(c.intensity), pct_text(c.peak_intensity), c.cls]
         body.append(cells)
-    table = [header, *body]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [
-        "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in table
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(align(header, body)) + "\n"
 
 
 def plot_levels(chars: Sequence[Characterization], title: str, fmt: str = "png") -> bytes:
@@ -153,24 +150,24 @@ def plot_levels(chars: Sequence[Characterization], title: str, fmt: str = "png")
 
 
 def plot_spread(chars: Sequence[Characterization], title: str, fmt: str = "png") -> bytes:
-    """Available bandwidth (bytes/s) and utilization per level >= 1 by leaf switches
-    spanned, for placements of one job size."""
+    """Available bandwidth (bytes/s) and utilization per level >= 1 by placement (and
+    leaf switches spanned), for placements of one job size."""
     plt = _pyplot()
     ordered = sorted(chars, key=lambda c: c.leaves)
     fig, (ax_avail, ax_util) = plt.subplots(1, 2, figsize=(11, 4.2))
     levels = sorted(
         {r.level for c in ordered for r in c.levels if r.level >= 1 and r.avail_bytes_per_s > 0}
     )
-    x = [c.leaves for c in ordered]
+    # one point per placement: F7 (7 + 1) and F4 (4 + 4) span the same leaves and differ
+    x = list(range(len(ordered)))
+    ticks = [f"{c.placement}\n{c.leaves}" for c in ordered]
     for lv in levels:
         by = [{r.level: r for r in c.levels}[lv] for c in ordered]
         ax_avail.plot(x, [r.avail_bytes_per_s for r in by], marker="o", label=f"L{lv}")
         ax_util.plot(x, [r.util or 0.0 for r in by], marker="o", label=f"L{lv}")
-    from matplotlib.ticker import MaxNLocator
-
     for ax, label in ((ax_avail, "available bandwidth (bytes/s)"), (ax_util, "utilization")):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("leaf switches spanned")
+        ax.set_xticks(x, ticks)
+        ax.set_xlabel("placement / leaf switches spanned")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")

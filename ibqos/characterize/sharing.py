@@ -8,8 +8,9 @@ other jobs have nodes in the same subtrees, and how thinly a job is spread.  Per
 - ``sharing[l]``: the other running jobs with nodes in any of those subtrees (the jobs
   whose traffic meets its traffic on level-*l* uplinks);
 - ``fragmentation``: leaf switches it spans over the fewest that could hold it
-  (``ceil(nodes / hosts per leaf switch)``): 1.0 is compact; F_1 placement of a 16-node
-  job on 8-host leaves is 8.0.
+  (``ceil(nodes / compute hosts per leaf switch)``): 1.0 is compact; F_1 placement of a
+  16-node job on 8-host leaves is 8.0.  Compute hosts: CAs named by the host pattern and
+  not in ``jobs.exclude_hosts`` (not the subnet manager's host, storage, ...).
 
 Levels 1 .. height - 1 are reported: the top level has no uplinks, everyone shares it.
 Computed on arrays for all jobs at once (the agent does it every cycle).
@@ -18,13 +19,14 @@ Computed on arrays for all jobs at once (the agent does it every cycle).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ibqos.fabric import Fabric
+from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import MappedJob
 
 IntArray = npt.NDArray[np.int64]
@@ -52,9 +54,20 @@ class SharingTables:
 
     Args:
         fabric: the topology.
+        matcher: how host names are read from NodeDescriptions.
+        exclude: hosts that run no jobs (``jobs.exclude_hosts``).
+
+    Attributes:
+        hosts_per_leaf: the most compute hosts any leaf switch has: CAs whose description
+            names a host (*matcher*) not in *exclude*.  The subnet manager's host or a
+            storage node on a leaf is no room for a job, so counting it would make a job
+            as compact as possible look fragmented.
     """
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(
+        self, fabric: Fabric, matcher: HostMatcher | None = None, exclude: Collection[str] = ()
+    ) -> None:
+        matcher = matcher or HostMatcher()
         cas = [n for n in fabric.topo.cas() if n.guid is not None]
         self.levels = list(range(1, fabric.height))
         self._row = {n.guid: i for i, n in enumerate(cas)}
@@ -65,7 +78,8 @@ class SharingTables:
         leaf = fabric.components(1) if fabric.height >= 1 else {}
         per_leaf: dict[int, int] = {}
         for n in cas:
-            if n.id in leaf:
+            host = matcher.hostname(n.desc)
+            if n.id in leaf and host is not None and host not in exclude:
                 per_leaf[leaf[n.id]] = per_leaf.get(leaf[n.id], 0) + 1
         self.hosts_per_leaf = max(per_leaf.values(), default=1)
         self._leaf = np.array([leaf.get(n.id, -1) for n in cas], dtype=np.int64)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from ibqos.errors import TopologyError
+from ibqos.hostnames import LAB_SM_HOSTNAME
 from ibqos.topology import (
     LANE_DATA_BITS_PER_S,
     WIDTHS,
@@ -29,7 +30,7 @@ from ibqos.topology import (
     default_node_id,
 )
 
-SM_HOSTNAME = "opensm01"
+SM_HOSTNAME = LAB_SM_HOSTNAME
 #: ibsim 0.10 switches have LinearFDBCap 30720: end ports beyond that LID get no route.
 MAX_LIDS = 30720
 _SWITCH_GUID_BASE = 0x0C42A10300000000

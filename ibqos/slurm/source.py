@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ibqos.config import SlurmConfig
 from ibqos.jobs import Job
-from ibqos.slurm.notify import take_notifications
+from ibqos.slurm.notify import NotifyDir
 from ibqos.slurm.squeue import (
     JSON_SINCE,
     SlurmError,
@@ -116,6 +116,7 @@ class SlurmJobSource:
         self._polled = float("-inf")  # when the last squeue (good or bad) started
         self._due = False
         self._warned: set[str] = set()
+        self._notify = None if config.notify_dir is None else NotifyDir(config.notify_dir)
         self._last_problem = "never run"
 
     @property
@@ -136,8 +137,8 @@ class SlurmJobSource:
             SlurmError: squeue has never answered, or has failed for longer than
                 ``slurm.grace_s``.
         """
-        if self.config.notify_dir is not None:
-            events = take_notifications(self.config.notify_dir)
+        if self._notify is not None:
+            events = self._notify.take()
             if events:
                 log.debug("notified: %s", ", ".join(events))
                 self._due = True

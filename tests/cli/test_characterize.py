@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from ibqos.cli import cli
 from ibqos.jobs import Job
+from ibqos.state import AgentState, FinishedJob, load_state, save_state
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FABRIC = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"  # 4 leaves of 8 hosts, 2 spines
@@ -52,6 +53,17 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+def png_colours(data: bytes) -> int:
+    """Distinct non-grey colours of a PNG (grey: R = G = B, the axes, text and ground)."""
+    import io
+
+    from matplotlib.image import imread
+
+    pixels = imread(io.BytesIO(data), format="png")[:, :, :3].reshape(-1, 3)
+    coloured = pixels[(pixels.max(axis=1) - pixels.min(axis=1)) > 0.1]
+    return len({tuple(p) for p in coloured.round(2).tolist()})
+
+
 def test_a_trace_is_characterized_into_tables_plots_and_a_profile(run, tmp_path: Path) -> None:
     trace = tmp_path / "ring.csv"
     trace.write_text(TRACE)
@@ -77,6 +89,8 @@ def test_a_trace_is_characterized_into_tables_plots_and_a_profile(run, tmp_path:
     for plot in ("levels.png", "spread.png"):
         width, height = png_size((out / plot).read_bytes())
         assert width > 500 and height > 300
+        # drawn, not blank: bars or lines in several colours besides white, black, greys
+        assert png_colours((out / plot).read_bytes()) > 3, plot
     profile = yaml.safe_load((profiles / "ringapp-n4.yaml").read_text())
     assert profile["expected_class"] == "low" and profile["nodes"] == 4
     assert profile["model"]["pattern"] == "matrix" and profile["model"]["matrix"][0] == [0, 1, 0, 0]
@@ -97,6 +111,12 @@ def test_svg_plots_and_json_output(run, tmp_path: Path) -> None:
     assert [p["placement"] for p in doc["placements"]] == ["F1"]
     svg = (tmp_path / "o" / "spread.svg").read_text()
     assert svg.startswith("<?xml") and "<svg" in svg and len(svg) > 5000
+    # drawn, not blank: the series' colour (matplotlib's first, #1f77b4) on real shapes.
+    # spread: the L1 line on each of the two panels and in each legend
+    assert svg.count("stroke: #1f77b4") >= 4 and svg.count("<!-- L1 -->") == 2
+    # levels: F1's bars at L0 and L1 on each panel, and its legend patch
+    bars = (tmp_path / "o" / "levels.svg").read_text()
+    assert bars.count("fill: #1f77b4") >= 5 and "<!-- F1 -->" in bars
 
 
 def test_lab_jobs_on_their_own_placement(run, tmp_path: Path) -> None:
@@ -181,3 +201,79 @@ def test_the_sharing_report(run, tmp_path: Path) -> None:
     table = run("characterize", "sharing", "--topology", str(FABRIC), "--jobs", str(jobs))
     assert table.exit_code == 0 and "L1 subtrees/sharing" in table.stdout
     assert any(line.split()[:4] == ["B", "b", "3", "3/1"] for line in table.stdout.splitlines())
+
+
+def test_learn_counts_each_finished_job_once(run, tmp_path: Path) -> None:
+    state_dir, profiles = tmp_path / "state", tmp_path / "p"
+    job7 = FinishedJob("7", "ft", "alice", 4, "high", 0.5, 1000.0)
+    save_state(state_dir, AgentState(history={"ft": "high"}, finished={"ft": job7}, updated_s=1))
+
+    def learned() -> list[tuple[str, float]]:
+        result = run(
+            "characterize", "learn", "--state", str(state_dir), "--profiles", str(profiles)
+        )
+        assert result.exit_code == 0, result.stderr
+        doc = yaml.safe_load((profiles / "ft.yaml").read_text())
+        return [(o["source"], o["time_s"]) for o in doc["observations"]]
+
+    assert learned() == [("job 7", 1000.0)]
+    # the agent saves its state every cycle: the same job must not count again
+    save_state(state_dir, AgentState(history={"ft": "high"}, finished={"ft": job7}, updated_s=2))
+    assert learned() == [("job 7", 1000.0)]
+    job8 = FinishedJob("8", "ft", "alice", 4, "low", 0.01, 2000.0)
+    save_state(state_dir, AgentState(history={"ft": "low"}, finished={"ft": job8}, updated_s=3))
+    assert learned() == [("job 7", 1000.0), ("job 8", 2000.0)]
+    # the state file keeps the record whole
+    assert load_state(state_dir).finished == {"ft": job8}
+
+
+def test_ranks_are_not_placed_on_the_subnet_manager_host(run, tmp_path: Path) -> None:
+    # the recorded lab fabric has opensm01 on leaf 1 beside cn0001-cn0008
+    trace = tmp_path / "ring9.csv"
+    trace.write_text(
+        "# ranks: 9\nstart_s,end_s,src,dst,bytes\n"
+        + "".join(f"0,1,{i},{(i + 1) % 9},1e9\n" for i in range(9))
+    )
+    result = run(
+        "characterize", "trace", str(trace), "--topology", str(FABRIC), "--format", "json",
+        "--placement", "contiguous", "--placement", "F8",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [p["hosts"] for p in doc["placements"]] == ["cn[0001-0009]", "cn[0001-0009]"]
+    # 8 hosts a leaf: the spread starts with F8, 9 nodes on 2 leaves
+    assert (doc["spread"][0]["placement"], doc["spread"][0]["leaves"]) == ("F8", 2)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--save", "bad name"), "--save 'bad name': expected letters"),
+        (("--save", "ok", "--user", "a/b"), "--user 'a/b': expected letters"),
+    ],
+)
+def test_a_bad_profile_name_prints_and_writes_nothing(run, tmp_path, extra, needle) -> None:
+    trace = tmp_path / "ring.csv"
+    trace.write_text(TRACE)
+    out, profiles = tmp_path / "out", tmp_path / "p"
+    result = run(
+        "characterize", "trace", str(trace), "--xgft", "2;2,4;1,2", "--out", str(out),
+        "--profiles", str(profiles), *extra,
+    )  # fmt: skip
+    one_line_error(result, "ibqos: profile: ", needle)
+    assert result.stdout == "" and not out.exists() and not profiles.exists()
+
+
+def test_a_job_name_that_cannot_be_a_profile_writes_nothing(run, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n  - {id: '1', name: 'my app', nodes: 'cn[0001-0002]', pattern: ring,\n"
+        "     rate_bytes_per_s: 1.0e9, duty: 1, period_s: 1}\n"
+    )
+    out, profiles = tmp_path / "out", tmp_path / "p"
+    result = run(
+        "characterize", "jobs", "--jobs", str(jobs), "--topology", str(FABRIC), "--save",
+        "--out", str(out), "--profiles", str(profiles),
+    )  # fmt: skip
+    one_line_error(result, "jobs.yaml: job 1: --save: name 'my app'")
+    assert result.stdout == "" and not out.exists() and not profiles.exists()

@@ -152,8 +152,18 @@ def test_status_reads_the_state_dir(run, tmp_path) -> None:
     last = {"summary": "applied qos-policy.conf, sweep 0.1 s", "ok": True}
     save_state(tmp_path / "state", AgentState({"7": 1}, {"7": "high"}, {}, plan, last, 1.0))
     out = run("status", "--config", str(cfg)).output
+    assert out.splitlines()[1] == "mode: enforce"
     assert "last apply: applied qos-policy.conf, sweep 0.1 s" in out
-    assert out.splitlines()[2].split() == ["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"]
-    assert out.splitlines()[3].split() == ["7", "ft", "50.0%", "high", "1", "1"]
+    assert out.splitlines()[3].split() == ["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"]
+    assert out.splitlines()[4].split() == ["7", "ft", "50.0%", "high", "1", "1"]
     doc = json.loads(run("status", "--config", str(cfg), "--format", "json").output)
-    assert doc["plan"] == plan and doc["last_apply"] == last
+    assert doc["plan"] == plan and doc["last_apply"] == last and doc["mode"] == "enforce"
+    observing = AgentState({"7": 1}, {"7": "high"}, {}, plan, last, 2.0, mode="observe")
+    save_state(tmp_path / "state", observing)
+    doc = json.loads(run("status", "--config", str(cfg), "--format", "json").output)
+    assert doc["mode"] == "observe"
+    assert (
+        run("status", "--config", str(cfg))
+        .output.splitlines()[1]
+        .startswith("mode: observe (the plan below is proposed")
+    )

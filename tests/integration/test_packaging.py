@@ -72,6 +72,8 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         "opensm_conf/ibqos.yaml",
         "dashboards/ibqos-lanes.json",
         "contrib/slurm/ibqos-slurmctld",
+        "examples/lab-jobs.yaml",
+        "docs/deploy.md",
     ):
         assert f"{data_dir}/{data}" in names, data
     assert (prolog.external_attr >> 16) & 0o111, "the Slurm scripts stay executable"
@@ -87,7 +89,8 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
     # a fresh environment, as README's install section makes one
     commands = readme_install_block()
     venv, prefix = tmp_path / "opt-ibqos", tmp_path / "root"
-    assert commands[0].startswith("apt-get install -y python3-venv")  # setup.sh has these
+    # scripts/setup.sh installs these packages too, so this machine has them
+    assert commands[0].startswith("apt-get install -y python3-venv")
     assert commands[1] == "python3 -m venv /opt/ibqos"
     run(sys.executable, "-m", "venv", venv)
     site = Path(
@@ -96,7 +99,9 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         ).stdout.strip()
     )
     (site / "ibqos-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    assert commands[2].startswith("/opt/ibqos/bin/pip install ")
+    # the README runs it in the checkout's top directory: "." is the project there
+    assert commands[2] == "/opt/ibqos/bin/pip install ."
+    assert (ROOT / "pyproject.toml").is_file()
     run(venv / "bin/pip", "install", "--no-deps", "--no-index", wheel)
     run(venv / "bin/pip", "check")
     exe = venv / "bin/ibqos"
@@ -105,7 +110,13 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
     where = run(venv / "bin/python", "-c", code, cwd=tmp_path)  # not the tree's ibqos/
     assert where.stdout.strip() == str(venv / "share/ibqos")  # the wheel's, not the tree's
 
+    # the config is edited after `ibqos install` made it and before the first start
+    edit = commands.index("editor /etc/ibqos/ibqos.yaml")
+    assert commands[edit - 1].startswith("/opt/ibqos/bin/ibqos install ")
+    assert edit < commands.index("systemctl enable --now ibqos")
     for line in commands[3:]:
+        if line.startswith("editor "):
+            continue  # the admin's part; check-config below reads the result
         if not line.startswith("/opt/ibqos/bin/ibqos "):
             assert line.startswith("systemctl "), line  # no systemd here: verified below
             continue
@@ -125,3 +136,5 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
     for script in ("ibqos-taskprolog", "ibqos-slurmctld"):
         assert (prefix / "usr/local/libexec/ibqos" / script).stat().st_mode & 0o111
     assert (prefix / "usr/local/share/ibqos/dashboards/ibqos-agent.json").is_file()
+    assert (prefix / "usr/local/share/ibqos/examples/demo-jobs.yaml").is_file()
+    assert (prefix / "usr/local/share/ibqos/docs/deploy.md").is_file()

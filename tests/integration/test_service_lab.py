@@ -3,9 +3,11 @@ played by the test.
 
 There is no systemd as PID 1 here, so the test does what it would: installs the unit with
 ``ibqos install``, reads ExecStart, Environment= and the EnvironmentFile from the installed
-files (tests/systemdunit.py), starts that argv with a NOTIFY_SOCKET it listens on and a
-WATCHDOG_USEC, runs ExecReload's command with $MAINPID, and stops the service as
-``KillMode=control-group`` does: SIGTERM to every process of the service.
+files (tests/systemdunit.py), starts that argv with a NOTIFY_SOCKET it listens on and the
+WATCHDOG_USEC of the unit's WatchdogSec= (both only as the unit asks for them: a unit that
+lost Type=notify or its watchdog fails here), runs ExecReload's command with $MAINPID, and
+stops the service as ``KillMode=control-group`` does: SIGTERM to every process of the
+service.  The watchdog is shortened by a drop-in, as a site would (systemctl edit).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ibqos.opensm.check import check_file
 from ibqos.state import load_state
 
 IBQOS = Path(sys.executable).parent / "ibqos"
+#: WatchdogSec= of the test's drop-in (the shipped 2min would make the test take minutes)
 WATCHDOG_S = 2.0
 
 
@@ -102,6 +105,11 @@ class Service:
         self.systemd = Systemd(tmp_path / "notify.sock")
         self.log_path = tmp_path / "service.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.seen: dict[int, int] = {}  # pid -> start time of each process of the service
+
+    @property
+    def watchdog_s(self) -> float:
+        return seconds(self.service.get("WatchdogSec", ["0"])[-1])
 
     @property
     def service(self) -> dict[str, list[str]]:
@@ -109,7 +117,13 @@ class Service:
 
     def start(self) -> float:
         env = self.lab.env() | unit_environment(self.unit, self.prefix)
-        env |= {"NOTIFY_SOCKET": str(self.systemd.path), "WATCHDOG_USEC": f"{WATCHDOG_S * 1e6:.0f}"}
+        # systemd.service(5): the socket for Type=notify or a NotifyAccess other than none;
+        # systemd.exec(5): WATCHDOG_USEC when WatchdogSec= is set
+        notify_access = self.service.get("NotifyAccess", ["none"])[-1]
+        if self.service.get("Type", ["simple"])[-1] == "notify" or notify_access != "none":
+            env["NOTIFY_SOCKET"] = str(self.systemd.path)
+        if self.watchdog_s > 0:
+            env["WATCHDOG_USEC"] = f"{self.watchdog_s * 1e6:.0f}"
         (argv,) = [exec_argv(line, env) for line in self.service["ExecStart"]]
         with open(self.log_path, "wb") as log:
             t0 = time.monotonic()
@@ -125,7 +139,17 @@ class Service:
         return t0
 
     def alive(self) -> bool:
+        self._track()
         return self.proc is not None and self.proc.poll() is None
+
+    def _track(self) -> None:
+        """Note the service's processes while its main process is unreaped (its process
+        group id cannot be anyone else's then), to end exactly these if a test fails."""
+        if self.proc is not None and self.proc.poll() is None:
+            for pid in group_members(self.proc.pid):
+                started = start_time(pid)
+                if started is not None:
+                    self.seen.setdefault(pid, started)
 
     def reload(self) -> None:
         """ExecReload's command as written, with $MAINPID."""
@@ -137,20 +161,25 @@ class Service:
     def stop(self) -> tuple[int, float]:
         """SIGTERM to every process of the service; (exit status, seconds to exit)."""
         assert self.proc is not None
+        self._track()
         t0 = time.monotonic()
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.killpg(self.proc.pid, signal.SIGTERM)  # the main process is not reaped yet
         code = self.proc.wait(timeout=seconds(self.service["TimeoutStopSec"][0]))
         return code, time.monotonic() - t0
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self._track()
             self.proc.kill()  # only when a test failed midway
             self.proc.wait()
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # a child the agent left behind
-            except ProcessLookupError:
-                pass
+        # a child the agent left behind: by pid, and only the very process seen (same start
+        # time), never by process group once the main process is reaped
+        for pid, started in self.seen.items():
+            if self.proc is not None and pid != self.proc.pid and start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         self.systemd.close()
 
     def log(self) -> str:
@@ -158,11 +187,19 @@ class Service:
 
 
 def install(tmp_path: Path, config: Path) -> Path:
-    """``ibqos install`` into a prefix, then /etc/default/ibqos edited as an admin would."""
+    """``ibqos install`` into a prefix, then /etc/default/ibqos edited as an admin would and
+    the watchdog shortened in a drop-in."""
     prefix = tmp_path / "root"
     subprocess.run(
         [str(IBQOS), "install", "--prefix", str(prefix)], check=True, capture_output=True
     )
+    unit_path = prefix / "etc/systemd/system/ibqos.service"
+    shipped = parse_unit(unit_path)["Service"]
+    assert shipped.get("Type") == ["notify"], shipped.get("Type")
+    assert shipped.get("NotifyAccess") == ["main"], shipped.get("NotifyAccess")
+    assert seconds(shipped.get("WatchdogSec", ["0"])[-1]) > 0, "no WatchdogSec="
+    drop_in = Path(f"{unit_path}.d/watchdog.conf")
+    drop_in.write_text(f"[Service]\nWatchdogSec={WATCHDOG_S:g}s\n")
     env_file = prefix / "etc/default/ibqos"
     text = env_file.read_text().replace(
         "IBQOS_CONFIG=/etc/ibqos/ibqos.yaml", f"IBQOS_CONFIG={config}"
@@ -192,6 +229,14 @@ def agent_jobs(path: Path, *jobs: dict) -> None:
     tmp = path.with_name(".jobs.tmp")
     tmp.write_text(yaml.safe_dump({"jobs": list(jobs)}))
     os.replace(tmp, path)
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process *pid* (clock ticks since boot), None if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -250,13 +295,15 @@ def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_
         diff = (tmp_path / "state/observe/proposed.diff").read_text()
         assert "+# BEGIN ibqos managed keys" in diff and "ibqos_job_A" in diff
 
-        # the watchdog: pings at half of WATCHDOG_USEC, from the main process
+        # the watchdog: pings at half of WATCHDOG_USEC (the unit's), from the main process
+        watchdog = svc.watchdog_s
+        assert watchdog == WATCHDOG_S  # the drop-in's
         time.sleep(5.0)
         pings = systemd.pings(ready.t)
         gaps = sorted(b - a for a, b in itertools.pairwise(pings))
         print(f"watchdog: {len(pings)} pings, gaps {gaps[0]:.2f}-{gaps[-1]:.2f} s")
-        assert len(gaps) >= 3 and WATCHDOG_S / 2 - 0.05 <= gaps[len(gaps) // 2] <= 1.3
-        assert gaps[-1] < WATCHDOG_S
+        assert len(gaps) >= 3 and watchdog / 2 - 0.05 <= gaps[len(gaps) // 2] <= 1.3
+        assert gaps[-1] < watchdog
 
         # ExecReload's signal: the config is re-read, observe -> enforce at once
         config.write_text(config.read_text().replace("mode: observe", "mode: enforce"))
@@ -280,13 +327,13 @@ def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_
         os.replace(fifo, jobs)
         time.sleep(0.5)
         hung = time.monotonic()
-        time.sleep(1.5 * WATCHDOG_S)
+        time.sleep(1.5 * watchdog)
         assert svc.alive()
         assert systemd.pings(hung) == [], "pings went on while the loop hung"
         with open(jobs, "w") as writer:  # the file system answers again
             writer.write(yaml.safe_dump({"jobs": [LIGHT_A, JOB_B]}))
         released = time.monotonic()
-        resumed = systemd.wait("WATCHDOG=1", released, WATCHDOG_S, svc.alive)
+        resumed = systemd.wait("WATCHDOG=1", released, watchdog, svc.alive)
         silent, back = resumed.t - hung + 0.5, resumed.t - released
         print(f"hang: no ping for {silent:.1f} s; pinging again {back:.2f} s after")
         agent_jobs(jobs, LIGHT_A, JOB_B)  # a regular file again
@@ -311,6 +358,8 @@ def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_
         assert code == 0, svc.log()[-2000:]
         print(f"SIGTERM mid-apply: exit {code} after {took:.2f} s")
         assert "cycle failed: apply: sh -c sleep 2" in svc.log(), svc.log()[-2000:]
+        # OpenSM might have read the new files: it is told to read the previous ones
+        assert "signalled OpenSM again: it reads the previous files" in svc.log()
         assert "STOPPING=1" in systemd.texts()
         assert took < seconds(svc.service["TimeoutStopSec"][0])
         assert group_members(svc.proc.pid) == [], "a process of the service outlived it"
@@ -319,7 +368,8 @@ def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_
     assert leftovers(osm.conf.parent, osm.policy.parent, tmp_path / "state") == []
     for path in (osm.conf, osm.policy):  # each file whole: the old version or the new
         assert [f for f in check_file(path, data_vls=8) if f.severity == "error"] == []
-    # the interrupted apply put the previous files back: OpenSM's view and the disk agree
+    # the interrupted apply put the previous files back and OpenSM re-read them: OpenSM's
+    # view and the disk agree
     assert "ibqos_job_C" not in osm.policy.read_text()
     assert "ibqos_job_A" in osm.policy.read_text()
     load_state(tmp_path / "state")  # whole and readable

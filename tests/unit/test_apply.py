@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.apply import Applier, ApplyError, PidFileSignaller
+import ibqos.apply as apply_module
+from ibqos.apply import Applier, ApplyError, CommandSignaller, PidFileSignaller
+from ibqos.fsio import atomic_remove
 
 
 class FakeOpenSM:
@@ -138,3 +140,67 @@ def test_two_writers_are_refused(tmp_path: Path) -> None:
     with applier.lock(), pytest.raises(ApplyError, match="another ibqos process is writing"):
         other.apply({conf: "qos TRUE\n"})
     assert other.apply({conf: "qos TRUE\n"}).changed == (conf,)  # free again
+
+
+def test_a_signal_cut_short_puts_the_previous_files_back_and_signals_again(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to the service kills the reload command after the files were written:
+    OpenSM may have read them, so it is told to read the previous ones again."""
+    applier, _, conf, _ = setup(tmp_path)
+    before = conf.read_text()
+    seen, killed = tmp_path / "seen", tmp_path / "killed"
+    script = (
+        f"cat {conf} >> {seen}; echo ---- >> {seen}; if [ ! -e {killed} ]; then touch {killed};"
+        f' kill -TERM $$; fi; echo "x 0x02 -> SUBNET UP" >> {applier.log_path}'
+    )
+    applier.signaller = CommandSignaller(("sh", "-c", script))
+    with pytest.raises(ApplyError, match="killed by signal 15"):
+        applier.apply({conf: before + "qos TRUE\n"})
+    assert conf.read_text() == before  # the previous file back
+    # signalled twice: with the new file (cut short), then with the previous one
+    assert seen.read_text().split("----\n")[:2] == [before + "qos TRUE\n", before]
+
+
+def test_a_command_that_fails_cleanly_is_not_signalled_again(tmp_path: Path) -> None:
+    applier, _, conf, _ = setup(tmp_path)
+    before = conf.read_text()
+    calls = tmp_path / "calls"
+    applier.signaller = CommandSignaller(("sh", "-c", f"echo x >> {calls}; exit 3"))
+    with pytest.raises(ApplyError, match="exit 3"):
+        applier.apply({conf: before + "qos TRUE\n"})
+    assert conf.read_text() == before and calls.read_text() == "x\n"
+
+
+def test_a_file_absent_at_first_is_removed_through_the_atomic_remover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applier, _, _, policy = setup(tmp_path)
+    removed: list[Path] = []
+
+    def remove(path: Path) -> None:
+        removed.append(path)
+        atomic_remove(path)
+
+    monkeypatch.setattr(apply_module, "atomic_remove", remove)
+    assert applier.apply({policy: None}).ok
+    assert removed == [policy] and not policy.exists()
+
+
+def test_atomic_remove_fsyncs_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "f"
+    target.write_text("x")
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(str(Path(f"/proc/self/fd/{fd}").readlink()))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_remove(target)
+    assert not target.exists() and synced == [str(tmp_path)]
+    atomic_remove(target)  # already gone: nothing to do
+    assert synced == [str(tmp_path)]

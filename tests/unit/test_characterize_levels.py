@@ -4,17 +4,19 @@ hand (4x EDR links: 12.5e9 bytes/s per direction)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ibqos.characterize.command import fabric_of
 from ibqos.characterize.levels import Characterizer, NodeTraffic, Placement
-from ibqos.characterize.trace import format_csv_trace, parse_csv_trace
+from ibqos.characterize.trace import format_csv_trace, load_csv_trace, parse_csv_trace
 from ibqos.errors import JobsError, TopologyError, TraceError
 from ibqos.jobs import Job
 
 LINK = 12.5e9
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def characterizer(xgft: str) -> Characterizer:
@@ -90,11 +92,26 @@ def test_three_levels_ring_per_level() -> None:
 def test_spreading_a_job_gives_it_more_bandwidth() -> None:
     c = characterizer("2;8,4;1,2")
     spreads = c.spreads(8)
-    assert [p.name for p in spreads] == ["F8", "F7", "F3", "F2"]
+    assert [p.name for p in spreads] == ["F8", "F7", "F6", "F5", "F4", "F3", "F2"]
     avail = [c.characterize(NodeTraffic.from_job(job("halo", 8)), p).levels[1] for p in spreads]
     assert [a.avail_bytes_per_s for a in avail] == pytest.approx(
-        [2 * LINK, 4 * LINK, 6 * LINK, 8 * LINK]
+        [2 * LINK, 4 * LINK, 4 * LINK, 4 * LINK, 4 * LINK, 6 * LINK, 8 * LINK]
     )
+
+
+def test_the_spread_keeps_the_even_split_of_the_same_leaves() -> None:
+    # examples/stencil-trace.csv: a 2 x 4 halo, 8 ranks, each sending to its 3 neighbours
+    # (row 0-3 or 4-7 left and right, and i +- 4) 1/3, 4/3, 1/3 GB in 3 s: 2/3 GB/s a flow.
+    # F7 cuts only rank 7 off: 3 flows each way cross, 6 x 2/3e9 = 4e9 B/s over 2 leaves
+    # x 2 uplinks x 12.5e9 = 8.0 %, low.  F4 (4 + 4, the same 2 leaves) cuts the rows
+    # apart: the 8 flows i <-> i + 4 cross, 5.33e9 B/s = 10.7 %, moderate.
+    trace = load_csv_trace(EXAMPLES / "stencil-trace.csv")
+    c = characterizer("2;8,4;1,2")
+    traffic = trace.node_traffic(1)
+    by = {p.name: c.characterize(traffic, p) for p in c.spreads(traffic.nodes)}
+    assert by["F7"].leaves == by["F4"].leaves == 2
+    assert by["F7"].intensity == pytest.approx(0.08) and by["F7"].cls == "low"
+    assert by["F4"].intensity == pytest.approx(0.32 / 3) and by["F4"].cls == "moderate"
 
 
 def test_random_placement_is_seeded_and_in_host_order() -> None:

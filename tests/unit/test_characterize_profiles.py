@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fabric_rates import rates, setup
+from fabric_rates import leaf_up_ports, rates, setup
 
+from ibqos.characterize.command import characterize, fabric_of, model_of_trace, save_profile
+from ibqos.characterize.levels import Characterizer
 from ibqos.characterize.prior import Priors, learn
 from ibqos.characterize.profiles import Model, Observation, Profile, ProfileStore, parse_profile
+from ibqos.characterize.trace import parse_csv_trace
+from ibqos.classify import Thresholds
 from ibqos.decide import Decider, FinishedJob
 from ibqos.errors import ProfileError
 from ibqos.jobs import Job
@@ -162,6 +166,79 @@ def test_a_model_predicts_the_class_on_the_job_placement(tmp_path: Path) -> None
     assert d.jobs[0].profile == "pattern all-to-all"
 
 
+def test_the_model_is_classified_by_the_configured_thresholds(tmp_path: Path) -> None:
+    # the model above gives 0.533 on NEW: high by the defaults, low under bounds 0.6/0.9
+    ProfileStore(tmp_path).save(Profile("ft", "low", 0.9, model=Model("all-to-all", 1e10)))
+    fabric, _ = setup()
+    priors = Priors(ProfileStore(tmp_path))
+    decider = Decider(fabric, LANES, Thresholds(moderate=0.6, high=0.9), priors=priors)
+    unknown = rates(fabric, {}, math.nan)
+    assert decider.decide(unknown, [NEW], 0.0).jobs[0].expected == "low"
+    # a config reload replaces the classifier's thresholds: the next new job follows them
+    decider.classifier.thresholds = Thresholds(moderate=0.2, high=0.5)
+    again = Job("9", NEW.nodes, name="ft")
+    assert decider.decide(unknown, [again], 1.0).jobs[0].expected == "high"
+
+
+def test_a_traced_model_predicts_what_the_trace_gives(tmp_path: Path) -> None:
+    # nodes 0-3 (leaf 1) each send 8e9 B/s to node i + 4 (leaf 2); nodes 4-7 send nothing.
+    # Contiguous on 2;4,2;1,2: 4 x 8e9 = 3.2e10 up, over 2 leaves x 2 uplinks x 12.5e9 = 0.64
+    text = "# ranks: 8\nstart_s,end_s,src,dst,bytes\n"
+    text += "".join(f"0,1,{i},{i + 4},8e9\n" for i in range(4))
+    traffic = parse_csv_trace(text, "t.csv").node_traffic(1)
+    fabric, name, exclude = fabric_of("2;4,2;1,2", None)
+    ch = Characterizer(fabric, exclude=exclude)
+    run = characterize(ch, traffic, ["contiguous"], title="trace t.csv", fabric_name=name)
+    assert run.placements[0].intensity == pytest.approx(0.64)
+    save_profile(ProfileStore(tmp_path), "pairs", run, model_of_trace(traffic))
+    profile = ProfileStore(tmp_path).get("pairs", nodes=8)  # read back from its file
+    assert profile is not None and profile.model is not None
+    assert profile.model.rate_bytes_per_s == pytest.approx(4e9)  # 3.2e10 over 8 nodes
+    hosts = run.placements[0].hosts
+    prior = Priors(ProfileStore(tmp_path)).prior(Job("j", hosts), profile, hosts, ch)
+    # each sending row at the mean rate would give half: 0.32, moderate
+    assert prior.intensity == pytest.approx(0.64) and prior.cls == "high"
+
+
+def test_measured_jobs_overrule_a_wrong_model(tmp_path: Path) -> None:
+    # the model gives NEW 0.533, high (above); the jobs measured on the fabric saw low
+    trace = Observation("trace ft.csv", "high", 0.53)
+    one = (trace, Observation("job 1", "low", 0.02))
+    model = Model("all-to-all", 1e10)
+    ProfileStore(tmp_path).save(Profile("ft", "high", 0.9, model=model, observations=one))
+    _, d = decide_without_counters(tmp_path, [NEW])
+    assert d.jobs[0].expected == "high"  # one measurement does not overrule the model
+    two = (*one, Observation("history of job 2 from http://p", "low", 0.03))
+    ProfileStore(tmp_path).save(Profile("ft", "high", 0.9, model=model, observations=two))
+    _, d = decide_without_counters(tmp_path, [NEW])
+    # 2 measured, both low: 2 / 3 >= min_confidence 0.5; the trace is not a measurement
+    assert d.jobs[0].expected == "low"
+    assert d.jobs[0].prior == "ft.yaml: low (measured jobs, the model said high, confidence 0.90)"
+    # measurements that agree with the model change nothing
+    agree = (trace, Observation("job 1", "high", 0.5), Observation("job 2", "high", 0.5))
+    ProfileStore(tmp_path).save(Profile("ft", "high", 0.9, model=model, observations=agree))
+    _, d = decide_without_counters(tmp_path, [NEW])
+    assert d.jobs[0].prior == "ft.yaml: high (model on its placement, confidence 0.90)"
+
+
+def test_a_finished_job_is_learned_by_its_measured_band(tmp_path: Path) -> None:
+    # expected high (profile); measured 4 up ports x 4.375e9 = 1.75e10 of 5e10 = 0.35:
+    # moderate by the bounds, yet it stays high, within the hysteresis (0.4 x 0.8 = 0.32)
+    ProfileStore(tmp_path).save(Profile("ft", "high", 0.8))
+    fabric, hp = setup()
+    decider = Decider(fabric, LANES, priors=Priors(ProfileStore(tmp_path)), wall_clock=lambda: 5e8)
+    busy = {
+        k: 4.375e9
+        for k in leaf_up_ports(fabric, "sw-L1-0001") + leaf_up_ports(fabric, "sw-L1-0002")
+    }
+    busy |= {hp[h]: 4.375e9 for h in NEW.nodes}
+    d = decider.decide(rates(fabric, busy), [NEW], 0.0)
+    assert d.jobs[0].intensity == pytest.approx(0.35) and d.jobs[0].measured_class == "high"
+    d = decider.decide(rates(fabric, busy), [], 1.0)
+    assert d.finished == (FinishedJob("7", "ft", "alice", 4, "moderate", 0.35, 5e8),)
+    assert decider.last_finished == {"ft": d.finished[0]}
+
+
 def test_finished_jobs_teach_their_profiles(tmp_path: Path) -> None:
     fabric, hp = setup()
     decider = Decider(fabric, LANES, priors=Priors(ProfileStore(tmp_path)))
@@ -173,6 +250,25 @@ def test_finished_jobs_teach_their_profiles(tmp_path: Path) -> None:
     p = ProfileStore(tmp_path).get("ft")
     assert p is not None and p.observations[0].source == "job 7"
     assert p.expected_class == d.finished[0].cls
+
+
+def test_learning_keeps_what_others_wrote_since_the_store_was_read(tmp_path: Path) -> None:
+    agent = ProfileStore(tmp_path)  # loaded at start: no profile yet
+    cli = ProfileStore(tmp_path)
+    cli.observe("ft", Observation("trace ft.csv", "high", 0.5), model=Model("ring", 3e9))
+    finished = [FinishedJob("1", "ft", None, 4, "high", 0.45, 100.0)]
+    assert learn(agent, finished, 100.0) == 1
+    p = ProfileStore(tmp_path).get("ft")
+    assert p is not None and p.model == Model("ring", 3e9)
+    assert [o.source for o in p.observations] == ["trace ft.csv", "job 1"]
+    assert (p.expected_class, p.confidence) == ("high", round(2 / 3, 4))
+    # an admin's edit (another model) made after that is kept by the next job too
+    path = tmp_path / "ft.yaml"
+    path.write_text(path.read_text().replace("pattern: ring", "pattern: all-to-all"))
+    learn(agent, [FinishedJob("2", "ft", None, 4, "high", 0.45, 200.0)], 200.0)
+    p = ProfileStore(tmp_path).get("ft")
+    assert p is not None and p.model == Model("all-to-all", 3e9) and len(p.observations) == 3
+    assert [f.name for f in tmp_path.iterdir()] == ["ft.yaml"]  # no temp file left
 
 
 def test_learning_skips_jobs_without_a_usable_name(tmp_path: Path) -> None:

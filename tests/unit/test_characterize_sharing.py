@@ -7,7 +7,9 @@ from prometheus_client import generate_latest
 from test_metrics import full_rates, metrics
 
 from ibqos.characterize.sharing import SharingTables
+from ibqos.config import parse_config
 from ibqos.decide import Decider
+from ibqos.hostnames import HostMatcher
 from ibqos.jobmap import JobMapper
 from ibqos.jobs import Job
 from ibqos.metrics import build_snapshot, level_capacities
@@ -69,3 +71,21 @@ def test_sharing_on_three_levels_by_hand() -> None:
         "D": ({1: 2, 2: 2}, {1: 3, 2: 3}),  # A, B (leaf 1) and C (leaf 3)
     }
     assert [v.fragmentation for v in s.values()] == [2.0, 2.0, 1.0, 2.0]
+
+
+def test_hosts_that_run_no_jobs_are_not_leaf_capacity() -> None:
+    # the lab fabric: 4 leaves of 8 compute hosts, and the OpenSM host opensm01 on leaf 1
+    fabric, _ = setup()
+    nine = [Job("N", tuple(f"cn{i:04d}" for i in range(1, 10)))]  # cn0001-8 and cn0009
+    mapped = JobMapper(fabric).map(nine)[0]
+    # 9 nodes need 2 leaves of 8 compute hosts: as compact as can be
+    tables = SharingTables(fabric, exclude=("opensm01",))
+    assert tables.hosts_per_leaf == 8
+    assert tables.sharing(mapped)["N"].fragmentation == 1.0
+    # counted as a host, opensm01 would make leaf 1 hold 9 and the job look spread
+    assert SharingTables(fabric).sharing(mapped)["N"].fragmentation == 2.0
+    # a host pattern that names only compute nodes leaves it out too
+    assert SharingTables(fabric, HostMatcher(r"^(cn\d+)")).hosts_per_leaf == 8
+    # the agent's tables take the config's jobs.exclude_hosts (default: the lab's SM host)
+    decider = Decider.from_config(parse_config({}, "t"), fabric, LaneConfig())
+    assert decider.sharing_tables.hosts_per_leaf == 8

@@ -110,13 +110,13 @@ def test_the_shipped_example_names_every_key(monkeypatch: pytest.MonkeyPatch) ->
 
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
     accepted: dict[str, tuple[str, ...]] = {}
-    real = config._mapping
+    real = config.check_mapping
 
     def recording(value: object, source: str, key: str, allowed: tuple[str, ...]) -> object:
         accepted[key] = allowed
         return real(value, source, key, allowed)
 
-    monkeypatch.setattr(config, "_mapping", recording)
+    monkeypatch.setattr(config, "check_mapping", recording)
     config.load_config(example)
     text = example.read_text()
     sections = {m.group(1): m.start() for m in re.finditer(r"^(\w+):", text, re.M)}

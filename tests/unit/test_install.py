@@ -43,6 +43,12 @@ def test_install_puts_everything_in_place_and_keeps_the_admins_files(tmp_path: P
         assert (prefix / "usr/local/libexec/ibqos" / script).stat().st_mode & 0o777 == 0o755
     share = prefix / "usr/local/share/ibqos"
     assert (share / "dashboards/ibqos-lanes.json").is_file()
+    for example in (ROOT / "examples").iterdir():
+        assert (share / "examples" / example.name).read_bytes() == example.read_bytes()
+    # the shipped READMEs' links lead to shipped files (systemd/README.md -> docs/deploy.md)
+    for doc in (share / "systemd/README.md", share / "docs/deploy.md"):
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", doc.read_text()):
+            assert (doc.parent / link).exists(), f"{doc}: {link}"
     assert (share / "systemd/ibqos.service").read_text() == (
         ROOT / "systemd/ibqos.service"
     ).read_text()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ibqos.agentlock import AgentLock
 from ibqos.apply import Applier, ApplyError, make_signaller
 from ibqos.config import Config, parse_config
 from ibqos.restore import originals, restore
@@ -77,7 +78,8 @@ def test_a_restore_opensm_rejects_is_rolled_back(tmp_path: Path) -> None:
     assert cfg.opensm.policy_file.read_text() == "# ibqos policy\n"
 
 
-def test_restore_refuses_while_an_enforcing_agent_runs(tmp_path: Path) -> None:
+def test_restore_refuses_while_any_agent_runs(tmp_path: Path) -> None:
+    """An observing agent too: it rewrites state.json each cycle, over restore's record."""
     cfg = config(tmp_path)
     cfg.opensm.conf.write_text(ADMIN_CONF)
     enforce(cfg, ADMIN_CONF + "# ibqos\n", "# ibqos policy\n")
@@ -86,25 +88,41 @@ def test_restore_refuses_while_an_enforcing_agent_runs(tmp_path: Path) -> None:
         f" lock = AgentLock(Path({str(cfg.agent.state_dir)!r}), sys.argv[1]);"
         " print(flush=True); sys.stdin.read()"
     )
-    for mode, refused in (("enforce", True), ("observe", False)):
+    for mode in ("enforce", "observe"):
         agent = subprocess.Popen(
             [sys.executable, "-c", hold, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         try:
             assert agent.stdout is not None
             agent.stdout.readline()
-            if refused:
-                with pytest.raises(ApplyError) as info:
-                    restore(cfg)
-                assert f"in enforce mode runs on {cfg.agent.state_dir} (pid {agent.pid})" in str(
-                    info.value
-                )
-                assert cfg.opensm.conf.read_text() == ADMIN_CONF + "# ibqos\n"  # untouched
-            else:
-                assert restore(cfg).result.ok  # an observing agent never writes
+            with pytest.raises(ApplyError) as info:
+                restore(cfg)
+            assert f"in {mode} mode runs on {cfg.agent.state_dir} (pid {agent.pid})" in str(
+                info.value
+            )
+            assert "stop it first" in str(info.value)
+            assert cfg.opensm.conf.read_text() == ADMIN_CONF + "# ibqos\n"  # untouched
         finally:
             assert agent.stdin is not None and agent.stdout is not None
             agent.stdin.close()
             agent.wait(timeout=10)
             agent.stdout.close()
+    assert restore(cfg).result.ok  # with no agent left
     assert cfg.opensm.conf.read_text() == ADMIN_CONF
+
+
+def test_restore_holds_the_agent_lock_while_it_works(tmp_path: Path) -> None:
+    """An agent starting in the middle of a restore (here: while OpenSM is signalled)
+    fails at once instead of racing it."""
+    seen = tmp_path / "agent-start"
+    start = (
+        f"{sys.executable} -c 'from pathlib import Path; from ibqos.agentlock import AgentLock;"
+        f' AgentLock(Path("{tmp_path / "state"}"), "enforce")\' > {seen} 2>&1'
+    )
+    cfg = config(tmp_path)
+    cfg.opensm.conf.write_text(ADMIN_CONF)
+    enforce(cfg, ADMIN_CONF + "# ibqos\n", "# ibqos policy\n")
+    during = config(tmp_path, reload=f'"$({start}; echo started)"')
+    assert restore(during).result.ok
+    assert "another ibqos agent runs on state directory" in seen.read_text()
+    assert AgentLock(cfg.agent.state_dir, "enforce")  # and let go of it afterwards

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +148,75 @@ def test_starts_and_ends_are_logged_once_each(tmp_path, caplog) -> None:
     clock.now += 10.0
     src.jobs()
     assert "jobs: 2 running (started 5; ended 4)" in caplog.text
+
+
+def test_a_notification_that_cannot_be_removed_is_taken_once_and_warned_once(
+    tmp_path, caplog, monkeypatch
+) -> None:
+    caplog.set_level(logging.DEBUG, "ibqos.slurm")
+    notify = tmp_path / "notify"
+    notify.mkdir()
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self.parent == notify:  # what root without CAP_DAC_OVERRIDE gets in a bad dir
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    src, squeue, clock = source(tmp_path)
+    src.jobs()
+    (notify / "start.42").touch()
+    (notify / "end.41").touch()
+    for _ in range(5):
+        clock.now += MIN_FORCED_POLL_S
+        src.jobs()
+    assert squeue.queries() == 2  # the first poll and one for the two files, not one a look
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "cannot remove" in warnings[0].getMessage()
+    assert str(notify) in warnings[0].getMessage()
+    os.utime(notify / "start.42", ns=(1, 10**18))  # written again: a new notification
+    clock.now += MIN_FORCED_POLL_S
+    src.jobs()
+    assert squeue.queries() == 3
+
+
+def test_the_documented_notify_dir_lets_capless_root_remove_slurms_files(tmp_path) -> None:
+    """systemd/README.md's ExecStartPre line, SlurmUser creating a file, and the agent's
+    removal run as ibqos.service runs it: root with every capability dropped."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    try:
+        slurm = pwd.getpwnam("slurm")
+    except KeyError:
+        pytest.skip("no slurm user")
+    readme = (Path(__file__).parents[2] / "systemd/README.md").read_text()
+    pattern = r"^\s*ExecStartPre=\+(/usr/bin/install .*/run/ibqos/notify)$"
+    (line,) = re.findall(pattern, readme, re.M)
+    notify = tmp_path / "notify"
+    subprocess.run(line.replace("/run/ibqos/notify", str(notify)).split(), check=True)
+    fd = os.open(notify, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # slurm cannot walk root's tmp_path: it gets the directory as an open fd
+        as_slurm = ["setpriv", f"--reuid={slurm.pw_uid}", f"--regid={slurm.pw_gid}"]
+        create = f": > /proc/self/fd/{fd}/start.42"
+        subprocess.run(
+            [*as_slurm, "--clear-groups", "sh", "-c", create], pass_fds=(fd,), check=True
+        )
+    finally:
+        os.close(fd)
+    assert (notify / "start.42").stat().st_uid == slurm.pw_uid
+    take = (
+        "import sys; from pathlib import Path; from ibqos.slurm.notify import NotifyDir;"
+        " print(open('/proc/self/status').read().count('CapEff:\\t0000000000000000'),"
+        " NotifyDir(Path(sys.argv[1])).take())"
+    )
+    capless = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    out = subprocess.run(
+        [*capless, sys.executable, "-c", take, str(notify)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split(None, 1) == ["1", "['start.42']\n"], out.stdout + out.stderr
+    assert not out.stderr  # no warning: removed
+    assert list(notify.iterdir()) == []
