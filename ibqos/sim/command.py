@@ -9,7 +9,7 @@ from ibqos.jobs import check_hosts, load_jobs
 from ibqos.lab.routes import parse_lft_dump
 from ibqos.lab.xgft import parse_xgft
 from ibqos.planner import LaneConfig
-from ibqos.sim.evaluate import Outcome, alone, evaluate
+from ibqos.sim.evaluate import Outcome, alone, evaluate, run
 from ibqos.sim.fluid import Granularity
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, build, one_vl
@@ -63,15 +63,22 @@ def simulate(
     names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
     if not names and plan is None:
         names = ["ibqos"]
-    setups: list[Arbitration] = [build(n, net, sim_jobs, iterations, lanes, per) for n in names]
+    base_arb = one_vl(sim_jobs, lanes)
+    # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
+    base_run = run("fluid", net, sim_jobs, base_arb, iterations, per) if model == "fluid" else None
+    setups: list[Arbitration] = [
+        build(n, net, sim_jobs, iterations, lanes, per, base_run) for n in names
+    ]
     if plan is not None:
         setups.append(load_plan(plan))
-    base_arb = one_vl(sim_jobs, lanes)
     t_alone = alone(model, net, sim_jobs, base_arb, iterations, per)
-    outcomes: list[Outcome] = [
-        evaluate(model, net, sim_jobs, arb, iterations, t_alone, per) for arb in setups
-    ]
+
+    def outcome(arb: Arbitration) -> Outcome:
+        reuse = base_run if arb.name == BASELINE else None
+        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, result=reuse)
+
+    outcomes = [outcome(arb) for arb in setups]
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)
     if baseline is None:
-        baseline = evaluate(model, net, sim_jobs, base_arb, iterations, t_alone, per)
+        baseline = outcome(base_arb)
     return render(outcomes, baseline, fmt)

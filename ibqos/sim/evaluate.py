@@ -125,11 +125,14 @@ def evaluate(
     t_alone: Mapping[str, float] | None = None,
     per: Granularity = "auto",
     buffer_packets: int = PACKET_BUFFER,
+    result: RunResult | None = None,
 ) -> Outcome:
-    """The mix under *arb*; *t_alone* reused when given (it does not depend on weights)."""
+    """The mix under *arb*; *t_alone* reused when given (it does not depend on weights),
+    and *result* too: the mix's run under *arb* in this model, if already made."""
     if t_alone is None:
         t_alone = alone(model, net, jobs, arb, iterations, per, buffer_packets)
-    result = run(model, net, jobs, arb, iterations, per, buffer_packets)
+    if result is None:
+        result = run(model, net, jobs, arb, iterations, per, buffer_packets)
     out = tuple(
         JobOutcome(
             j.id,

@@ -35,7 +35,7 @@ from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.fluid import Granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError, from_tables
-from ibqos.sim.workload import SimJob
+from ibqos.sim.workload import RunResult, SimJob
 from ibqos.topology import Port
 from ibqos.weights import interleave, lane_entries, quantize
 
@@ -55,9 +55,10 @@ def build(
     iterations: int,
     lanes: LaneConfig = DEFAULT_LANES,
     per: Granularity = "auto",
+    seen: RunResult | None = None,
 ) -> Arbitration:
     """The setup policy *name* gives this mix (*per*: the fluid model's senders, for the
-    policies that simulate).
+    policies that simulate; *seen*: the mix's fluid run on one VL, if already made).
 
     Raises:
         SimError: an unknown policy, or a mix too large for ``optimal``.
@@ -70,7 +71,7 @@ def build(
         ids = [[j.id] for j in jobs]
         return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
     if name == "ibqos":
-        return ibqos_plan(net, jobs, iterations, lanes, per)
+        return ibqos_plan(net, jobs, iterations, lanes, per, seen)
     if name == "optimal":
         return optimal(net, jobs, iterations, lanes, per)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
@@ -144,9 +145,11 @@ def ibqos_plan(
     iterations: int,
     lanes: LaneConfig,
     per: Granularity = "auto",
+    seen: RunResult | None = None,
 ) -> Arbitration:
-    """What ibqos would program after watching the mix run on one VL."""
-    seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per)
+    """What ibqos would program after watching the mix run on one VL (*seen*, or run now)."""
+    if seen is None:
+        seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per)
     rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
     fabric = Fabric(net.topo, source="simulated")
     keys = list(fabric.ports)

@@ -99,3 +99,13 @@ def test_unknown_policy_and_too_big_a_search_are_refused(
     ]
     with pytest.raises(SimError, match="more than 4000 setups to try"):
         build("optimal", net, prepare(net, many), 1)
+
+
+def test_ibqos_builds_the_same_plan_from_a_given_one_vl_run(
+    mix: tuple[Network, list[SimJob]],
+) -> None:
+    from ibqos.sim.fluid import simulate_fluid
+
+    net, jobs = mix
+    seen = simulate_fluid(net, jobs, build("one-vl", net, jobs, 3), 3)
+    assert build("ibqos", net, jobs, 3, seen=seen) == build("ibqos", net, jobs, 3)
