@@ -746,6 +746,13 @@ def rho_text(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.2f}"
 
 
+def relative_to_one_vl(vals: list[Validation], model: str, policy: str) -> float:
+    """The policy's mean total relative to one-vl's, over the mixes where *model* sees
+    contention under one-vl."""
+    live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
+    return statistics.fmean(v.total(model, policy) / v.total(model, "one-vl") for v in live)
+
+
 def set_ranking(vals: list[Validation]) -> list[str]:
     """The five policies ranked over the whole set of mixes in each model, two ways: by
     their summed totals, and by their mean total relative to one-vl's (each mix where the
@@ -758,11 +765,7 @@ def set_ranking(vals: list[Validation]) -> list[str]:
             if name == "sum of totals":
                 score = [math.fsum(v.total(model, p) for v in vals) for p in MAIN]
             else:
-                live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
-                score = [
-                    statistics.fmean(v.total(model, p) / v.total(model, "one-vl") for v in live)
-                    for p in MAIN
-                ]
+                score = [relative_to_one_vl(vals, model, p) for p in MAIN]
             ranked[model] = score
         order = {
             m: " < ".join(MAIN[i] for i in sorted(range(len(MAIN)), key=s.__getitem__))
@@ -854,9 +857,7 @@ def validation_report(
     for p in pols:
         row = [p]
         for model in ("fluid", "packet"):
-            live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
-            rel = statistics.fmean(v.total(model, p) / v.total(model, "one-vl") for v in live)
-            row.append(f"{rel:.3f}")
+            row.append(f"{relative_to_one_vl(vals, model, p):.3f}")
         for model in ("fluid", "packet"):
             live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
             cells = []
