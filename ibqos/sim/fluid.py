@@ -264,14 +264,11 @@ class Allocator:
         one job changes phase, only its group is solved again.
         """
         alpha = np.where(active, 1.0, 0.0)
-        n = len(self.capacity)
-        sel = active[self._row]
-        offered = np.bincount(self._link[sel], weights=self._load[sel], minlength=n)
-        sel &= offered[self._link] > self.capacity[self._link] * (1 + _EPS)
+        sel, _ = self._hot_entries(active)
         row, link = self._row[sel], self._link[sel]
         if not len(row):
             return alpha
-        group = _groups(row, link, len(alpha), n)
+        group = _groups(row, link, len(alpha), len(self.capacity))
         members = np.unique(row)
         order = members[np.argsort(group[members], kind="stable")]
         cut = np.flatnonzero(np.diff(group[order])) + 1
@@ -294,16 +291,24 @@ class Allocator:
                 alpha[rows] = solved[rows]
         return alpha
 
+    def _hot_entries(
+        self, active: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """The kept entries of *active* senders on links they overload, and those links."""
+        sel = active[self._row]
+        offered = np.bincount(
+            self._link[sel], weights=self._load[sel], minlength=len(self.capacity)
+        )
+        hot = offered > self.capacity * (1 + _EPS)
+        return sel & hot[self._link], hot
+
     def _solve(self, active: npt.NDArray[np.bool_]) -> FloatArray:
         alpha = np.where(active, 1.0, 0.0)
         self.rounds = 0
         n = len(self.capacity)
-        sel = active[self._row]
-        offered = np.bincount(self._link[sel], weights=self._load[sel], minlength=n)
-        hot_mask = offered > self.capacity * (1 + _EPS)
+        sel, hot_mask = self._hot_entries(active)
         if not hot_mask.any():
             return alpha
-        sel &= hot_mask[self._link]
         ent = np.flatnonzero(sel)
         row, link, a = self._row[ent], self._link[ent], self._load[ent]
         hot = np.flatnonzero(hot_mask)
