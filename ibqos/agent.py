@@ -424,10 +424,14 @@ class Agent:
 
     def _cycle(self, *, sweep: bool) -> Decision:
         jobs = self.source.jobs()
+        # each step that returned is progress: a slow sweep or plan after a job file that
+        # hung must not look like a hang to the watchdog (it pings at most every half interval)
+        self.notifier.ping_if_due()
         self.jobs_seen = jobs
         fresh = sweep or self.rates is None
         if fresh or self.rates is None:
             self.rates = self._sweep()
+            self.notifier.ping_if_due()
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
