@@ -18,29 +18,31 @@ Sharing rule, per link (by transmitting port), all links at once:
   max-min between the busy lanes, a lane's weight being its MTU packets per arbitration
   round: a lane gets ``lambda x weight`` unless it needs less, and what it does not use goes
   to the others (work-conserving, as the arbiter skips an empty VL).
-- Within a lane: max-min fairness on ``alpha``: senders held back elsewhere keep their rate
-  and the others share what is left at a common ``alpha``, i.e. in proportion to their
-  demands (a FIFO lane serves its backlogged senders in proportion to what they offer).
-- Head of line (first order): a sender held back at link *b* keeps the lane's buffers full
-  on every link its flows through *b* cross before *b* (credits back up hop by hop), so
-  at each of those links that lane's FIFO moves at the held-back sender's pace: every
-  sender of the lane there gets at most its ``alpha``.  The capacity the lane cannot use
-  goes to the other lanes.  This is how one congested job slows the jobs that share its
-  lane, and what separate lanes avoid.
+- Within a lane, between its *inputs*: the links its traffic comes in over (each one a
+  switch input buffer of that lane), or, at a host's own port, each sender.  A backlogged
+  FIFO takes packets as each input's credits come back, so it serves its inputs in turn:
+  max-min in bytes between inputs, not in proportion to demand.  A host whose job sends
+  one concentrated flow through an uplink gets one input's share there, however much the
+  other hosts offer.
+- Within an input: max-min in bytes between its senders (upstream each came in over an
+  input of its own, served in turn alike).
 - A sender's rate is the smallest its links grant it, and no more than its declared rate.
 
-These grants depend on each other (what a sender may offer a link is what the other links
-grant it), so they are solved by fixed-point iteration from everyone at full rate, each
-link's grants computed exactly by water-filling.  The iteration stops when no grant moves
-by more than 1e-7 (or after :data:`MAX_ROUNDS`, where the last grants are used).  Only
-links the communicating senders could overload (*hot* links) are looked at, for the
-sharing and for head-of-line blocking alike: a link with room for every sender at full
-rate neither limits nor, in this model, blocks.  Senders linked by no hot link do not
-affect each other: they are solved in separate groups, and a group's rates are kept until
-one of its senders starts or stops.
+The grants depend on each other (what a sender offers one link is what the others let
+through), so they are solved by progressive freezing: every sender not yet fixed asks
+for its full rate and the fixed ones offer their rate; the senders granted the least
+anywhere are fixed at that; repeat.  What the others give back as they are fixed only
+raises what the links grant, so a fixed rate is final: the result is max-min fair under
+the rules above, with every link's grants computed exactly by water-filling.  Only links
+the communicating senders could overload (*hot* links) are looked at: a link with room
+for every sender at full rate limits no one.  Senders linked by no hot link do not affect
+each other: they are solved in separate groups, and a group's rates are kept until one of
+its senders starts or stops.
 
-What it leaves out, by design: packets, buffer sizes and credits beyond the head-of-line
-rule, latency, and transients inside a phase.  :mod:`ibqos.sim.packet` models those;
+What it leaves out, by design: packets, buffers and credits (so bursts a buffer would
+absorb slow senders here, and head-of-line blocking, where one output's backlog holds a
+shared input buffer for the others, is not charged), latency, and transients inside a
+phase.  :mod:`ibqos.sim.packet` models those;
 ``docs/simulate-validation.md`` compares the two.
 """
 
@@ -61,7 +63,6 @@ from ibqos.sim.workload import JobRun, RunResult, SimJob
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-MAX_ROUNDS = 200
 MEMO_SIZE = 4096  # groups' rates kept per setup
 #: who gets a rate of its own: each (job, host), each job (all its hosts at one rate), or
 #: auto: per host up to :data:`AUTO_HOSTS` sending hosts, per job beyond
@@ -133,10 +134,10 @@ class Senders:
         rate: bytes per second each row sends at its job's declared rate.
         first: index of each job's first row (rows of a job are contiguous), then the
             row count.
-        e_row, e_link, e_load: the (row, link) pairs the rows' flows cross, sorted by row
-            then link, with the bytes per second the row puts there at full rate.
-        p_row, p_up, p_down: head-of-line pairs: a flow of row ``p_row`` crosses link
-            ``p_up`` and, later, link ``p_down`` (both switch egress ports), deduplicated.
+        e_row, e_link, e_in, e_load: the (row, link, input) triples the rows' flows
+            cross, sorted by row, link, then input, with the bytes per second the row puts
+            there at full rate.  The input is the link the flows arrive on (the switch
+            port whose buffer they wait in), -1 at the first hop (the host's own queue).
     """
 
     job: IntArray
@@ -144,10 +145,8 @@ class Senders:
     first: IntArray
     e_row: IntArray
     e_link: IntArray
+    e_in: IntArray
     e_load: FloatArray
-    p_row: IntArray
-    p_up: IntArray
-    p_down: IntArray
 
     @classmethod
     def of(cls, net: Network, jobs: Sequence[SimJob], per: Granularity = "auto") -> Senders:
@@ -158,8 +157,11 @@ class Senders:
         """
         n = net.links
         per = granularity(jobs) if per == "auto" else per
+        rows_max = sum(max(len(np.unique(j.flows.src_host)), 1) for j in jobs)
+        if rows_max * (n + 1) * n >= 2**62:  # the packed keys below
+            raise SimError(f"{rows_max} senders on {n} links: too large for the fluid model")
         job_of, rates, firsts = [], [], []
-        keys, loads, pairs = [], [], []
+        keys, loads = [], []
         row0 = 0
         for j, sim_job in enumerate(jobs):
             firsts.append(row0)
@@ -176,13 +178,9 @@ class Senders:
                 table = net.hops(flows)
                 for h in range(table.shape[1]):
                     on = table[:, h] >= 0
-                    keys.append(row[on] * n + table[on, h])
+                    came = table[on, h - 1] if h else -1
+                    keys.append(_entry_key(row[on], table[on, h], came, n))
                     loads.append(flows.rate[on])
-                # head of line: switch egress ports (hop >= 1) and the ports after them
-                for u in range(1, table.shape[1] - 1):
-                    for d in range(u + 1, table.shape[1]):
-                        on = table[:, d] >= 0
-                        pairs.append((row[on] * n + table[on, u]) * n + table[on, d])
             row0 += count
         firsts.append(row0)
         key: IntArray = np.zeros(0, dtype=np.int64)
@@ -190,22 +188,32 @@ class Senders:
         if keys:
             key, inv = np.unique(np.concatenate(keys), return_inverse=True)
             load = np.bincount(inv, weights=np.concatenate(loads)).astype(float)
-        pair = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, dtype=np.int64)
+        e_row, e_link, e_in = _entry_parts(key, n)
         return cls(
             job=np.concatenate(job_of) if job_of else np.zeros(0, dtype=np.int64),
             rate=np.concatenate(rates) if rates else np.zeros(0),
             first=np.array(firsts, dtype=np.int64),
-            e_row=key // n,
-            e_link=key % n,
+            e_row=e_row,
+            e_link=e_link,
+            e_in=e_in,
             e_load=load.astype(float),
-            p_row=pair // (n * n),
-            p_up=pair // n % n,
-            p_down=pair % n,
         )
 
     @property
     def rows(self) -> int:
         return len(self.job)
+
+
+def _entry_key(row: IntArray, link: IntArray, came: IntArray | int, n: int) -> IntArray:
+    """(row, link, input) packed in one integer that sorts by row, link, then input."""
+    key: IntArray = (row * n + link) * (n + 1) + np.asarray(came, dtype=np.int64) + 1
+    return key
+
+
+def _entry_parts(key: IntArray, n: int) -> tuple[IntArray, IntArray, IntArray]:
+    """The (row, link, input) of packed keys (:func:`_entry_key`)."""
+    row_link = key // (n + 1)
+    return row_link // n, row_link % n, key % (n + 1) - 1
 
 
 class Allocator:
@@ -233,19 +241,16 @@ class Allocator:
         low, high = arb.low_packets(), arb.high_packets()
         high_bytes = arb.high_bytes()
         self.high_share = 1.0 if math.isinf(high_bytes) else high_bytes / (high_bytes + arb.mtu)
-        self.rounds = 0  # fixed-point rounds of the last solve
+        self.rounds = 0  # rounds of the last solve (senders fixed one level at a time)
         # Only links that all senders at full rate would overload can ever be hot: keep
-        # their entries and head-of-line pairs, with each pair's downstream entry, once.
+        # their entries once.
         s = self.senders
         n = len(self.capacity)
         full = np.bincount(s.e_link, weights=s.e_load, minlength=n)
         ever = full > self.capacity * (1 + _EPS)
         keep = np.flatnonzero(ever[s.e_link])
         self._row, self._link, self._load = s.e_row[keep], s.e_link[keep], s.e_load[keep]
-        pk = np.flatnonzero(ever[s.p_up] & ever[s.p_down])
-        self._p_row, self._p_up = s.p_row[pk], s.p_up[pk]
-        key = self._row * n + self._link  # sorted: entries are sorted by row, then link
-        self._p_entry = np.searchsorted(key, s.p_row[pk] * n + s.p_down[pk])
+        self._in = s.e_in[keep]
         # lanes in use, and each one's priority and weight
         self._lanes = np.unique(self.vl) if len(self.vl) else np.zeros(0, dtype=np.int64)
         self._lane_of = np.searchsorted(self._lanes, self.vl)
@@ -329,37 +334,33 @@ class Allocator:
         weight = self._lane_weight[lanes]
         col = lane_at[self._lane_of[row]] * n_hot + hot_at[link]
         n_col = len(lanes) * n_hot
-        # head of line: pairs of hot links of an active sender; the entry whose binding
-        # blocks, and the (lane, link) column it blocks
-        psel = sel[self._p_entry] & hot_mask[self._p_up]
-        pos = np.cumsum(sel) - 1  # an entry's place among the selected ones
-        p_entry = pos[self._p_entry[psel]]
-        p_row = self._p_row[psel]
-        p_col = lane_at[self._lane_of[p_row]] * n_hot + hot_at[self._p_up[psel]]
-        cap = np.full(n_col, np.inf)  # head-of-line bound of each column, in alpha
-        grant = np.ones(len(ent))
-        before: FloatArray | None = None
-        for self.rounds in range(1, MAX_ROUNDS + 1):
-            offer = np.minimum(_offers(grant, starts, seg), cap[col])
-            demand: FloatArray = np.bincount(col, weights=a * offer, minlength=n_col).astype(float)
-            demand = demand.reshape(len(lanes), n_hot)
-            share = self._lane_shares(demand, weight, high, self.capacity[hot])
-            new = np.minimum(offer, _levels(col, a, offer, share.ravel(), n_col)[col])
-            least = np.minimum.reduceat(new, starts)
-            binding = new <= least[seg] * (1 + 1e-9) + _EPS
-            blocked = binding[p_entry]
-            cap_of = np.full(n_col, np.inf)
-            np.minimum.at(cap_of, p_col[blocked], least[seg[p_entry[blocked]]])
-            new = np.minimum(new, cap_of[col])
-            delta = new - grant
-            if float(np.abs(delta).max()) < _TOL and np.allclose(cap_of, cap, rtol=0.0, atol=_TOL):
-                break
-            # Jacobi can swing in a 2-cycle (a grant up, the next round down): meet halfway
-            swings = before is not None and float((delta * before).sum()) < 0
-            grant = grant + (0.5 if swings else 1.0) * delta
-            before = delta
-            cap = cap_of
-        alpha[rows] = np.minimum(np.minimum.reduceat(grant, starts), 1.0)
+        # the inputs of each column: the switch buffers its lane's packets wait in; at a
+        # host's own port each sender is an input (the HCA serves its queues in turn)
+        came = self._in[ent]
+        sub_key = np.where(came >= 0, col * (n + 1) + came + 1, -1 - (col * len(active) + row))
+        _, first, sub = np.unique(sub_key, return_index=True, return_inverse=True)
+        sub_col = col[first]
+        # Progressive freezing: every sender not yet fixed asks for its full rate, the
+        # others offer their fixed rate; the senders that get the least anywhere are fixed
+        # at that.  No one can later take it from them: what the others give back as they
+        # are fixed only raises what the links grant.
+        n_rows = len(rows)
+        fixed = np.zeros(n_rows, dtype=bool)
+        rate = np.ones(n_rows)
+        while not fixed.all():
+            self.rounds += 1
+            offer = np.where(fixed[seg], rate[seg], 1.0)
+            demand = np.bincount(col, weights=a * offer, minlength=n_col).astype(float)
+            share = self._lane_shares(
+                demand.reshape(len(lanes), n_hot), weight, high, self.capacity[hot]
+            ).ravel()
+            grant = np.minimum(offer, _within(sub, sub_col, a, offer, share))
+            least = np.minimum(np.minimum.reduceat(grant, starts), 1.0)
+            low = float(least[~fixed].min())
+            now = ~fixed & (least <= low * (1 + 1e-9) + _EPS)
+            rate[now] = least[now]
+            fixed |= now
+        alpha[rows] = rate
         return alpha
 
     def _lane_shares(
@@ -393,17 +394,30 @@ def _groups(row: IntArray, link: IntArray, rows: int, links: int) -> IntArray:
         label = new
 
 
-def _offers(grant: FloatArray, starts: IntArray, seg: IntArray) -> FloatArray:
-    """What each sender can offer each of its hot links: the least its *other* hot links
-    grant it (at most 1).  Entries are grouped by sender; *starts* begins each group."""
-    idx = np.arange(len(grant))
-    m1 = np.minimum.reduceat(grant, starts)
-    first = np.minimum.reduceat(np.where(grant == m1[seg], idx, len(grant)), starts)
-    g2 = grant.copy()
-    g2[first] = np.inf
-    m2 = np.minimum.reduceat(g2, starts)
-    other: FloatArray = np.where(idx == first[seg], m2[seg], m1[seg])
-    return np.minimum(other, 1.0)
+def _within(
+    sub: IntArray,
+    sub_col: IntArray,
+    a: FloatArray,
+    offer: FloatArray,
+    share: FloatArray,
+) -> FloatArray:
+    """Water level (in alpha) of every entry of every (lane, link) column.
+
+    The lane's share of the link goes max-min to the column's inputs (an input's buffer
+    gets its credits back as its packets leave, so a backlogged FIFO serves its inputs
+    in turn), and an input's share max-min to its senders, in bytes (upstream, each
+    sender came in over an input of its own, served in turn alike).  *sub* is each
+    entry's input, *sub_col* each input's column, *a* each entry's bytes per second at
+    full rate, *offer* what it offers (in alpha), *share* each column's bytes per second.
+    """
+    bytes_ = a * offer
+    wanted = np.bincount(sub, weights=bytes_, minlength=len(sub_col)).astype(float)
+    lam = _levels(sub_col, np.ones(len(sub_col)), wanted, share, len(share))
+    got = np.minimum(wanted, lam[sub_col])
+    level = _levels(sub, np.ones(len(a)), bytes_, got, len(sub_col))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        level_alpha: FloatArray = np.where(a > 0, level[sub] / a, np.inf)
+    return level_alpha
 
 
 def _levels(
