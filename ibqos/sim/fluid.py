@@ -24,8 +24,9 @@ Sharing rule, per link (by transmitting port), all links at once:
   max-min in bytes between inputs, not in proportion to demand.  A host whose job sends
   one concentrated flow through an uplink gets one input's share there, however much the
   other hosts offer.
-- Within an input: max-min in bytes between its senders (upstream each came in over an
-  input of its own, served in turn alike).
+- Within an input: max-min in bytes between its senders, a per-job sender weighing as
+  many as the hosts it stands for there (upstream each host came in over an input of its
+  own, served in turn alike).
 - A sender's rate is the smallest its links grant it, and no more than its declared rate.
 
 The grants depend on each other (what a sender offers one link is what the others let
@@ -56,6 +57,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from ibqos.sim.maxmin import freeze
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
@@ -82,49 +84,6 @@ def granularity(jobs: Sequence[SimJob]) -> Granularity:
     return "host" if sending <= AUTO_HOSTS else "job"
 
 
-def waterfill(demand: FloatArray, weight: FloatArray, cap: FloatArray) -> FloatArray:
-    """Weighted max-min shares of capacity, column by column.
-
-    Column *b* has capacity ``cap[b]`` shared by rows *k* that each want ``demand[k, b]``
-    (>= 0) with weight ``weight[k, b]`` (> 0 where the demand is): each row gets
-    ``min(demand, level x weight)``, the level the highest that fits the capacity.
-
-    Returns:
-        The shares, the shape of *demand*.
-    """
-    total = demand.sum(axis=0)
-    fits = total <= cap * (1 + _EPS)
-    if fits.all():
-        return demand.copy()
-    if fits.any():  # only the columns that overflow need the search below
-        out = demand.copy()
-        tight = ~fits
-        out[:, tight] = waterfill(demand[:, tight], weight[:, tight], cap[tight])
-        return out
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(weight > 0, demand / weight, np.inf)
-    ratio = np.where(demand > 0, ratio, 0.0)
-    order = np.argsort(ratio, axis=0, kind="stable")
-    r = np.take_along_axis(ratio, order, axis=0)
-    d = np.take_along_axis(demand, order, axis=0)
-    w = np.take_along_axis(np.where(demand > 0, weight, 0.0), order, axis=0)
-    # at breakpoint k (level r[k]) rows < k are satisfied and rows >= k get r[k] x weight
-    done = np.cumsum(d, axis=0) - d
-    rest = np.cumsum(w[::-1], axis=0)[::-1]
-    used = done + np.where(np.isfinite(r), r, 0.0) * rest
-    over = used >= cap[None, :]
-    k = np.where(over.any(axis=0), over.argmax(axis=0), d.shape[0])
-    cols = np.arange(d.shape[1])
-    kk = np.minimum(k, d.shape[0] - 1)
-    base = np.where(k < d.shape[0], done[kk, cols], d.sum(axis=0))
-    rest_w = np.where(k < d.shape[0], rest[kk, cols], 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        level = np.where(rest_w > 0, (cap - base) / rest_w, np.inf)
-    with np.errstate(invalid="ignore"):  # inf x 0 where a row wants nothing
-        share = np.where(weight > 0, np.minimum(demand, level[None, :] * weight), 0.0)
-    return np.where(fits[None, :], demand, np.maximum(share, 0.0))
-
-
 @dataclass(frozen=True)
 class Senders:
     """The senders of a mix: one row per (job, source host) with traffic.
@@ -138,6 +97,8 @@ class Senders:
             cross, sorted by row, link, then input, with the bytes per second the row puts
             there at full rate.  The input is the link the flows arrive on (the switch
             port whose buffer they wait in), -1 at the first hop (the host's own queue).
+        e_hosts: the source hosts behind each entry (1 per host; a per-job row stands for
+            all its hosts that come in over that input, each served in turn upstream).
     """
 
     job: IntArray
@@ -147,6 +108,7 @@ class Senders:
     e_link: IntArray
     e_in: IntArray
     e_load: FloatArray
+    e_hosts: FloatArray
 
     @classmethod
     def of(cls, net: Network, jobs: Sequence[SimJob], per: Granularity = "auto") -> Senders:
@@ -161,7 +123,7 @@ class Senders:
         if rows_max * (n + 1) * n >= 2**62:  # the packed keys below
             raise SimError(f"{rows_max} senders on {n} links: too large for the fluid model")
         job_of, rates, firsts = [], [], []
-        keys, loads = [], []
+        keys, loads, srcs = [], [], []
         row0 = 0
         for j, sim_job in enumerate(jobs):
             firsts.append(row0)
@@ -181,13 +143,19 @@ class Senders:
                     came = table[on, h - 1] if h else -1
                     keys.append(_entry_key(row[on], table[on, h], came, n))
                     loads.append(flows.rate[on])
+                    srcs.append(flows.src_host[on].astype(np.int64))
             row0 += count
         firsts.append(row0)
         key: IntArray = np.zeros(0, dtype=np.int64)
         load: FloatArray = np.zeros(0)
+        hosts_of: FloatArray = np.zeros(0)
         if keys:
             key, inv = np.unique(np.concatenate(keys), return_inverse=True)
             load = np.bincount(inv, weights=np.concatenate(loads)).astype(float)
+            src = np.concatenate(srcs)
+            width = int(src.max()) + 1
+            pairs = np.unique(inv * width + src)  # each (entry, source host) once
+            hosts_of = np.bincount(pairs // width, minlength=len(key)).astype(float)
         e_row, e_link, e_in = _entry_parts(key, n)
         return cls(
             job=np.concatenate(job_of) if job_of else np.zeros(0, dtype=np.int64),
@@ -197,6 +165,7 @@ class Senders:
             e_link=e_link,
             e_in=e_in,
             e_load=load.astype(float),
+            e_hosts=hosts_of,
         )
 
     @property
@@ -250,7 +219,7 @@ class Allocator:
         ever = full > self.capacity * (1 + _EPS)
         keep = np.flatnonzero(ever[s.e_link])
         self._row, self._link, self._load = s.e_row[keep], s.e_link[keep], s.e_load[keep]
-        self._in = s.e_in[keep]
+        self._in, self._hosts = s.e_in[keep], s.e_hosts[keep]
         # lanes in use, and each one's priority and weight
         self._lanes = np.unique(self.vl) if len(self.vl) else np.zeros(0, dtype=np.int64)
         self._lane_of = np.searchsorted(self._lanes, self.vl)
@@ -337,47 +306,34 @@ class Allocator:
         # the inputs of each column: the switch buffers its lane's packets wait in; at a
         # host's own port each sender is an input (the HCA serves its queues in turn)
         came = self._in[ent]
-        sub_key = np.where(came >= 0, col * (n + 1) + came + 1, -1 - (col * len(active) + row))
-        _, first, sub = np.unique(sub_key, return_index=True, return_inverse=True)
-        sub_col = col[first]
-        # Progressive freezing: every sender not yet fixed asks for its full rate, the
-        # others offer their fixed rate; the senders that get the least anywhere are fixed
-        # at that.  No one can later take it from them: what the others give back as they
-        # are fixed only raises what the links grant.
-        n_rows = len(rows)
-        fixed = np.zeros(n_rows, dtype=bool)
-        rate = np.ones(n_rows)
-        while not fixed.all():
-            self.rounds += 1
-            offer = np.where(fixed[seg], rate[seg], 1.0)
-            demand = np.bincount(col, weights=a * offer, minlength=n_col).astype(float)
-            share = self._lane_shares(
-                demand.reshape(len(lanes), n_hot), weight, high, self.capacity[hot]
-            ).ravel()
-            grant = np.minimum(offer, _within(sub, sub_col, a, offer, share))
-            least = np.minimum(np.minimum.reduceat(grant, starts), 1.0)
-            low = float(least[~fixed].min())
-            now = ~fixed & (least <= low * (1 + 1e-9) + _EPS)
-            rate[now] = least[now]
-            fixed |= now
+        in_key = np.where(came >= 0, came + 1, -1 - row)
+        order = np.lexsort((in_key, col))
+        new_sub = np.ones(len(order), dtype=bool)
+        new_sub[1:] = (np.diff(col[order]) != 0) | (np.diff(in_key[order]) != 0)
+        starts_sub = np.flatnonzero(new_sub)
+        sub_ptr = np.append(starts_sub, len(order)).astype(np.int64)
+        col_ptr = np.searchsorted(col[order][starts_sub], np.arange(n_col + 1)).astype(np.int64)
+        label = _groups(row, link, len(active), n)[rows]
+        _, group = np.unique(label, return_inverse=True)
+        rate, self.rounds = freeze(
+            a,
+            self._hosts[ent],
+            seg,
+            len(rows),
+            group.astype(np.int64),
+            int(group.max()) + 1,
+            col,
+            sub_ptr,
+            order.astype(np.int64),
+            col_ptr,
+            n_hot,
+            weight,
+            high,
+            self.capacity[hot],
+            self.high_share,
+        )
         alpha[rows] = rate
         return alpha
-
-    def _lane_shares(
-        self, demand: FloatArray, weight: FloatArray, high: npt.NDArray[np.bool_], cap: FloatArray
-    ) -> FloatArray:
-        """Each lane's share of each hot link (bytes/s), given what the lanes offer."""
-        lane_w = np.broadcast_to(weight[:, None], demand.shape)
-        if not high.any():
-            return waterfill(demand, lane_w, cap)
-        share = np.zeros_like(demand)
-        d_high, d_low = demand[high], demand[~high]
-        low_waits = d_low.sum(axis=0) > 0
-        room = np.where(low_waits, np.maximum(cap * self.high_share, cap - d_low.sum(axis=0)), cap)
-        share[high] = waterfill(d_high, lane_w[high], np.minimum(room, cap))
-        left = cap - share[high].sum(axis=0)
-        share[~high] = waterfill(d_low, lane_w[~high], np.maximum(left, 0.0))
-        return share
 
 
 def _groups(row: IntArray, link: IntArray, rows: int, links: int) -> IntArray:
@@ -392,66 +348,6 @@ def _groups(row: IntArray, link: IntArray, rows: int, links: int) -> IntArray:
         if np.array_equal(new, label):
             return label
         label = new
-
-
-def _within(
-    sub: IntArray,
-    sub_col: IntArray,
-    a: FloatArray,
-    offer: FloatArray,
-    share: FloatArray,
-) -> FloatArray:
-    """Water level (in alpha) of every entry of every (lane, link) column.
-
-    The lane's share of the link goes max-min to the column's inputs (an input's buffer
-    gets its credits back as its packets leave, so a backlogged FIFO serves its inputs
-    in turn), and an input's share max-min to its senders, in bytes (upstream, each
-    sender came in over an input of its own, served in turn alike).  *sub* is each
-    entry's input, *sub_col* each input's column, *a* each entry's bytes per second at
-    full rate, *offer* what it offers (in alpha), *share* each column's bytes per second.
-    """
-    bytes_ = a * offer
-    wanted = np.bincount(sub, weights=bytes_, minlength=len(sub_col)).astype(float)
-    lam = _levels(sub_col, np.ones(len(sub_col)), wanted, share, len(share))
-    got = np.minimum(wanted, lam[sub_col])
-    level = _levels(sub, np.ones(len(a)), bytes_, got, len(sub_col))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        level_alpha: FloatArray = np.where(a > 0, level[sub] / a, np.inf)
-    return level_alpha
-
-
-def _levels(
-    col: IntArray, a: FloatArray, offer: FloatArray, share: FloatArray, n_col: int
-) -> FloatArray:
-    """Water level (in alpha) of every (lane, link) column: the senders of a column get
-    ``min(offer, level)``, the level the highest whose bytes fit the lane's share; inf
-    where everything offered fits."""
-    level = np.full(n_col, np.inf)
-    demand = np.bincount(col, weights=a * offer, minlength=n_col)
-    tight = demand > share * (1 + _EPS)
-    if not tight.any():
-        return level
-    on = np.flatnonzero(tight[col])
-    order = on[np.lexsort((offer[on], col[on]))]
-    c, t, w = col[order], offer[order], a[order]
-    d = w * t
-    cols, starts = np.unique(c, return_index=True)
-    seg = np.searchsorted(cols, c)
-    cum_d = np.cumsum(d)
-    cum_w = np.cumsum(w)
-    base_d = (cum_d - d)[starts][seg]  # bytes of the column before this entry's group
-    total_w = np.add.reduceat(w, starts)
-    done = cum_d - d - base_d  # bytes of the entries below this one
-    rest = total_w[seg] - (cum_w - w - (cum_w - w)[starts][seg])  # weight from here up
-    used = done + t * rest
-    over = used >= share[c]
-    k = np.minimum.reduceat(np.where(over, np.arange(len(c)), len(c)), starts)
-    found = k < len(c)
-    kk = np.minimum(k, len(c) - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lv = np.where(found, (share[cols] - done[kk]) / rest[kk], np.inf)
-    level[cols] = np.maximum(lv, 0.0)
-    return level
 
 
 @dataclass

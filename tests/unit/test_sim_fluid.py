@@ -9,7 +9,8 @@ import pytest
 
 from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
-from ibqos.sim.fluid import Allocator, FluidSim, granularity, simulate_fluid, waterfill
+from ibqos.sim.fluid import Allocator, FluidSim, granularity, simulate_fluid
+from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import prepare
@@ -35,16 +36,21 @@ def setup(job_sl: dict[str, int], low: tuple[tuple[int, int], ...], **kw: object
     return Arbitration(job_sl, sl2vl, low, **kw)  # type: ignore[arg-type]
 
 
-def test_waterfill_weighted_max_min() -> None:
-    # capacity 1: row 3 wants 0.2 and gets it; rows 1, 2 split the rest 1:3
-    got = waterfill(np.array([[1.0], [1.0], [0.2]]), np.array([[1.0], [3.0], [1.0]]), np.ones(1))
-    assert got[:, 0] == pytest.approx([0.2, 0.6, 0.2])
+def shares(demand: list[float], weight: list[float], cap: float) -> list[float]:
+    out = np.empty(len(demand))
+    fill(np.array(demand), np.array(weight), cap, out)
+    return list(out)
+
+
+def test_fill_is_weighted_max_min() -> None:
+    # 1 to share between three rows wanting 1, 1, 0.2 with weights 1, 3, 1: the small one
+    # is served, the others split 0.8 in the ratio 1:3
+    assert shares([1.0, 1.0, 0.2], [1.0, 3.0, 1.0], 1.0) == pytest.approx([0.2, 0.6, 0.2])
     # everything fits: everyone gets what it wants
-    fit = waterfill(np.array([[0.3], [0.4]]), np.ones((2, 1)), np.ones(1))
-    assert fit[:, 0] == pytest.approx([0.3, 0.4])
-    # columns are independent
-    two = waterfill(np.array([[2.0, 0.1], [2.0, 0.1]]), np.ones((2, 2)), np.array([1.0, 1.0]))
-    assert two[:, 0] == pytest.approx([0.5, 0.5]) and two[:, 1] == pytest.approx([0.1, 0.1])
+    assert shares([0.3, 0.4], [1.0, 1.0], 1.0) == pytest.approx([0.3, 0.4])
+    # equal weights and demands: equal halves; no demand, nothing; weight 0, nothing
+    assert shares([2.0, 2.0, 0.0], [1.0, 1.0, 1.0], 1.0) == pytest.approx([0.5, 0.5, 0.0])
+    assert shares([2.0, 2.0], [1.0, 0.0], 1.0) == pytest.approx([1.0, 0.0])
 
 
 def test_a_job_alone_below_capacity_keeps_its_period(pair_tree: Network) -> None:

@@ -1,0 +1,300 @@
+"""The fluid model's solver: max-min fair rates by progressive freezing, compiled.
+
+:class:`ibqos.sim.fluid.Allocator` states the sharing rule; this module computes it.  The
+loop runs once per distinct bottleneck level, and each round water-fills every hot link
+three times over (between lanes, between a lane's inputs, within an input), so it is
+compiled with numba: in numpy each round cost about a hundred array passes, and a
+2,048-node what-if solves thousands of times (docs/simulate-benchmark.md).  numba caches
+the machine code beside the module, so only the first run on a machine compiles (a few
+seconds).
+
+Units: rates are bytes per second, ``alpha`` a sender's share (0..1] of its declared rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: a capacity is met when the demand is within this fraction above it
+EPS = 1e-12
+#: senders within this fraction of the least grant are fixed together
+TIE = 1e-9
+
+
+@njit(cache=True)
+def fill(demand: FloatArray, weight: FloatArray, cap: float, out: FloatArray) -> None:
+    """Weighted max-min shares of *cap* into *out*: each item gets ``min(demand, level x
+    weight)``, the level the highest that fits; an item of weight 0 gets nothing unless
+    everything fits."""
+    n = len(demand)
+    _fill(demand, weight, cap, out, np.empty(n), np.empty(n, dtype=np.int64))
+
+
+@njit(cache=True)
+def _fill(
+    demand: FloatArray,
+    weight: FloatArray,
+    cap: float,
+    out: FloatArray,
+    ratio: FloatArray,
+    order: IntArray,
+) -> None:
+    """:func:`fill` with scratch space for the items' ratios and their order (at least
+    as long as *demand*): the solver calls it thousands of times a round."""
+    n = len(demand)
+    total = 0.0
+    for i in range(n):
+        total += demand[i]
+    if total <= cap * (1 + EPS):
+        for i in range(n):
+            out[i] = demand[i]
+        return
+    left_w = 0.0
+    for i in range(n):
+        if demand[i] <= 0:
+            ratio[i] = 0.0
+        elif weight[i] <= 0:
+            ratio[i] = np.inf
+        else:
+            ratio[i] = demand[i] / weight[i]
+            left_w += weight[i]
+    if n > 32:
+        order[:n] = np.argsort(ratio[:n])
+    else:  # insertion sort: the few items of a link or an input
+        for i in range(n):
+            j = i
+            while j > 0 and ratio[order[j - 1]] > ratio[i]:
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = i
+    left = cap
+    k = 0
+    while k < n:  # the items whose demand fits under the level of those still waiting
+        i = order[k]
+        if demand[i] <= 0:
+            out[i] = 0.0
+        elif weight[i] <= 0 or ratio[i] * left_w > left:
+            break
+        else:
+            out[i] = demand[i]
+            left -= demand[i]
+            left_w -= weight[i]
+        k += 1
+    level = max(left, 0.0) / left_w if left_w > 0 else 0.0
+    while k < n:
+        i = order[k]
+        out[i] = level * weight[i] if demand[i] > 0 and weight[i] > 0 else 0.0
+        k += 1
+
+
+@njit(cache=True)
+def _lane_shares(
+    demand: FloatArray,
+    weight: FloatArray,
+    hi: IntArray,
+    lo: IntArray,
+    cap: float,
+    high_share: float,
+    out: FloatArray,
+    scratch: FloatArray,
+    order: IntArray,
+) -> None:
+    """Each lane's share of one link: the high-priority lanes (*hi*) first, at most
+    *high_share* of the link while low-priority data waits, then the low ones (*lo*),
+    each by weighted max-min.  *scratch* holds four rows as long as the lanes."""
+    if len(hi) == 0:
+        _fill(demand, weight, cap, out, scratch[0], order)
+        return
+    low_total = 0.0
+    for i in lo:
+        low_total += demand[i]
+    room = max(cap * high_share, cap - low_total) if low_total > 0 else cap
+    high_total = 0.0
+    for part, limit in ((hi, min(room, cap)), (lo, -1.0)):
+        n = len(part)
+        for k in range(n):
+            scratch[1, k] = demand[part[k]]
+            scratch[2, k] = weight[part[k]]
+        if limit < 0:  # the low lanes: what the high ones left
+            limit = max(cap - high_total, 0.0)
+        _fill(scratch[1, :n], scratch[2, :n], limit, scratch[3, :n], scratch[0], order)
+        for k in range(n):
+            out[part[k]] = scratch[3, k]
+            high_total += scratch[3, k]
+
+
+@njit(cache=True)
+def freeze(
+    load: FloatArray,
+    hosts: FloatArray,
+    sender: IntArray,
+    n_senders: int,
+    group: IntArray,
+    n_groups: int,
+    entry_col: IntArray,
+    sub_ptr: IntArray,
+    sub_entries: IntArray,
+    col_ptr: IntArray,
+    n_links: int,
+    lane_weight: FloatArray,
+    lane_high: npt.NDArray[np.bool_],
+    link_cap: FloatArray,
+    high_share: float,
+) -> tuple[FloatArray, int]:
+    """``alpha`` of every sender, and the rounds it took.
+
+    Args:
+        load: bytes per second each entry (a sender on a hot link, over one input) puts
+            there at full rate.
+        hosts: each entry's weight within its input: the source hosts it stands for.
+        sender: each entry's sender (0..n_senders-1).
+        group: each sender's group (0..n_groups-1): senders of different groups share no
+            hot link, so each group's least grant is fixed on its own.
+        entry_col: each entry's column.
+        sub_ptr, sub_entries: the entries of input *s* are
+            ``sub_entries[sub_ptr[s]:sub_ptr[s + 1]]``.
+        col_ptr: the inputs of column *c* are ``col_ptr[c]..col_ptr[c + 1] - 1``; column
+            ``lane x n_links + link``.
+        lane_weight, lane_high: each lane's packets per arbitration round, and priority.
+        link_cap: each hot link's bytes per second.
+        high_share: the most of a link high-priority lanes get while low data waits.
+    """
+    n_e = len(load)
+    n_lanes = len(lane_weight)
+    n_col = n_lanes * n_links
+    fixed = np.zeros(n_senders, dtype=np.bool_)
+    rate = np.ones(n_senders)
+    offer = np.empty(n_e)
+    want = np.empty(n_e)
+    grant = np.empty(n_e)
+    demand = np.empty(n_col)
+    share = np.empty(n_col)
+    n_sub = len(sub_ptr) - 1
+    wanted = np.zeros(n_sub)
+    got = np.zeros(n_sub)
+    least = np.empty(n_senders)
+    lane_d = np.empty(n_lanes)
+    lane_s = np.empty(n_lanes)
+    widest = 1  # scratch space for the largest column or input
+    for c in range(n_col):
+        widest = max(widest, col_ptr[c + 1] - col_ptr[c])
+    for s in range(n_sub):
+        widest = max(widest, sub_ptr[s + 1] - sub_ptr[s])
+    ones = np.ones(widest)
+    buf_in = np.empty(widest)
+    buf_out = np.empty(widest)
+    buf_w = np.empty(widest)
+    widest = max(widest, n_lanes)
+    ratio = np.empty(widest)
+    order = np.empty(widest, dtype=np.int64)
+    hi_lanes = np.flatnonzero(lane_high)
+    lo_lanes = np.flatnonzero(~lane_high)
+    lane_scratch = np.empty((4, n_lanes))
+    live = np.zeros(n_links, dtype=np.bool_)
+    on = np.empty(n_e, dtype=np.int64)  # each entry's link (a division once, not per round)
+    for e in range(n_e):
+        on[e] = entry_col[e] % n_links
+    low = np.empty(n_groups)
+    now = np.zeros(n_senders, dtype=np.bool_)
+    open_link = np.zeros(n_links, dtype=np.bool_)
+    held = np.zeros(n_e, dtype=np.bool_)
+    rounds = 0
+    left = n_senders
+    while left > 0:
+        rounds += 1
+        # only links where some sender is not fixed yet: the others' grants are final
+        live[:] = False
+        for e in range(n_e):
+            s = sender[e]
+            offer[e] = rate[s] if fixed[s] else 1.0
+            want[e] = load[e] * offer[e]
+            if not fixed[s]:
+                live[on[e]] = True
+        for c in range(n_col):
+            if live[c % n_links]:
+                demand[c] = 0.0
+                for sub in range(col_ptr[c], col_ptr[c + 1]):
+                    total = 0.0
+                    for k in range(sub_ptr[sub], sub_ptr[sub + 1]):
+                        total += want[sub_entries[k]]
+                    wanted[sub] = total
+                    demand[c] += total
+        for link in range(n_links):  # between lanes
+            if not live[link]:
+                continue
+            for lane in range(n_lanes):
+                lane_d[lane] = demand[lane * n_links + link]
+            _lane_shares(
+                lane_d,
+                lane_weight,
+                hi_lanes,
+                lo_lanes,
+                link_cap[link],
+                high_share,
+                lane_s,
+                lane_scratch,
+                order,
+            )
+            for lane in range(n_lanes):
+                share[lane * n_links + link] = lane_s[lane]
+        for c in range(n_col):  # between a lane's inputs, then within each input
+            lo, hi = col_ptr[c], col_ptr[c + 1]
+            if hi == lo or not live[c % n_links]:
+                continue
+            _fill(wanted[lo:hi], ones[: hi - lo], share[c], got[lo:hi], ratio, order)
+            for sub in range(lo, hi):
+                a, b = sub_ptr[sub], sub_ptr[sub + 1]
+                if wanted[sub] <= got[sub] * (1 + EPS):  # all it brings passes
+                    for k in range(a, b):
+                        grant[sub_entries[k]] = offer[sub_entries[k]]
+                    continue
+                if b - a == 1:  # one sender: it gets what its input gets
+                    e = sub_entries[a]
+                    grant[e] = got[sub] / load[e] if load[e] > 0 else offer[e]
+                    continue
+                for k in range(a, b):
+                    buf_in[k - a] = want[sub_entries[k]]
+                    buf_w[k - a] = hosts[sub_entries[k]]
+                _fill(buf_in[: b - a], buf_w[: b - a], got[sub], buf_out[: b - a], ratio, order)
+                for k in range(a, b):
+                    e = sub_entries[k]
+                    grant[e] = buf_out[k - a] / load[e] if load[e] > 0 else offer[e]
+        least[:] = 1.0
+        for e in range(n_e):
+            if live[on[e]]:
+                least[sender[e]] = min(least[sender[e]], grant[e])
+        low[:] = np.inf  # per group of senders: groups do not affect each other
+        for s in range(n_senders):
+            if not fixed[s]:
+                low[group[s]] = min(low[group[s]], least[s])
+        # fixed now: the senders granted the least, those granted their full rate
+        # (nothing can take it), and the senders held back at a link where every sender
+        # not yet fixed, in any lane, is held back (none will give anything back there)
+        now[:] = False
+        open_link[:] = False
+        for s in range(n_senders):
+            if not fixed[s] and (least[s] <= low[group[s]] * (1 + TIE) + EPS or least[s] >= 1.0):
+                now[s] = True
+        for e in range(n_e):
+            s = sender[e]
+            if fixed[s] or not live[on[e]]:
+                continue
+            held[e] = grant[e] <= least[s] * (1 + TIE) + EPS
+            if not held[e]:
+                open_link[on[e]] = True
+        for e in range(n_e):
+            s = sender[e]
+            if not fixed[s] and held[e] and not open_link[on[e]]:
+                if live[on[e]]:
+                    now[s] = True
+        for s in range(n_senders):
+            if now[s]:
+                rate[s] = least[s]
+                fixed[s] = True
+                left -= 1
+    return rate, rounds
