@@ -57,7 +57,6 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.sim.maxmin import freeze
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
@@ -313,6 +312,10 @@ class Allocator:
         starts_sub = np.flatnonzero(new_sub)
         sub_ptr = np.append(starts_sub, len(order)).astype(np.int64)
         col_ptr = np.searchsorted(col[order][starts_sub], np.arange(n_col + 1)).astype(np.int64)
+        # numba loads in about 0.5 s: only a run that solves rates pays it, not every
+        # ibqos command that imports this module
+        from ibqos.sim.maxmin import freeze
+
         label = _groups(row, link, len(active), n)[rows]
         _, group = np.unique(label, return_inverse=True)
         rate, self.rounds = freeze(

@@ -13,9 +13,12 @@ Units: rates are bytes per second, ``alpha`` a sender's share (0..1] of its decl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numba
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -25,8 +28,21 @@ EPS = 1e-12
 #: senders within this fraction of the least grant are fixed together
 TIE = 1e-9
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@njit(cache=True)
+
+def njit(fn: F) -> F:
+    """Compile *fn*, keeping the machine code in numba's cache when it has a writable
+    place for it (beside this file, or ``NUMBA_CACHE_DIR``); where it has none (a
+    read-only install under systemd's ProtectSystem=), numba would refuse at import, so
+    compile in each process instead."""
+    try:
+        return cast(F, numba.njit(cache=True)(fn))
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return cast(F, numba.njit(fn))
+
+
+@njit
 def fill(demand: FloatArray, weight: FloatArray, cap: float, out: FloatArray) -> None:
     """Weighted max-min shares of *cap* into *out*: each item gets ``min(demand, level x
     weight)``, the level the highest that fits; an item of weight 0 gets nothing unless
@@ -35,7 +51,7 @@ def fill(demand: FloatArray, weight: FloatArray, cap: float, out: FloatArray) ->
     _fill(demand, weight, cap, out, np.empty(n), np.empty(n, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit
 def _fill(
     demand: FloatArray,
     weight: FloatArray,
@@ -92,7 +108,7 @@ def _fill(
         k += 1
 
 
-@njit(cache=True)
+@njit
 def _lane_shares(
     demand: FloatArray,
     weight: FloatArray,
@@ -128,7 +144,7 @@ def _lane_shares(
             high_total += scratch[3, k]
 
 
-@njit(cache=True)
+@njit
 def freeze(
     load: FloatArray,
     hosts: FloatArray,
