@@ -30,15 +30,16 @@ Sharing rule, per link (by transmitting port), all links at once:
 - A sender's rate is the smallest its links grant it, and no more than its declared rate.
 
 The grants depend on each other (what a sender offers one link is what the others let
-through), so they are solved by progressive freezing: every sender not yet fixed asks
-for its full rate and the fixed ones offer their rate; the senders granted the least
-anywhere are fixed at that; repeat.  What the others give back as they are fixed only
-raises what the links grant, so a fixed rate is final: the result is max-min fair under
-the rules above, with every link's grants computed exactly by water-filling.  Only links
-the communicating senders could overload (*hot* links) are looked at: a link with room
-for every sender at full rate limits no one.  Senders linked by no hot link do not affect
-each other: they are solved in separate groups, and a group's rates are kept until one of
-its senders starts or stops.
+through), so they are solved by progressive freezing (:mod:`ibqos.sim.maxmin`): every
+sender not yet fixed asks for its full rate and the fixed ones offer their rate; the
+senders granted the least anywhere are fixed at that; repeat.  What the others give back
+as they are fixed only raises what the links grant, so with one sharing rule per link this
+is exactly max-min fair; with the inputs' rule it is close, not exact (a sender fixed
+early may be left below what a link could give it once others are fixed lower
+elsewhere).  Only links the communicating senders could overload (*hot* links) are looked
+at: a link with room for every sender at full rate limits no one.  Senders linked by no
+hot link do not affect each other: they are solved in separate groups, and a group's
+rates are kept until one of its senders starts or stops.
 
 What it leaves out, by design: packets, buffers and credits (so bursts a buffer would
 absorb slow senders here, and head-of-line blocking, where one output's backlog holds a

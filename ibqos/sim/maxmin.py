@@ -1,12 +1,12 @@
 """The fluid model's solver: max-min fair rates by progressive freezing, compiled.
 
-:class:`ibqos.sim.fluid.Allocator` states the sharing rule; this module computes it.  The
+:mod:`ibqos.sim.fluid` states the sharing rule; this module computes it.  The
 loop runs once per distinct bottleneck level, and each round water-fills every hot link
 three times over (between lanes, between a lane's inputs, within an input), so it is
 compiled with numba: in numpy each round cost about a hundred array passes, and a
 2,048-node what-if solves thousands of times (docs/simulate-benchmark.md).  numba caches
-the machine code beside the module, so only the first run on a machine compiles (a few
-seconds).
+the machine code beside the module (or in ``NUMBA_CACHE_DIR``), so only the first run on a
+machine compiles (a few seconds); where it can write neither, each process compiles.
 
 Units: rates are bytes per second, ``alpha`` a sender's share (0..1] of its declared rate.
 """
