@@ -237,6 +237,33 @@ def test_an_in_cast_downstream_leaves_its_lane_s_other_senders_alone(
     assert run.jobs["M"].t_s == pytest.approx(1e-4)
 
 
+def test_a_per_job_sender_weighs_as_its_hosts_within_an_input() -> None:
+    # Three leaves of four hosts under one spine.  A: cn1 -> cn5 and cn2 -> cn6, B: cn3 ->
+    # cn7, C: cn9 -> cn8, all at 10 GB/s per host.  Leaf 1's uplink gives its three host
+    # inputs 12.5 / 3 each; the spine's port down to leaf 2 splits 6.25 : 6.25 between
+    # its inputs (leaf 1's and leaf 3's uplinks), and leaf 1's share goes to its three
+    # hosts alike: 2.08 GB/s each.  One sender for all of A counts as A's two hosts, so
+    # per job gives A and B what per host does (as one sender, A would get half of 6.25).
+    net = xgft_network(parse_xgft("2;4,3;1,1"))
+    a = Job(
+        "A",
+        ("cn0001", "cn0002", "cn0005", "cn0006"),
+        "matrix",
+        10e9,
+        1.0,
+        0.001,
+        matrix=pairs(4, {(0, 2), (1, 3)}),
+    )
+    b = Job("B", ("cn0003", "cn0007"), "matrix", 10e9, 1.0, 0.001, matrix=pairs(2, {(0, 1)}))
+    c = Job("C", ("cn0008", "cn0009"), "matrix", 10e9, 1.0, 0.001, matrix=pairs(2, {(1, 0)}))
+    jobs = prepare(net, [a, b, c])
+    arb = setup({"A": 0, "B": 0, "C": 0}, ((0, 32),))
+    host = FluidSim(net, jobs, arb, "host").alpha
+    job = FluidSim(net, jobs, arb, "job").alpha
+    assert host == pytest.approx([6.25 / 3 / 10, 6.25 / 3 / 10, 0.625])
+    assert job == pytest.approx(host)
+
+
 def test_per_job_senders_move_a_job_at_one_rate() -> None:
     # The same mix as test_a_job_alone_below_capacity_keeps_its_period, one rate per job:
     # H's three senders share the in-cast's 12.5 GB/s, so all of H runs at the rate of its
