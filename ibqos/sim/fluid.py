@@ -31,12 +31,13 @@ Sharing rule, per link (by transmitting port), all links at once:
 
 The grants depend on each other (what a sender offers one link is what the others let
 through), so they are solved by progressive freezing (:mod:`ibqos.sim.maxmin`): every
-sender not yet fixed asks for its full rate and the fixed ones offer their rate; the
-senders granted the least anywhere are fixed at that; repeat.  What the others give back
-as they are fixed only raises what the links grant, so with one sharing rule per link this
-is exactly max-min fair; with the inputs' rule it is close, not exact (a sender fixed
-early may be left below what a link could give it once others are fixed lower
-elsewhere).  Only links the communicating senders could overload (*hot* links) are looked
+sender not yet fixed asks for its full rate and the fixed ones offer their rate; a sender
+is fixed at its grant once nothing can raise it (it gets its full rate, or it is held back
+at a link where every sender not yet fixed is held back too, so no one there will give
+bytes back); repeat.  What the others give back as they are fixed only raises what the
+links grant.  When a round finds no such link, the senders granted the least (in alpha)
+are fixed: that can leave a link some bytes it no longer uses, since shares are in bytes.
+Only links the communicating senders could overload (*hot* links) are looked
 at: a link with room for every sender at full rate limits no one.  Senders linked by no
 hot link do not affect each other: they are solved in separate groups, and a group's
 rates are kept until one of its senders starts or stops.

@@ -216,6 +216,7 @@ def freeze(
     for e in range(n_e):
         on[e] = entry_col[e] % n_links
     low = np.empty(n_groups)
+    settled = np.zeros(n_groups, dtype=np.bool_)
     now = np.zeros(n_senders, dtype=np.bool_)
     open_link = np.zeros(n_links, dtype=np.bool_)
     held = np.zeros(n_e, dtype=np.bool_)
@@ -288,14 +289,15 @@ def freeze(
         for s in range(n_senders):
             if not fixed[s]:
                 low[group[s]] = min(low[group[s]], least[s])
-        # fixed now: the senders granted the least, those granted their full rate
-        # (nothing can take it), and the senders held back at a link where every sender
-        # not yet fixed, in any lane, is held back (none will give anything back there)
+        # Fixed now, first the ones that are final: senders granted their full rate
+        # (grants only rise as others are fixed lower), and senders held back at a link
+        # where every sender not yet fixed, in any lane, is held back (no one there will
+        # give anything back).  A group with neither fixes its senders granted the least:
+        # the link that holds them may still get bytes back from a sender fixed lower
+        # elsewhere later, which then go unused (shares are in bytes, the least in alpha).
         now[:] = False
         open_link[:] = False
-        for s in range(n_senders):
-            if not fixed[s] and (least[s] <= low[group[s]] * (1 + TIE) + EPS or least[s] >= 1.0):
-                now[s] = True
+        settled[:] = False
         for e in range(n_e):
             s = sender[e]
             if fixed[s] or not live[on[e]]:
@@ -305,9 +307,16 @@ def freeze(
                 open_link[on[e]] = True
         for e in range(n_e):
             s = sender[e]
-            if not fixed[s] and held[e] and not open_link[on[e]]:
-                if live[on[e]]:
-                    now[s] = True
+            if not fixed[s] and held[e] and live[on[e]] and not open_link[on[e]]:
+                now[s] = True
+                settled[group[s]] = True
+        for s in range(n_senders):
+            if fixed[s]:
+                continue
+            if least[s] >= 1.0:
+                now[s] = True
+            elif not settled[group[s]] and least[s] <= low[group[s]] * (1 + TIE) + EPS:
+                now[s] = True
         for s in range(n_senders):
             if now[s]:
                 rate[s] = least[s]
