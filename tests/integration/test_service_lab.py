@@ -324,19 +324,26 @@ def test_the_unit_notifies_reloads_into_enforce_and_stops_cleanly(make_lab, tmp_
         # stops the pings although the process and its threads live on
         fifo = tmp_path / "stuck.yaml"
         os.mkfifo(fifo)
-        os.replace(fifo, jobs)
+        os.link(fifo, tmp_path / ".stuck.tmp")
+        os.replace(tmp_path / ".stuck.tmp", jobs)  # *fifo* still names it, to answer below
         time.sleep(0.5)
         hung = time.monotonic()
         time.sleep(1.5 * watchdog)
         assert svc.alive()
         assert systemd.pings(hung) == [], "pings went on while the loop hung"
-        with open(jobs, "w") as writer:  # the file system answers again
-            writer.write(yaml.safe_dump({"jobs": [LIGHT_A, JOB_B]}))
+        # The file system answers again: the job file is a regular file before the blocked
+        # read gets its bytes.  A FIFO answers one read only, and the write changes its
+        # mtime, so a reader that looks again (the file changed during the read) would
+        # block on it for good, which no real file system does.
+        agent_jobs(jobs, LIGHT_A, JOB_B)
+        # non-blocking: ENXIO, not a hung test, if no one is reading it
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(writer, yaml.safe_dump({"jobs": [LIGHT_A, JOB_B]}).encode())
+        os.close(writer)
         released = time.monotonic()
         resumed = systemd.wait("WATCHDOG=1", released, watchdog, svc.alive)
         silent, back = resumed.t - hung + 0.5, resumed.t - released
         print(f"hang: no ping for {silent:.1f} s; pinging again {back:.2f} s after")
-        agent_jobs(jobs, LIGHT_A, JOB_B)  # a regular file again
 
         # SIGTERM in the middle of an apply (the reload command takes 2 s), sent to every
         # process of the service: stops within TimeoutStopSec, no partial file anywhere
