@@ -219,8 +219,6 @@ class Allocator:
         full = np.bincount(s.e_link, weights=s.e_load, minlength=n)
         ever = full > self.capacity * (1 + _EPS)
         keep = np.flatnonzero(ever[s.e_link])
-        self._row, self._link, self._load = s.e_row[keep], s.e_link[keep], s.e_load[keep]
-        self._in, self._hosts = s.e_in[keep], s.e_hosts[keep]
         # lanes in use, and each one's priority and weight
         self._lanes = np.unique(self.vl) if len(self.vl) else np.zeros(0, dtype=np.int64)
         self._lane_of = np.searchsorted(self._lanes, self.vl)
@@ -228,6 +226,15 @@ class Allocator:
         self._lane_weight = np.array(
             [float(high[int(v)] if int(v) in high else low.get(int(v), 0)) for v in self._lanes]
         )
+        # The kept entries in the order the solver walks them: by lane, link, input
+        # (at a host's own port each sender is an input of its own), then sender.
+        row, came = s.e_row[keep], s.e_in[keep]
+        inlet = np.where(came >= 0, came + 1, -1 - row)
+        lane = self._lane_of[row] if len(row) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((row, inlet, s.e_link[keep], lane))
+        self._row, self._lane, self._inlet = row[order], lane[order], inlet[order]
+        keep = keep[order]
+        self._link, self._load, self._hosts = s.e_link[keep], s.e_load[keep], s.e_hosts[keep]
         # rates of groups of senders already solved, by the group's rows (oldest first)
         self._memo: dict[bytes, FloatArray] = {}
 
@@ -238,15 +245,19 @@ class Allocator:
         per group of senders linked through hot links, and a group's rates are kept: when
         one job changes phase, only its group is solved again.
         """
+        # numba loads in about 0.5 s: only a run that solves rates pays it, not every
+        # ibqos command that imports this module
+        from ibqos.sim.maxmin import hot_groups
+
         alpha = np.where(active, 1.0, 0.0)
-        sel, _ = self._hot_entries(active)
-        row, link = self._row[sel], self._link[sel]
-        if not len(row):
+        if not len(self._row):
             return alpha
-        group = _groups(row, link, len(alpha), len(self.capacity))
-        members = np.unique(row)
-        order = members[np.argsort(group[members], kind="stable")]
-        cut = np.flatnonzero(np.diff(group[order])) + 1
+        picked, label = hot_groups(active, self._row, self._link, self._load, self.capacity)
+        if not len(picked):
+            return alpha
+        members = np.flatnonzero(label >= 0)
+        order = members[np.argsort(label[members], kind="stable")]
+        cut = np.flatnonzero(np.diff(label[order])) + 1
         todo = np.zeros(len(alpha), dtype=bool)
         missed = []
         for rows in np.split(order, cut):
@@ -258,7 +269,7 @@ class Allocator:
             else:
                 alpha[rows] = got
         if missed:
-            solved = self._solve(todo)
+            solved = self._solve(picked[todo[self._row[picked]]], label)
             for key, rows in missed:
                 if len(self._memo) >= MEMO_SIZE:
                     self._memo.pop(next(iter(self._memo)))  # the oldest
@@ -266,93 +277,25 @@ class Allocator:
                 alpha[rows] = solved[rows]
         return alpha
 
-    def _hot_entries(
-        self, active: npt.NDArray[np.bool_]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-        """The kept entries of *active* senders on links they overload, and those links."""
-        sel = active[self._row]
-        offered = np.bincount(
-            self._link[sel], weights=self._load[sel], minlength=len(self.capacity)
-        )
-        hot = offered > self.capacity * (1 + _EPS)
-        return sel & hot[self._link], hot
+    def _solve(self, picked: IntArray, label: IntArray) -> FloatArray:
+        """``alpha`` of the senders of the *picked* entries (1 for the others)."""
+        from ibqos.sim.maxmin import solve_sorted
 
-    def _solve(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        alpha = np.where(active, 1.0, 0.0)
-        self.rounds = 0
-        n = len(self.capacity)
-        sel, hot_mask = self._hot_entries(active)
-        if not hot_mask.any():
-            return alpha
-        ent = np.flatnonzero(sel)
-        row, link, a = self._row[ent], self._link[ent], self._load[ent]
-        hot = np.flatnonzero(hot_mask)
-        n_hot = len(hot)
-        hot_at = np.full(n, -1, dtype=np.int64)
-        hot_at[hot] = np.arange(n_hot)
-        change = np.flatnonzero(np.diff(row)) + 1  # entries are sorted by row
-        starts = np.concatenate([[0], change]).astype(np.int64)
-        rows = row[starts]
-        step = np.zeros(len(row), dtype=np.int64)
-        step[change] = 1
-        seg = np.cumsum(step)  # each entry's sender, as an index into *rows*
-        lanes_used = np.zeros(len(self._lanes), dtype=bool)
-        lanes_used[self._lane_of[rows]] = True
-        lanes = np.flatnonzero(lanes_used)
-        lane_at = np.cumsum(lanes_used) - 1
-        high = self._lane_high[lanes]
-        weight = self._lane_weight[lanes]
-        col = lane_at[self._lane_of[row]] * n_hot + hot_at[link]
-        n_col = len(lanes) * n_hot
-        # the inputs of each column: the switch buffers its lane's packets wait in; at a
-        # host's own port each sender is an input (the HCA serves its queues in turn)
-        came = self._in[ent]
-        in_key = np.where(came >= 0, came + 1, -1 - row)
-        order = np.lexsort((in_key, col))
-        new_sub = np.ones(len(order), dtype=bool)
-        new_sub[1:] = (np.diff(col[order]) != 0) | (np.diff(in_key[order]) != 0)
-        starts_sub = np.flatnonzero(new_sub)
-        sub_ptr = np.append(starts_sub, len(order)).astype(np.int64)
-        col_ptr = np.searchsorted(col[order][starts_sub], np.arange(n_col + 1)).astype(np.int64)
-        # numba loads in about 0.5 s: only a run that solves rates pays it, not every
-        # ibqos command that imports this module
-        from ibqos.sim.maxmin import freeze
-
-        label = _groups(row, link, len(active), n)[rows]
-        _, group = np.unique(label, return_inverse=True)
-        rate, self.rounds = freeze(
-            a,
-            self._hosts[ent],
-            seg,
-            len(rows),
-            group.astype(np.int64),
-            int(group.max()) + 1,
-            col,
-            sub_ptr,
-            order.astype(np.int64),
-            col_ptr,
-            n_hot,
-            weight,
-            high,
-            self.capacity[hot],
+        solved, self.rounds = solve_sorted(
+            picked,
+            self._row,
+            self._lane,
+            self._link,
+            self._inlet,
+            self._load,
+            self._hosts,
+            label,
+            self._lane_weight,
+            self._lane_high,
+            self.capacity,
             self.high_share,
         )
-        alpha[rows] = rate
-        return alpha
-
-
-def _groups(row: IntArray, link: IntArray, rows: int, links: int) -> IntArray:
-    """Label of each row: the least row it is linked to through shared links (label
-    propagation over the row-link pairs given; rows not given keep their own index)."""
-    label = np.arange(rows, dtype=np.int64)
-    while True:
-        at_link = np.full(links, rows, dtype=np.int64)
-        np.minimum.at(at_link, link, label[row])
-        new = label.copy()
-        np.minimum.at(new, row, at_link[link])
-        if np.array_equal(new, label):
-            return label
-        label = new
+        return solved
 
 
 @dataclass
@@ -405,7 +348,7 @@ class FluidSim:
         self.bytes_left = np.zeros(s.rows)  # share of each sender's bytes left
         self.iterations = np.zeros(len(self.jobs), dtype=np.int64)
         self.ends: list[list[float]] = [[] for _ in self.jobs]
-        self.link_bytes = np.zeros(net.links)
+        self._moved = np.zeros(s.rows)  # full-rate seconds each sender has sent so far
         self.sent = np.zeros(len(self.jobs))
         self.events = 0
         self.allocations = 0
@@ -435,6 +378,15 @@ class FluidSim:
         self.compute_left[i] = phase.compute_left_s
         self.bytes_left[lo:hi] = phase.bytes_left
         self._alpha = None
+
+    @property
+    def link_bytes(self) -> FloatArray:
+        """Bytes each link carried so far (a sender's flows keep their proportions)."""
+        s = self.senders
+        got = np.bincount(
+            s.e_link, weights=s.e_load * self._moved[s.e_row], minlength=self.net.links
+        )
+        return got.astype(np.float64, copy=False)
 
     @property
     def sender_alpha(self) -> FloatArray:
@@ -492,9 +444,7 @@ class FluidSim:
         dt = min(dt, until - self.time)
         moved = ra * dt  # full-rate seconds of each sender
         if moved.any():
-            self.link_bytes += np.bincount(
-                s.e_link, weights=s.e_load * moved[s.e_row], minlength=len(self.link_bytes)
-            )
+            self._moved += moved
             sent = np.bincount(s.job, weights=moved * s.rate, minlength=len(self.jobs))
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.sent += np.where(self.job_rate > 0, sent / self.job_rate, self.comm * dt)
@@ -536,7 +486,7 @@ class FluidSim:
         for job, ends in zip(self.jobs, self.ends, strict=True):
             t = ends[iterations - 1] if len(ends) >= iterations else math.nan
             runs[job.id] = JobRun(job.id, len(job.job.nodes), tuple(ends), t)
-        return RunResult("fluid", runs, self.time, self.link_bytes.copy(), self.events)
+        return RunResult("fluid", runs, self.time, self.link_bytes, self.events)
 
 
 def simulate_fluid(

@@ -323,3 +323,179 @@ def freeze(
                 fixed[s] = True
                 left -= 1
     return rate, rounds
+
+
+@njit
+def hot_groups(
+    active: npt.NDArray[np.bool_],
+    row: IntArray,
+    link: IntArray,
+    load: FloatArray,
+    cap: FloatArray,
+) -> tuple[IntArray, IntArray]:
+    """The entries of *active* senders on the links they overload, and each sender's
+    group: senders linked through such links share a label (-1: on none of them).
+
+    Args:
+        active: which senders send now.
+        row, link, load: each entry's sender, link and bytes per second at full rate.
+        cap: each link's bytes per second.
+    """
+    n_rows = len(active)
+    offered = np.zeros(len(cap))
+    for e in range(len(row)):
+        if active[row[e]]:
+            offered[link[e]] += load[e]
+    parent = np.arange(n_rows)
+    first = np.full(len(cap), -1, dtype=np.int64)  # a sender on each hot link
+    picked = np.empty(len(row), dtype=np.int64)
+    n_sel = 0
+    for e in range(len(row)):
+        r = row[e]
+        if not active[r] or offered[link[e]] <= cap[link[e]] * (1 + EPS):
+            continue
+        picked[n_sel] = e
+        n_sel += 1
+        other = first[link[e]]
+        if other < 0:
+            first[link[e]] = r
+            continue
+        a, b = _root(parent, r), _root(parent, other)
+        if a != b:  # the smaller index as root, so a label is its group's least sender
+            parent[max(a, b)] = min(a, b)
+    label = np.full(n_rows, -1, dtype=np.int64)
+    for k in range(n_sel):
+        r = row[picked[k]]
+        label[r] = _root(parent, r)
+    return picked[:n_sel].copy(), label
+
+
+@njit
+def _root(parent: IntArray, r: int) -> int:
+    """Union-find's root of *r*, halving the path on the way."""
+    while parent[r] != r:
+        parent[r] = parent[parent[r]]
+        r = parent[r]
+    return r
+
+
+@njit
+def solve_sorted(
+    picked: IntArray,
+    row: IntArray,
+    lane: IntArray,
+    link: IntArray,
+    inlet: IntArray,
+    load: FloatArray,
+    hosts: FloatArray,
+    label: IntArray,
+    lane_weight: FloatArray,
+    lane_high: npt.NDArray[np.bool_],
+    cap: FloatArray,
+    high_share: float,
+) -> tuple[FloatArray, int]:
+    """``alpha`` of every sender (1 for the ones with no entry picked), and the rounds.
+
+    Builds the columns and inputs :func:`freeze` takes from the *picked* entries, which
+    are in the order of (lane, link, input, sender), and solves them.
+
+    Args:
+        picked: the entries to solve (:func:`hot_groups`, the groups to solve).
+        row, lane, link, inlet: each entry's sender, lane, link and input (the link it
+            comes in over; at the first hop a key of its own per sender).
+        load, hosts: bytes per second at full rate, and the source hosts behind it.
+        label: each sender's group.
+        lane_weight, lane_high: each lane's packets per arbitration round, and priority.
+        cap: each link's bytes per second.
+        high_share: the most of a link high-priority lanes get while low data waits.
+    """
+    n = len(picked)
+    n_rows = len(label)
+    local = np.full(n_rows, -1, dtype=np.int64)  # sender -> its index in the solve
+    group_of = np.full(n_rows, -1, dtype=np.int64)  # group label -> its index
+    hot_of = np.full(len(cap), -1, dtype=np.int64)
+    lane_of = np.full(len(lane_weight), -1, dtype=np.int64)
+    n_s = n_g = n_h = n_l = 0
+    for k in range(n):
+        e = picked[k]
+        hot_of[link[e]] = 0
+        lane_of[lane[e]] = 0
+        if local[row[e]] < 0:
+            local[row[e]] = 0
+    for r in range(n_rows):  # in index order, so that rates map back by row
+        if local[r] >= 0:
+            local[r] = n_s
+            n_s += 1
+            if group_of[label[r]] < 0:
+                group_of[label[r]] = n_g
+                n_g += 1
+    for x in range(len(cap)):  # in link order: columns then follow the entries' order
+        if hot_of[x] >= 0:
+            hot_of[x] = n_h
+            n_h += 1
+    for v in range(len(lane_weight)):
+        if lane_of[v] >= 0:
+            lane_of[v] = n_l
+            n_l += 1
+    sender = np.empty(n, dtype=np.int64)
+    col = np.empty(n, dtype=np.int64)
+    e_load = np.empty(n)
+    e_hosts = np.empty(n)
+    sub_ptr = np.empty(n + 1, dtype=np.int64)
+    n_sub = 0
+    for k in range(n):
+        e = picked[k]
+        sender[k] = local[row[e]]
+        col[k] = lane_of[lane[e]] * n_h + hot_of[link[e]]
+        e_load[k] = load[e]
+        e_hosts[k] = hosts[e]
+        if k == 0 or col[k] != col[k - 1] or inlet[e] != inlet[picked[k - 1]]:
+            sub_ptr[n_sub] = k
+            n_sub += 1
+    sub_ptr[n_sub] = n
+    n_col = n_l * n_h
+    col_ptr = np.empty(n_col + 1, dtype=np.int64)
+    c = 0
+    for s in range(n_sub):  # the first input of each column (inputs are in column order)
+        while c <= col[sub_ptr[s]]:
+            col_ptr[c] = s
+            c += 1
+    while c <= n_col:
+        col_ptr[c] = n_sub
+        c += 1
+    group = np.empty(n_s, dtype=np.int64)
+    weight = np.empty(n_l)
+    high = np.empty(n_l, dtype=np.bool_)
+    cap_hot = np.empty(n_h)
+    for r in range(n_rows):
+        if local[r] >= 0:
+            group[local[r]] = group_of[label[r]]
+    for v in range(len(lane_weight)):
+        if lane_of[v] >= 0:
+            weight[lane_of[v]] = lane_weight[v]
+            high[lane_of[v]] = lane_high[v]
+    for x in range(len(cap)):
+        if hot_of[x] >= 0:
+            cap_hot[hot_of[x]] = cap[x]
+    rate, rounds = freeze(
+        e_load,
+        e_hosts,
+        sender,
+        n_s,
+        group,
+        n_g,
+        col,
+        sub_ptr[: n_sub + 1].copy(),
+        np.arange(n),
+        col_ptr,
+        n_h,
+        weight,
+        high,
+        cap_hot,
+        high_share,
+    )
+    alpha = np.ones(n_rows)
+    for r in range(n_rows):
+        if local[r] >= 0:
+            alpha[r] = rate[local[r]]
+    return alpha, rounds
