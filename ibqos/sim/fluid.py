@@ -235,6 +235,11 @@ class Allocator:
         self._row, self._lane, self._inlet = row[order], lane[order], inlet[order]
         keep = keep[order]
         self._link, self._load, self._hosts = s.e_link[keep], s.e_load[keep], s.e_hosts[keep]
+        # each sender's load per kept link, over all its inputs (what finds the hot links)
+        pair, pair_of = np.unique(s.e_row[keep] * n + s.e_link[keep], return_inverse=True)
+        self._pair_load = np.bincount(pair_of, weights=s.e_load[keep]).astype(np.float64)
+        self._pair_link = pair % n
+        self._pair_ptr = np.searchsorted(pair // n, np.arange(s.rows + 1))
         # rates of groups of senders already solved, by the group's rows (oldest first)
         self._memo: dict[bytes, FloatArray] = {}
 
@@ -252,10 +257,12 @@ class Allocator:
         alpha = np.where(active, 1.0, 0.0)
         if not len(self._row):
             return alpha
-        picked, label = hot_groups(active, self._row, self._link, self._load, self.capacity)
-        if not len(picked):
-            return alpha
+        hot, label = hot_groups(
+            active, self._pair_ptr, self._pair_link, self._pair_load, self.capacity
+        )
         members = np.flatnonzero(label >= 0)
+        if not len(members):
+            return alpha
         order = members[np.argsort(label[members], kind="stable")]
         cut = np.flatnonzero(np.diff(label[order])) + 1
         todo = np.zeros(len(alpha), dtype=bool)
@@ -269,7 +276,7 @@ class Allocator:
             else:
                 alpha[rows] = got
         if missed:
-            solved = self._solve(picked[todo[self._row[picked]]], label)
+            solved = self._solve(todo, hot, label)
             for key, rows in missed:
                 if len(self._memo) >= MEMO_SIZE:
                     self._memo.pop(next(iter(self._memo)))  # the oldest
@@ -277,12 +284,15 @@ class Allocator:
                 alpha[rows] = solved[rows]
         return alpha
 
-    def _solve(self, picked: IntArray, label: IntArray) -> FloatArray:
-        """``alpha`` of the senders of the *picked* entries (1 for the others)."""
+    def _solve(
+        self, todo: npt.NDArray[np.bool_], hot: npt.NDArray[np.bool_], label: IntArray
+    ) -> FloatArray:
+        """``alpha`` of the *todo* senders, over the *hot* links (1 for the others)."""
         from ibqos.sim.maxmin import solve_sorted
 
         solved, self.rounds = solve_sorted(
-            picked,
+            todo,
+            hot,
             self._row,
             self._lane,
             self._link,

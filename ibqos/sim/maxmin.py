@@ -185,8 +185,8 @@ def freeze(
     n_col = n_lanes * n_links
     fixed = np.zeros(n_senders, dtype=np.bool_)
     rate = np.ones(n_senders)
-    offer = np.empty(n_e)
-    want = np.empty(n_e)
+    offer = np.ones(n_e)
+    want = load.copy()
     grant = np.empty(n_e)
     demand = np.empty(n_col)
     share = np.empty(n_col)
@@ -211,10 +211,26 @@ def freeze(
     hi_lanes = np.flatnonzero(lane_high)
     lo_lanes = np.flatnonzero(~lane_high)
     lane_scratch = np.empty((4, n_lanes))
-    live = np.zeros(n_links, dtype=np.bool_)
     on = np.empty(n_e, dtype=np.int64)  # each entry's link (a division once, not per round)
     for e in range(n_e):
         on[e] = entry_col[e] % n_links
+    # Work is kept between rounds: only a sender fixed in the last round offers something
+    # new, so only its links (all their lanes: lanes share a link) are filled again.
+    # *unfixed_on*: entries of senders not fixed yet per link (a link is live while > 0).
+    unfixed_on = np.zeros(n_links, dtype=np.int64)
+    for e in range(n_e):
+        unfixed_on[on[e]] += 1
+    first_of = np.zeros(n_senders + 1, dtype=np.int64)  # each sender's entries: a CSR
+    for e in range(n_e):
+        first_of[sender[e] + 1] += 1
+    for s in range(n_senders):
+        first_of[s + 1] += first_of[s]
+    by_sender = np.empty(n_e, dtype=np.int64)
+    fill_at = first_of[:-1].copy()
+    for e in range(n_e):
+        by_sender[fill_at[sender[e]]] = e
+        fill_at[sender[e]] += 1
+    dirty = np.ones(n_links, dtype=np.bool_)
     low = np.empty(n_groups)
     settled = np.zeros(n_groups, dtype=np.bool_)
     now = np.zeros(n_senders, dtype=np.bool_)
@@ -224,28 +240,29 @@ def freeze(
     left = n_senders
     while left > 0:
         rounds += 1
-        # only links where some sender is not fixed yet: the others' grants are final
-        live[:] = False
-        for e in range(n_e):
-            s = sender[e]
-            offer[e] = rate[s] if fixed[s] else 1.0
-            want[e] = load[e] * offer[e]
-            if not fixed[s]:
-                live[on[e]] = True
-        for c in range(n_col):
-            if live[c % n_links]:
-                demand[c] = 0.0
+        for link in range(n_links):  # between lanes
+            if not dirty[link] or unfixed_on[link] == 0:
+                continue
+            for lane in range(n_lanes):
+                c = lane * n_links + link
+                total_c = 0.0
                 for sub in range(col_ptr[c], col_ptr[c + 1]):
                     total = 0.0
                     for k in range(sub_ptr[sub], sub_ptr[sub + 1]):
                         total += want[sub_entries[k]]
                     wanted[sub] = total
-                    demand[c] += total
-        for link in range(n_links):  # between lanes
-            if not live[link]:
+                    total_c += total
+                demand[c] = total_c
+                lane_d[lane] = total_c
+            if n_lanes == 1:  # what _lane_shares gives one lane, without its sort
+                cap = link_cap[link]
+                if lane_d[0] <= cap * (1 + EPS):
+                    share[link] = lane_d[0]
+                elif lane_weight[0] > 0:
+                    share[link] = cap / lane_weight[0] * lane_weight[0]
+                else:
+                    share[link] = 0.0
                 continue
-            for lane in range(n_lanes):
-                lane_d[lane] = demand[lane * n_links + link]
             _lane_shares(
                 lane_d,
                 lane_weight,
@@ -261,7 +278,8 @@ def freeze(
                 share[lane * n_links + link] = lane_s[lane]
         for c in range(n_col):  # between a lane's inputs, then within each input
             lo, hi = col_ptr[c], col_ptr[c + 1]
-            if hi == lo or not live[c % n_links]:
+            link = c % n_links
+            if hi == lo or not dirty[link] or unfixed_on[link] == 0:
                 continue
             _fill(wanted[lo:hi], ones[: hi - lo], share[c], got[lo:hi], ratio, order)
             for sub in range(lo, hi):
@@ -281,14 +299,16 @@ def freeze(
                 for k in range(a, b):
                     e = sub_entries[k]
                     grant[e] = buf_out[k - a] / load[e] if load[e] > 0 else offer[e]
-        least[:] = 1.0
-        for e in range(n_e):
-            if live[on[e]]:
-                least[sender[e]] = min(least[sender[e]], grant[e])
+        dirty[:] = False
         low[:] = np.inf  # per group of senders: groups do not affect each other
-        for s in range(n_senders):
-            if not fixed[s]:
-                low[group[s]] = min(low[group[s]], least[s])
+        for s in range(n_senders):  # only the senders not fixed yet: their entries
+            if fixed[s]:
+                continue
+            smallest = 1.0
+            for k in range(first_of[s], first_of[s + 1]):
+                smallest = min(smallest, grant[by_sender[k]])
+            least[s] = smallest
+            low[group[s]] = min(low[group[s]], smallest)
         # Fixed now, first the ones that are final: senders granted their full rate
         # (grants only rise as others are fixed lower), and senders held back at a link
         # where every sender not yet fixed, in any lane, is held back (no one there will
@@ -298,18 +318,22 @@ def freeze(
         now[:] = False
         open_link[:] = False
         settled[:] = False
-        for e in range(n_e):
-            s = sender[e]
-            if fixed[s] or not live[on[e]]:
+        for s in range(n_senders):
+            if fixed[s]:
                 continue
-            held[e] = grant[e] <= least[s] * (1 + TIE) + EPS
-            if not held[e]:
-                open_link[on[e]] = True
-        for e in range(n_e):
-            s = sender[e]
-            if not fixed[s] and held[e] and live[on[e]] and not open_link[on[e]]:
-                now[s] = True
-                settled[group[s]] = True
+            for k in range(first_of[s], first_of[s + 1]):
+                e = by_sender[k]
+                held[e] = grant[e] <= least[s] * (1 + TIE) + EPS
+                if not held[e]:
+                    open_link[on[e]] = True
+        for s in range(n_senders):
+            if fixed[s]:
+                continue
+            for k in range(first_of[s], first_of[s + 1]):
+                e = by_sender[k]
+                if held[e] and not open_link[on[e]]:
+                    now[s] = True
+                    settled[group[s]] = True
         for s in range(n_senders):
             if fixed[s]:
                 continue
@@ -318,56 +342,68 @@ def freeze(
             elif not settled[group[s]] and least[s] <= low[group[s]] * (1 + TIE) + EPS:
                 now[s] = True
         for s in range(n_senders):
-            if now[s]:
-                rate[s] = least[s]
-                fixed[s] = True
-                left -= 1
+            if not now[s]:
+                continue
+            rate[s] = least[s]
+            fixed[s] = True
+            left -= 1
+            for k in range(first_of[s], first_of[s + 1]):  # what it offers from now on
+                e = by_sender[k]
+                offer[e] = rate[s]
+                want[e] = load[e] * rate[s]
+                unfixed_on[on[e]] -= 1
+                dirty[on[e]] = True
     return rate, rounds
 
 
 @njit
 def hot_groups(
     active: npt.NDArray[np.bool_],
-    row: IntArray,
-    link: IntArray,
-    load: FloatArray,
+    pair_ptr: IntArray,
+    pair_link: IntArray,
+    pair_load: FloatArray,
     cap: FloatArray,
-) -> tuple[IntArray, IntArray]:
-    """The entries of *active* senders on the links they overload, and each sender's
-    group: senders linked through such links share a label (-1: on none of them).
+) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    """The links the *active* senders overload, and each sender's group: senders linked
+    through such links share a label (-1: on none of them).
 
     Args:
         active: which senders send now.
-        row, link, load: each entry's sender, link and bytes per second at full rate.
+        pair_ptr, pair_link, pair_load: sender *r*'s links are
+            ``pair_link[pair_ptr[r]:pair_ptr[r + 1]]``, with the bytes per second it puts
+            on each at full rate.
         cap: each link's bytes per second.
     """
     n_rows = len(active)
     offered = np.zeros(len(cap))
-    for e in range(len(row)):
-        if active[row[e]]:
-            offered[link[e]] += load[e]
+    for r in range(n_rows):
+        if active[r]:
+            for p in range(pair_ptr[r], pair_ptr[r + 1]):
+                offered[pair_link[p]] += pair_load[p]
+    hot = np.zeros(len(cap), dtype=np.bool_)
     parent = np.arange(n_rows)
     first = np.full(len(cap), -1, dtype=np.int64)  # a sender on each hot link
-    picked = np.empty(len(row), dtype=np.int64)
-    n_sel = 0
-    for e in range(len(row)):
-        r = row[e]
-        if not active[r] or offered[link[e]] <= cap[link[e]] * (1 + EPS):
-            continue
-        picked[n_sel] = e
-        n_sel += 1
-        other = first[link[e]]
-        if other < 0:
-            first[link[e]] = r
-            continue
-        a, b = _root(parent, r), _root(parent, other)
-        if a != b:  # the smaller index as root, so a label is its group's least sender
-            parent[max(a, b)] = min(a, b)
     label = np.full(n_rows, -1, dtype=np.int64)
-    for k in range(n_sel):
-        r = row[picked[k]]
-        label[r] = _root(parent, r)
-    return picked[:n_sel].copy(), label
+    for r in range(n_rows):
+        if not active[r]:
+            continue
+        for p in range(pair_ptr[r], pair_ptr[r + 1]):
+            x = pair_link[p]
+            if offered[x] <= cap[x] * (1 + EPS):
+                continue
+            hot[x] = True
+            label[r] = 0
+            other = first[x]
+            if other < 0:
+                first[x] = r
+                continue
+            a, b = _root(parent, r), _root(parent, other)
+            if a != b:  # the smaller index as root, so a label is its group's least sender
+                parent[max(a, b)] = min(a, b)
+    for r in range(n_rows):
+        if label[r] >= 0:
+            label[r] = _root(parent, r)
+    return hot, label
 
 
 @njit
@@ -381,7 +417,8 @@ def _root(parent: IntArray, r: int) -> int:
 
 @njit
 def solve_sorted(
-    picked: IntArray,
+    todo: npt.NDArray[np.bool_],
+    hot: npt.NDArray[np.bool_],
     row: IntArray,
     lane: IntArray,
     link: IntArray,
@@ -394,13 +431,15 @@ def solve_sorted(
     cap: FloatArray,
     high_share: float,
 ) -> tuple[FloatArray, int]:
-    """``alpha`` of every sender (1 for the ones with no entry picked), and the rounds.
+    """``alpha`` of every sender (1 for the ones not solved), and the rounds.
 
-    Builds the columns and inputs :func:`freeze` takes from the *picked* entries, which
-    are in the order of (lane, link, input, sender), and solves them.
+    Builds the columns and inputs :func:`freeze` takes from the entries of the *todo*
+    senders on *hot* links, which are in the order of (lane, link, input, sender), and
+    solves them.
 
     Args:
-        picked: the entries to solve (:func:`hot_groups`, the groups to solve).
+        todo: the senders to solve (whole groups of :func:`hot_groups`).
+        hot: the links they overload (:func:`hot_groups`).
         row, lane, link, inlet: each entry's sender, lane, link and input (the link it
             comes in over; at the first hop a key of its own per sender).
         load, hosts: bytes per second at full rate, and the source hosts behind it.
@@ -409,7 +448,12 @@ def solve_sorted(
         cap: each link's bytes per second.
         high_share: the most of a link high-priority lanes get while low data waits.
     """
-    n = len(picked)
+    picked = np.empty(len(row), dtype=np.int64)
+    n = 0
+    for e in range(len(row)):
+        if todo[row[e]] and hot[link[e]]:
+            picked[n] = e
+            n += 1
     n_rows = len(label)
     local = np.full(n_rows, -1, dtype=np.int64)  # sender -> its index in the solve
     group_of = np.full(n_rows, -1, dtype=np.int64)  # group label -> its index

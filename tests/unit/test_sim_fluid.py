@@ -311,9 +311,9 @@ def test_jobs_that_share_no_hot_link_are_solved_apart(two_leaves: Network) -> No
     solved: list[list[int]] = []
     real = alloc._solve
 
-    def counting(picked: np.ndarray, label: np.ndarray) -> np.ndarray:
-        solved.append(np.unique(alloc._row[picked]).tolist())
-        return real(picked, label)
+    def counting(todo: np.ndarray, hot: np.ndarray, label: np.ndarray) -> np.ndarray:
+        solved.append(np.flatnonzero(todo).tolist())
+        return real(todo, hot, label)
 
     alloc._solve = counting  # type: ignore[method-assign]
     everyone = alloc.rates(np.ones(4, dtype=bool))
