@@ -351,7 +351,9 @@ class FluidSim:
         s = self.senders
         self.comm_s = np.array([j.comm_s for j in self.jobs])
         self.compute_s = np.array([j.compute_s for j in self.jobs])
-        self.job_rate = np.bincount(s.job, weights=s.rate, minlength=len(self.jobs))
+        self.job_rate = np.bincount(s.job, weights=s.rate, minlength=len(self.jobs)).astype(
+            np.float64, copy=False
+        )
         self.time = 0.0
         self.comm = np.zeros(len(self.jobs), dtype=bool)  # in the communication phase
         self.compute_left = self.compute_s.copy()  # seconds of compute left
@@ -444,40 +446,36 @@ class FluidSim:
             self._step(end)
 
     def _step(self, until: float) -> None:
+        # compiled (ibqos.sim.fluidstep): imported here for the reason rates() gives
+        from ibqos.sim.fluidstep import advance
+
         s = self.senders
         ra = self.sender_alpha
-        both, rows_to_go = self._to_go()
-        dt = float(both.min(initial=math.inf))
-        if math.isinf(dt) and math.isinf(until):
+        done_comm = np.zeros(len(self.jobs), dtype=bool)
+        dt, changed = advance(
+            until,
+            self.time,
+            ra,
+            s.job,
+            s.rate,
+            self.comm_s,
+            self.compute_s,
+            self.job_rate,
+            self.comm,
+            self.compute_left,
+            self.bytes_left,
+            self._moved,
+            self.sent,
+            done_comm,
+        )
+        if math.isinf(dt):
             stuck = sorted({self.jobs[int(j)].id for j in s.job[self._sending() & (ra <= 0)]})
             raise SimError(f"jobs {', '.join(stuck)} get no bandwidth: the run cannot end")
-        dt = min(dt, until - self.time)
-        moved = ra * dt  # full-rate seconds of each sender
-        if moved.any():
-            self._moved += moved
-            sent = np.bincount(s.job, weights=moved * s.rate, minlength=len(self.jobs))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                self.sent += np.where(self.job_rate > 0, sent / self.job_rate, self.comm * dt)
         self.time += dt
-        limit = dt * (1 + 1e-9) + _EPS
-        row_done = self._sending() & (rows_to_go <= limit)
-        with np.errstate(invalid="ignore"):
-            self.bytes_left = np.where(
-                row_done, 0.0, np.maximum(self.bytes_left - moved / self.comm_s[s.job], 0.0)
-            )
-        computing = ~self.comm
-        done_compute = computing & (self.compute_left <= limit)
-        self.compute_left = np.where(computing, self.compute_left - dt, self.compute_left)
-        left_per_job = np.bincount(s.job, weights=self.bytes_left, minlength=len(self.jobs))
-        done_comm = self.comm & (left_per_job <= 0)
-        changed = int(row_done.sum() + done_compute.sum())
         if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
                 self.ends[i].append(self.time)
-            self.comm = np.where(done_comm, False, np.where(done_compute, True, self.comm))
-            self.compute_left = np.where(done_comm, self.compute_s, self.compute_left)
-            self.bytes_left = np.where(done_compute[s.job], 1.0, self.bytes_left)
             self.events += changed
             self._start_phases()
             self._alpha = None
