@@ -235,7 +235,7 @@ def freeze(
     settled = np.zeros(n_groups, dtype=np.bool_)
     now = np.zeros(n_senders, dtype=np.bool_)
     open_link = np.zeros(n_links, dtype=np.bool_)
-    held = np.zeros(n_e, dtype=np.bool_)
+    held = np.empty(n_e, dtype=np.int64)  # entries held back at their grant, per round
     rounds = 0
     left = n_senders
     while left > 0:
@@ -318,22 +318,22 @@ def freeze(
         now[:] = False
         open_link[:] = False
         settled[:] = False
+        n_held = 0
         for s in range(n_senders):
             if fixed[s]:
                 continue
             for k in range(first_of[s], first_of[s + 1]):
                 e = by_sender[k]
-                held[e] = grant[e] <= least[s] * (1 + TIE) + EPS
-                if not held[e]:
+                if grant[e] <= least[s] * (1 + TIE) + EPS:
+                    held[n_held] = e
+                    n_held += 1
+                else:
                     open_link[on[e]] = True
-        for s in range(n_senders):
-            if fixed[s]:
-                continue
-            for k in range(first_of[s], first_of[s + 1]):
-                e = by_sender[k]
-                if held[e] and not open_link[on[e]]:
-                    now[s] = True
-                    settled[group[s]] = True
+        for k in range(n_held):
+            e = held[k]
+            if not open_link[on[e]]:
+                now[sender[e]] = True
+                settled[group[sender[e]]] = True
         for s in range(n_senders):
             if fixed[s]:
                 continue
@@ -349,10 +349,11 @@ def freeze(
             left -= 1
             for k in range(first_of[s], first_of[s + 1]):  # what it offers from now on
                 e = by_sender[k]
-                offer[e] = rate[s]
-                want[e] = load[e] * rate[s]
                 unfixed_on[on[e]] -= 1
-                dirty[on[e]] = True
+                if rate[s] < 1.0:  # at its full rate it offers what it did
+                    offer[e] = rate[s]
+                    want[e] = load[e] * rate[s]
+                    dirty[on[e]] = True
     return rate, rounds
 
 
