@@ -257,17 +257,15 @@ class Allocator:
         alpha = np.where(active, 1.0, 0.0)
         if not len(self._row):
             return alpha
-        hot, label = hot_groups(
+        hot, label, order, bounds = hot_groups(
             active, self._pair_ptr, self._pair_link, self._pair_load, self.capacity
         )
-        members = np.flatnonzero(label >= 0)
-        if not len(members):
+        if not len(order):
             return alpha
-        order = members[np.argsort(label[members], kind="stable")]
-        cut = np.flatnonzero(np.diff(label[order])) + 1
         todo = np.zeros(len(alpha), dtype=bool)
         missed = []
-        for rows in np.split(order, cut):
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            rows = order[a:b]
             key = rows.tobytes()
             got = self._memo.get(key)
             if got is None:

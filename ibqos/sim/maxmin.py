@@ -364,9 +364,11 @@ def hot_groups(
     pair_link: IntArray,
     pair_load: FloatArray,
     cap: FloatArray,
-) -> tuple[npt.NDArray[np.bool_], IntArray]:
+) -> tuple[npt.NDArray[np.bool_], IntArray, IntArray, IntArray]:
     """The links the *active* senders overload, and each sender's group: senders linked
-    through such links share a label (-1: on none of them).
+    through such links share a label (-1: on none of them), the group's least sender.
+    Also the groups' senders in *order* (by group, then sender), group *g* being
+    ``order[bounds[g]:bounds[g + 1]]``.
 
     Args:
         active: which senders send now.
@@ -401,10 +403,31 @@ def hot_groups(
             a, b = _root(parent, r), _root(parent, other)
             if a != b:  # the smaller index as root, so a label is its group's least sender
                 parent[max(a, b)] = min(a, b)
+    size = np.zeros(n_rows + 1, dtype=np.int64)
     for r in range(n_rows):
         if label[r] >= 0:
             label[r] = _root(parent, r)
-    return hot, label
+            size[label[r] + 1] += 1
+    for r in range(n_rows):  # where each group starts in *order*
+        size[r + 1] += size[r]
+    order = np.empty(size[n_rows], dtype=np.int64)
+    at = size[:-1].copy()
+    for r in range(n_rows):
+        if label[r] >= 0:
+            order[at[label[r]]] = r
+            at[label[r]] += 1
+    n_groups = 0
+    for r in range(n_rows):
+        if label[r] == r:
+            n_groups += 1
+    bounds = np.empty(n_groups + 1, dtype=np.int64)
+    g = 0
+    for r in range(n_rows):
+        if label[r] == r:
+            bounds[g] = size[r]
+            g += 1
+    bounds[n_groups] = len(order)
+    return hot, label, order, bounds
 
 
 @njit
