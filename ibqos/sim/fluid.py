@@ -232,9 +232,10 @@ class Allocator:
         inlet = np.where(came >= 0, came + 1, -1 - row)
         lane = self._lane_of[row] if len(row) else np.zeros(0, dtype=np.int64)
         order = np.lexsort((row, inlet, s.e_link[keep], lane))
-        self._row, self._lane, self._inlet = row[order], lane[order], inlet[order]
-        keep = keep[order]
-        self._link, self._load, self._hosts = s.e_link[keep], s.e_load[keep], s.e_hosts[keep]
+        row, lane, inlet, keep = row[order], lane[order], inlet[order], keep[order]
+        self._row, self._link = row, s.e_link[keep]
+        self._load, self._hosts = s.e_load[keep], s.e_hosts[keep]
+        self._lay_out(lane, inlet, n, s.rows)
         # each sender's load per kept link, over all its inputs (what finds the hot links)
         pair, pair_of = np.unique(s.e_row[keep] * n + s.e_link[keep], return_inverse=True)
         self._pair_load = np.bincount(pair_of, weights=s.e_load[keep]).astype(np.float64)
@@ -282,26 +283,57 @@ class Allocator:
                 alpha[rows] = solved[rows]
         return alpha
 
+    def _lay_out(self, lane: IntArray, inlet: IntArray, n_links: int, n_rows: int) -> None:
+        """Index the kept entries (sorted by lane, link, input, sender) for the solver:
+        inputs (runs of one lane, link and input), columns (runs of one lane and link) and
+        each link's columns, each sender's entries; and the solver's kept first round."""
+        row, link = self._row, self._link
+        n_e = len(row)
+        new_col = np.ones(n_e, dtype=bool)
+        new_col[1:] = (lane[1:] != lane[:-1]) | (link[1:] != link[:-1])
+        new_sub = new_col.copy()
+        new_sub[1:] |= inlet[1:] != inlet[:-1]
+        self._sub_ptr = np.append(np.flatnonzero(new_sub), n_e)
+        sub_of_col = np.flatnonzero(new_col[new_sub])  # each column's first input
+        self._col_ptr = np.append(sub_of_col, len(self._sub_ptr) - 1)
+        first_entry = np.flatnonzero(new_col)
+        self._col_lane = lane[first_entry]
+        col_link = link[first_entry]
+        self._link_col = np.argsort(col_link, kind="stable")
+        self._link_col_ptr = np.searchsorted(col_link[self._link_col], np.arange(n_links + 1))
+        self._row_entries = np.argsort(row, kind="stable")
+        self._row_ptr = np.searchsorted(row[self._row_entries], np.arange(n_rows + 1))
+        # the first round of the last solve (see solve_kept), filled for no entry yet
+        self._first = np.zeros((3, max(n_e, 1)))
+        self._first_act = np.zeros(n_e, dtype=bool)
+
     def _solve(
         self, todo: npt.NDArray[np.bool_], hot: npt.NDArray[np.bool_], label: IntArray
     ) -> FloatArray:
         """``alpha`` of the *todo* senders, over the *hot* links (1 for the others)."""
-        from ibqos.sim.maxmin import solve_sorted
+        from ibqos.sim.maxmin import solve_kept
 
-        solved, self.rounds = solve_sorted(
+        solved, self.rounds = solve_kept(
             todo,
             hot,
+            label,
             self._row,
-            self._lane,
             self._link,
-            self._inlet,
             self._load,
             self._hosts,
-            label,
+            self._sub_ptr,
+            self._col_ptr,
+            self._col_lane,
+            self._link_col_ptr,
+            self._link_col,
+            self._row_ptr,
+            self._row_entries,
             self._lane_weight,
             self._lane_high,
             self.capacity,
             self.high_share,
+            self._first,
+            self._first_act,
         )
         return solved
 

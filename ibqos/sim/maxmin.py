@@ -1,12 +1,13 @@
 """The fluid model's solver: max-min fair rates by progressive freezing, compiled.
 
-:mod:`ibqos.sim.fluid` states the sharing rule; this module computes it.  The
-loop runs once per distinct bottleneck level, and each round water-fills every hot link
-three times over (between lanes, between a lane's inputs, within an input), so it is
-compiled with numba: in numpy each round cost about a hundred array passes, and a
-2,048-node what-if solves thousands of times (docs/simulate-benchmark.md).  numba caches
-the machine code beside the module (or in ``NUMBA_CACHE_DIR``), so only the first run on a
-machine compiles (a few seconds); where it can write neither, each process compiles.
+:mod:`ibqos.sim.fluid` states the sharing rule; this module computes it.  The loop runs
+once per distinct bottleneck level; a round water-fills a link three times over (between
+lanes, between a lane's inputs, within an input), and only the links whose offers changed
+since the last round, or, for the first round, since the last call.  It is compiled with
+numba: in numpy each round cost about a hundred array passes, and a 2,048-node what-if
+solves thousands of times (docs/simulate-benchmark.md).  numba caches the machine code
+beside the module (or in ``NUMBA_CACHE_DIR``), so only the first run on a machine
+compiles (about 17 s here); where it can write neither, each process compiles.
 
 Units: rates are bytes per second, ``alpha`` a sender's share (0..1] of its declared rate.
 """
@@ -145,170 +146,215 @@ def _lane_shares(
 
 
 @njit
-def freeze(
+def _refill(
+    x: int,
+    act: npt.NDArray[np.bool_],
+    want: FloatArray,
+    offer: FloatArray,
     load: FloatArray,
     hosts: FloatArray,
-    sender: IntArray,
-    n_senders: int,
-    group: IntArray,
-    n_groups: int,
-    entry_col: IntArray,
     sub_ptr: IntArray,
-    sub_entries: IntArray,
     col_ptr: IntArray,
-    n_links: int,
+    col_lane: IntArray,
+    link_col_ptr: IntArray,
+    link_col: IntArray,
+    lane_weight: FloatArray,
+    hi_lanes: IntArray,
+    lo_lanes: IntArray,
+    cap: float,
+    high_share: float,
+    wanted: FloatArray,
+    got: FloatArray,
+    grant: FloatArray,
+    scratch: FloatArray,
+    order: IntArray,
+    members: IntArray,
+) -> None:
+    """Fill link *x* again: each lane's share, each input's share of its lane, each active
+    entry's grant within its input (as a share of its sender's rate)."""
+    n_lanes = len(lane_weight)
+    lane_d = scratch[0, :n_lanes]
+    lane_s = scratch[1, :n_lanes]
+    lane_d[:] = 0.0
+    for k in range(link_col_ptr[x], link_col_ptr[x + 1]):
+        c = link_col[k]
+        total_c = 0.0
+        for sub in range(col_ptr[c], col_ptr[c + 1]):
+            total = 0.0
+            for e in range(sub_ptr[sub], sub_ptr[sub + 1]):
+                if act[e]:
+                    total += want[e]
+            wanted[sub] = total
+            total_c += total
+        lane_d[col_lane[c]] = total_c
+    if n_lanes == 1:  # what _lane_shares gives one lane, without its sort
+        if lane_d[0] <= cap * (1 + EPS):
+            lane_s[0] = lane_d[0]
+        elif lane_weight[0] > 0:
+            lane_s[0] = cap / lane_weight[0] * lane_weight[0]
+        else:
+            lane_s[0] = 0.0
+    else:
+        _lane_shares(
+            lane_d, lane_weight, hi_lanes, lo_lanes, cap, high_share, lane_s, scratch[2:6], order
+        )
+    ones, buf_in, buf_w = scratch[6], scratch[7], scratch[8]
+    buf_out, ratio = scratch[9], scratch[10]
+    for k in range(link_col_ptr[x], link_col_ptr[x + 1]):  # between a lane's inputs
+        c = link_col[k]
+        lo, hi = col_ptr[c], col_ptr[c + 1]
+        _fill(wanted[lo:hi], ones[: hi - lo], lane_s[col_lane[c]], got[lo:hi], ratio, order)
+        for sub in range(lo, hi):  # within each input, between its active entries
+            n = 0
+            for e in range(sub_ptr[sub], sub_ptr[sub + 1]):
+                if act[e]:
+                    members[n] = e
+                    n += 1
+            if n == 0:
+                continue
+            if wanted[sub] <= got[sub] * (1 + EPS):  # all it brings passes
+                for i in range(n):
+                    grant[members[i]] = offer[members[i]]
+                continue
+            if n == 1:  # one sender: it gets what its input gets
+                e = members[0]
+                grant[e] = got[sub] / load[e] if load[e] > 0 else offer[e]
+                continue
+            for i in range(n):
+                buf_in[i] = want[members[i]]
+                buf_w[i] = hosts[members[i]]
+            _fill(buf_in[:n], buf_w[:n], got[sub], buf_out[:n], ratio, order)
+            for i in range(n):
+                e = members[i]
+                grant[e] = buf_out[i] / load[e] if load[e] > 0 else offer[e]
+
+
+@njit
+def solve_kept(
+    todo: npt.NDArray[np.bool_],
+    hot: npt.NDArray[np.bool_],
+    label: IntArray,
+    row: IntArray,
+    link: IntArray,
+    load: FloatArray,
+    hosts: FloatArray,
+    sub_ptr: IntArray,
+    col_ptr: IntArray,
+    col_lane: IntArray,
+    link_col_ptr: IntArray,
+    link_col: IntArray,
+    row_ptr: IntArray,
+    row_entries: IntArray,
     lane_weight: FloatArray,
     lane_high: npt.NDArray[np.bool_],
-    link_cap: FloatArray,
+    cap: FloatArray,
     high_share: float,
+    first: FloatArray,
+    first_act: npt.NDArray[np.bool_],
 ) -> tuple[FloatArray, int]:
-    """``alpha`` of every sender, and the rounds it took.
+    """``alpha`` of every sender (1 for the ones not in *todo*), and the rounds it took.
+
+    Progressive freezing over the entries of the *todo* senders on *hot* links (the
+    *active* entries): every sender not fixed yet asks for its full rate, the fixed ones
+    offer their rate; a round fixes the senders nothing can raise any more, or, when there
+    are none, each group's senders granted the least.  Only a sender fixed in the last
+    round offers something new, so a round fills again only the links it crosses.  The
+    first round (everyone at full rate) depends on each link's active entries only, so it
+    is kept between calls in *first* and *first_act*, and a call fills again only the links
+    whose active entries changed: usually those of the one job that changed phase.
 
     Args:
-        load: bytes per second each entry (a sender on a hot link, over one input) puts
-            there at full rate.
-        hosts: each entry's weight within its input: the source hosts it stands for.
-        sender: each entry's sender (0..n_senders-1).
-        group: each sender's group (0..n_groups-1): senders of different groups share no
-            hot link, so each group's least grant is fixed on its own.
-        entry_col: each entry's column.
-        sub_ptr, sub_entries: the entries of input *s* are
-            ``sub_entries[sub_ptr[s]:sub_ptr[s + 1]]``.
-        col_ptr: the inputs of column *c* are ``col_ptr[c]..col_ptr[c + 1] - 1``; column
-            ``lane x n_links + link``.
+        todo: the senders to solve (whole groups of :func:`hot_groups`).
+        hot: the links they overload (:func:`hot_groups`).
+        label: each sender's group (:func:`hot_groups`).
+        row, link, load, hosts: each kept entry's sender, link, bytes per second at full
+            rate, and the source hosts behind it (its weight within its input).  Entries
+            are in the order of (lane, link, input, sender).
+        sub_ptr: the entries of input *s* are ``sub_ptr[s]..sub_ptr[s + 1] - 1``.
+        col_ptr, col_lane: the inputs of column (one lane of one link) *c* are
+            ``col_ptr[c]..col_ptr[c + 1] - 1``; its lane.
+        link_col_ptr, link_col: the columns of link *x* are
+            ``link_col[link_col_ptr[x]:link_col_ptr[x + 1]]``.
+        row_ptr, row_entries: the entries of sender *r* are
+            ``row_entries[row_ptr[r]:row_ptr[r + 1]]``.
         lane_weight, lane_high: each lane's packets per arbitration round, and priority.
-        link_cap: each hot link's bytes per second.
+        cap: each link's bytes per second.
         high_share: the most of a link high-priority lanes get while low data waits.
+        first: the first round's state, updated: rows *wanted* (per input), *got* (per
+            input) and *grant* (per entry), each as long as the longest of them.
+        first_act: the active entries *first* was filled for, updated.
     """
-    n_e = len(load)
-    n_lanes = len(lane_weight)
-    n_col = n_lanes * n_links
-    fixed = np.zeros(n_senders, dtype=np.bool_)
-    rate = np.ones(n_senders)
-    offer = np.ones(n_e)
-    want = load.copy()
-    grant = np.empty(n_e)
-    demand = np.empty(n_col)
-    share = np.empty(n_col)
+    n_e = len(row)
+    n_rows = len(todo)
+    n_links = len(cap)
     n_sub = len(sub_ptr) - 1
-    wanted = np.zeros(n_sub)
-    got = np.zeros(n_sub)
-    least = np.empty(n_senders)
-    lane_d = np.empty(n_lanes)
-    lane_s = np.empty(n_lanes)
-    widest = 1  # scratch space for the largest column or input
-    for c in range(n_col):
+    act = np.zeros(n_e, dtype=np.bool_)
+    unfixed_on = np.zeros(n_links, dtype=np.int64)
+    dirty = np.zeros(n_links, dtype=np.bool_)
+    for e in range(n_e):
+        act[e] = todo[row[e]] and hot[link[e]]
+        if act[e]:
+            unfixed_on[link[e]] += 1
+        if act[e] != first_act[e]:
+            dirty[link[e]] = True
+    widest = max(len(lane_weight), 1)  # scratch space for the widest column or input
+    for c in range(len(col_ptr) - 1):
         widest = max(widest, col_ptr[c + 1] - col_ptr[c])
     for s in range(n_sub):
         widest = max(widest, sub_ptr[s + 1] - sub_ptr[s])
-    ones = np.ones(widest)
-    buf_in = np.empty(widest)
-    buf_out = np.empty(widest)
-    buf_w = np.empty(widest)
-    widest = max(widest, n_lanes)
-    ratio = np.empty(widest)
+    scratch = np.empty((11, widest))
+    scratch[6, :] = 1.0
     order = np.empty(widest, dtype=np.int64)
+    members = np.empty(widest, dtype=np.int64)
     hi_lanes = np.flatnonzero(lane_high)
     lo_lanes = np.flatnonzero(~lane_high)
-    lane_scratch = np.empty((4, n_lanes))
-    on = np.empty(n_e, dtype=np.int64)  # each entry's link (a division once, not per round)
-    for e in range(n_e):
-        on[e] = entry_col[e] % n_links
-    # Work is kept between rounds: only a sender fixed in the last round offers something
-    # new, so only its links (all their lanes: lanes share a link) are filled again.
-    # *unfixed_on*: entries of senders not fixed yet per link (a link is live while > 0).
-    unfixed_on = np.zeros(n_links, dtype=np.int64)
-    for e in range(n_e):
-        unfixed_on[on[e]] += 1
-    first_of = np.zeros(n_senders + 1, dtype=np.int64)  # each sender's entries: a CSR
-    for e in range(n_e):
-        first_of[sender[e] + 1] += 1
-    for s in range(n_senders):
-        first_of[s + 1] += first_of[s]
-    by_sender = np.empty(n_e, dtype=np.int64)
-    fill_at = first_of[:-1].copy()
-    for e in range(n_e):
-        by_sender[fill_at[sender[e]]] = e
-        fill_at[sender[e]] += 1
-    dirty = np.ones(n_links, dtype=np.bool_)
-    low = np.empty(n_groups)
-    settled = np.zeros(n_groups, dtype=np.bool_)
-    now = np.zeros(n_senders, dtype=np.bool_)
+    offer = np.ones(n_e)
+    want = load.copy()
+    wanted, got, grant = first[0, :n_sub], first[1, :n_sub], first[2, :n_e]
+    for x in range(n_links):  # the first round, where the active entries changed
+        if dirty[x]:
+            _refill(
+                x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane, link_col_ptr,
+                link_col, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, wanted, got,
+                grant, scratch, order, members,
+            )  # fmt: skip
+    first_act[:] = act
+    wanted, got, grant = wanted.copy(), got.copy(), grant.copy()
+    dirty[:] = False
+    fixed = ~todo
+    rate = np.ones(n_rows)
+    least = np.ones(n_rows)
+    low = np.empty(n_rows)  # per group (a group's label is one of its senders)
+    settled = np.zeros(n_rows, dtype=np.bool_)
+    now = np.zeros(n_rows, dtype=np.bool_)
     open_link = np.zeros(n_links, dtype=np.bool_)
     held = np.empty(n_e, dtype=np.int64)  # entries held back at their grant, per round
     rounds = 0
-    left = n_senders
+    left = 0
+    for r in range(n_rows):
+        left += todo[r]
     while left > 0:
         rounds += 1
-        for link in range(n_links):  # between lanes
-            if not dirty[link] or unfixed_on[link] == 0:
-                continue
-            for lane in range(n_lanes):
-                c = lane * n_links + link
-                total_c = 0.0
-                for sub in range(col_ptr[c], col_ptr[c + 1]):
-                    total = 0.0
-                    for k in range(sub_ptr[sub], sub_ptr[sub + 1]):
-                        total += want[sub_entries[k]]
-                    wanted[sub] = total
-                    total_c += total
-                demand[c] = total_c
-                lane_d[lane] = total_c
-            if n_lanes == 1:  # what _lane_shares gives one lane, without its sort
-                cap = link_cap[link]
-                if lane_d[0] <= cap * (1 + EPS):
-                    share[link] = lane_d[0]
-                elif lane_weight[0] > 0:
-                    share[link] = cap / lane_weight[0] * lane_weight[0]
-                else:
-                    share[link] = 0.0
-                continue
-            _lane_shares(
-                lane_d,
-                lane_weight,
-                hi_lanes,
-                lo_lanes,
-                link_cap[link],
-                high_share,
-                lane_s,
-                lane_scratch,
-                order,
-            )
-            for lane in range(n_lanes):
-                share[lane * n_links + link] = lane_s[lane]
-        for c in range(n_col):  # between a lane's inputs, then within each input
-            lo, hi = col_ptr[c], col_ptr[c + 1]
-            link = c % n_links
-            if hi == lo or not dirty[link] or unfixed_on[link] == 0:
-                continue
-            _fill(wanted[lo:hi], ones[: hi - lo], share[c], got[lo:hi], ratio, order)
-            for sub in range(lo, hi):
-                a, b = sub_ptr[sub], sub_ptr[sub + 1]
-                if wanted[sub] <= got[sub] * (1 + EPS):  # all it brings passes
-                    for k in range(a, b):
-                        grant[sub_entries[k]] = offer[sub_entries[k]]
-                    continue
-                if b - a == 1:  # one sender: it gets what its input gets
-                    e = sub_entries[a]
-                    grant[e] = got[sub] / load[e] if load[e] > 0 else offer[e]
-                    continue
-                for k in range(a, b):
-                    buf_in[k - a] = want[sub_entries[k]]
-                    buf_w[k - a] = hosts[sub_entries[k]]
-                _fill(buf_in[: b - a], buf_w[: b - a], got[sub], buf_out[: b - a], ratio, order)
-                for k in range(a, b):
-                    e = sub_entries[k]
-                    grant[e] = buf_out[k - a] / load[e] if load[e] > 0 else offer[e]
-        dirty[:] = False
+        if rounds > 1:
+            for x in range(n_links):
+                if dirty[x] and unfixed_on[x] > 0:
+                    _refill(
+                        x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane,
+                        link_col_ptr, link_col, lane_weight, hi_lanes, lo_lanes, cap[x],
+                        high_share, wanted, got, grant, scratch, order, members,
+                    )  # fmt: skip
+            dirty[:] = False
         low[:] = np.inf  # per group of senders: groups do not affect each other
-        for s in range(n_senders):  # only the senders not fixed yet: their entries
-            if fixed[s]:
+        for r in range(n_rows):  # only the senders not fixed yet: their entries
+            if fixed[r]:
                 continue
             smallest = 1.0
-            for k in range(first_of[s], first_of[s + 1]):
-                smallest = min(smallest, grant[by_sender[k]])
-            least[s] = smallest
-            low[group[s]] = min(low[group[s]], smallest)
+            for k in range(row_ptr[r], row_ptr[r + 1]):
+                e = row_entries[k]
+                if act[e]:
+                    smallest = min(smallest, grant[e])
+            least[r] = smallest
+            low[label[r]] = min(low[label[r]], smallest)
         # Fixed now, first the ones that are final: senders granted their full rate
         # (grants only rise as others are fixed lower), and senders held back at a link
         # where every sender not yet fixed, in any lane, is held back (no one there will
@@ -319,41 +365,45 @@ def freeze(
         open_link[:] = False
         settled[:] = False
         n_held = 0
-        for s in range(n_senders):
-            if fixed[s]:
+        for r in range(n_rows):
+            if fixed[r]:
                 continue
-            for k in range(first_of[s], first_of[s + 1]):
-                e = by_sender[k]
-                if grant[e] <= least[s] * (1 + TIE) + EPS:
+            for k in range(row_ptr[r], row_ptr[r + 1]):
+                e = row_entries[k]
+                if not act[e]:
+                    continue
+                if grant[e] <= least[r] * (1 + TIE) + EPS:
                     held[n_held] = e
                     n_held += 1
                 else:
-                    open_link[on[e]] = True
+                    open_link[link[e]] = True
         for k in range(n_held):
             e = held[k]
-            if not open_link[on[e]]:
-                now[sender[e]] = True
-                settled[group[sender[e]]] = True
-        for s in range(n_senders):
-            if fixed[s]:
+            if not open_link[link[e]]:
+                now[row[e]] = True
+                settled[label[row[e]]] = True
+        for r in range(n_rows):
+            if fixed[r]:
                 continue
-            if least[s] >= 1.0:
-                now[s] = True
-            elif not settled[group[s]] and least[s] <= low[group[s]] * (1 + TIE) + EPS:
-                now[s] = True
-        for s in range(n_senders):
-            if not now[s]:
+            if least[r] >= 1.0:
+                now[r] = True
+            elif not settled[label[r]] and least[r] <= low[label[r]] * (1 + TIE) + EPS:
+                now[r] = True
+        for r in range(n_rows):
+            if not now[r]:
                 continue
-            rate[s] = least[s]
-            fixed[s] = True
+            rate[r] = least[r]
+            fixed[r] = True
             left -= 1
-            for k in range(first_of[s], first_of[s + 1]):  # what it offers from now on
-                e = by_sender[k]
-                unfixed_on[on[e]] -= 1
-                if rate[s] < 1.0:  # at its full rate it offers what it did
-                    offer[e] = rate[s]
-                    want[e] = load[e] * rate[s]
-                    dirty[on[e]] = True
+            for k in range(row_ptr[r], row_ptr[r + 1]):  # what it offers from now on
+                e = row_entries[k]
+                if not act[e]:
+                    continue
+                unfixed_on[link[e]] -= 1
+                if rate[r] < 1.0:  # at its full rate it offers what it did
+                    offer[e] = rate[r]
+                    want[e] = load[e] * rate[r]
+                    dirty[link[e]] = True
     return rate, rounds
 
 
@@ -437,133 +487,3 @@ def _root(parent: IntArray, r: int) -> int:
         parent[r] = parent[parent[r]]
         r = parent[r]
     return r
-
-
-@njit
-def solve_sorted(
-    todo: npt.NDArray[np.bool_],
-    hot: npt.NDArray[np.bool_],
-    row: IntArray,
-    lane: IntArray,
-    link: IntArray,
-    inlet: IntArray,
-    load: FloatArray,
-    hosts: FloatArray,
-    label: IntArray,
-    lane_weight: FloatArray,
-    lane_high: npt.NDArray[np.bool_],
-    cap: FloatArray,
-    high_share: float,
-) -> tuple[FloatArray, int]:
-    """``alpha`` of every sender (1 for the ones not solved), and the rounds.
-
-    Builds the columns and inputs :func:`freeze` takes from the entries of the *todo*
-    senders on *hot* links, which are in the order of (lane, link, input, sender), and
-    solves them.
-
-    Args:
-        todo: the senders to solve (whole groups of :func:`hot_groups`).
-        hot: the links they overload (:func:`hot_groups`).
-        row, lane, link, inlet: each entry's sender, lane, link and input (the link it
-            comes in over; at the first hop a key of its own per sender).
-        load, hosts: bytes per second at full rate, and the source hosts behind it.
-        label: each sender's group.
-        lane_weight, lane_high: each lane's packets per arbitration round, and priority.
-        cap: each link's bytes per second.
-        high_share: the most of a link high-priority lanes get while low data waits.
-    """
-    picked = np.empty(len(row), dtype=np.int64)
-    n = 0
-    for e in range(len(row)):
-        if todo[row[e]] and hot[link[e]]:
-            picked[n] = e
-            n += 1
-    n_rows = len(label)
-    local = np.full(n_rows, -1, dtype=np.int64)  # sender -> its index in the solve
-    group_of = np.full(n_rows, -1, dtype=np.int64)  # group label -> its index
-    hot_of = np.full(len(cap), -1, dtype=np.int64)
-    lane_of = np.full(len(lane_weight), -1, dtype=np.int64)
-    n_s = n_g = n_h = n_l = 0
-    for k in range(n):
-        e = picked[k]
-        hot_of[link[e]] = 0
-        lane_of[lane[e]] = 0
-        if local[row[e]] < 0:
-            local[row[e]] = 0
-    for r in range(n_rows):  # in index order, so that rates map back by row
-        if local[r] >= 0:
-            local[r] = n_s
-            n_s += 1
-            if group_of[label[r]] < 0:
-                group_of[label[r]] = n_g
-                n_g += 1
-    for x in range(len(cap)):  # in link order: columns then follow the entries' order
-        if hot_of[x] >= 0:
-            hot_of[x] = n_h
-            n_h += 1
-    for v in range(len(lane_weight)):
-        if lane_of[v] >= 0:
-            lane_of[v] = n_l
-            n_l += 1
-    sender = np.empty(n, dtype=np.int64)
-    col = np.empty(n, dtype=np.int64)
-    e_load = np.empty(n)
-    e_hosts = np.empty(n)
-    sub_ptr = np.empty(n + 1, dtype=np.int64)
-    n_sub = 0
-    for k in range(n):
-        e = picked[k]
-        sender[k] = local[row[e]]
-        col[k] = lane_of[lane[e]] * n_h + hot_of[link[e]]
-        e_load[k] = load[e]
-        e_hosts[k] = hosts[e]
-        if k == 0 or col[k] != col[k - 1] or inlet[e] != inlet[picked[k - 1]]:
-            sub_ptr[n_sub] = k
-            n_sub += 1
-    sub_ptr[n_sub] = n
-    n_col = n_l * n_h
-    col_ptr = np.empty(n_col + 1, dtype=np.int64)
-    c = 0
-    for s in range(n_sub):  # the first input of each column (inputs are in column order)
-        while c <= col[sub_ptr[s]]:
-            col_ptr[c] = s
-            c += 1
-    while c <= n_col:
-        col_ptr[c] = n_sub
-        c += 1
-    group = np.empty(n_s, dtype=np.int64)
-    weight = np.empty(n_l)
-    high = np.empty(n_l, dtype=np.bool_)
-    cap_hot = np.empty(n_h)
-    for r in range(n_rows):
-        if local[r] >= 0:
-            group[local[r]] = group_of[label[r]]
-    for v in range(len(lane_weight)):
-        if lane_of[v] >= 0:
-            weight[lane_of[v]] = lane_weight[v]
-            high[lane_of[v]] = lane_high[v]
-    for x in range(len(cap)):
-        if hot_of[x] >= 0:
-            cap_hot[hot_of[x]] = cap[x]
-    rate, rounds = freeze(
-        e_load,
-        e_hosts,
-        sender,
-        n_s,
-        group,
-        n_g,
-        col,
-        sub_ptr[: n_sub + 1].copy(),
-        np.arange(n),
-        col_ptr,
-        n_h,
-        weight,
-        high,
-        cap_hot,
-        high_share,
-    )
-    alpha = np.ones(n_rows)
-    for r in range(n_rows):
-        if local[r] >= 0:
-            alpha[r] = rate[local[r]]
-    return alpha, rounds
