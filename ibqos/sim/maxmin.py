@@ -290,13 +290,17 @@ def solve_kept(
     n_sub = len(sub_ptr) - 1
     act = np.zeros(n_e, dtype=np.bool_)
     unfixed_on = np.zeros(n_links, dtype=np.int64)
-    dirty = np.zeros(n_links, dtype=np.bool_)
+    dirty = np.zeros(n_links, dtype=np.bool_)  # links to fill again, and their list
+    to_fill = np.empty(n_links, dtype=np.int64)
+    n_fill = 0
     for e in range(n_e):
         act[e] = todo[row[e]] and hot[link[e]]
         if act[e]:
             unfixed_on[link[e]] += 1
-        if act[e] != first_act[e]:
+        if act[e] != first_act[e] and not dirty[link[e]]:
             dirty[link[e]] = True
+            to_fill[n_fill] = link[e]
+            n_fill += 1
     widest = max(len(lane_weight), 1)  # scratch space for the widest column or input
     for c in range(len(col_ptr) - 1):
         widest = max(widest, col_ptr[c + 1] - col_ptr[c])
@@ -311,16 +315,17 @@ def solve_kept(
     offer = np.ones(n_e)
     want = load.copy()
     wanted, got, grant = first[0, :n_sub], first[1, :n_sub], first[2, :n_e]
-    for x in range(n_links):  # the first round, where the active entries changed
-        if dirty[x]:
-            _refill(
-                x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane, link_col_ptr,
-                link_col, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, wanted, got,
-                grant, scratch, order, members,
-            )  # fmt: skip
+    for i in range(n_fill):  # the first round, where the active entries changed
+        x = to_fill[i]
+        dirty[x] = False
+        _refill(
+            x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane, link_col_ptr,
+            link_col, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, wanted, got,
+            grant, scratch, order, members,
+        )  # fmt: skip
     first_act[:] = act
     wanted, got, grant = wanted.copy(), got.copy(), grant.copy()
-    dirty[:] = False
+    n_fill = 0
     fixed = ~todo
     rate = np.ones(n_rows)
     least = np.ones(n_rows)
@@ -336,14 +341,16 @@ def solve_kept(
     while left > 0:
         rounds += 1
         if rounds > 1:
-            for x in range(n_links):
-                if dirty[x] and unfixed_on[x] > 0:
+            for i in range(n_fill):
+                x = to_fill[i]
+                dirty[x] = False
+                if unfixed_on[x] > 0:
                     _refill(
                         x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane,
                         link_col_ptr, link_col, lane_weight, hi_lanes, lo_lanes, cap[x],
                         high_share, wanted, got, grant, scratch, order, members,
                     )  # fmt: skip
-            dirty[:] = False
+            n_fill = 0
         low[:] = np.inf  # per group of senders: groups do not affect each other
         for r in range(n_rows):  # only the senders not fixed yet: their entries
             if fixed[r]:
@@ -403,7 +410,10 @@ def solve_kept(
                 if rate[r] < 1.0:  # at its full rate it offers what it did
                     offer[e] = rate[r]
                     want[e] = load[e] * rate[r]
-                    dirty[link[e]] = True
+                    if not dirty[link[e]]:
+                        dirty[link[e]] = True
+                        to_fill[n_fill] = link[e]
+                        n_fill += 1
     return rate, rounds
 
 
