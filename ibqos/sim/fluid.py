@@ -237,8 +237,8 @@ class Allocator:
         self._load, self._hosts = s.e_load[keep], s.e_hosts[keep]
         self._lay_out(lane, inlet, n, s.rows)
         # each sender's load per kept link, over all its inputs (what finds the hot links)
-        pair, pair_of = np.unique(s.e_row[keep] * n + s.e_link[keep], return_inverse=True)
-        self._pair_load = np.bincount(pair_of, weights=s.e_load[keep]).astype(np.float64)
+        pair, pair_of = np.unique(row * n + self._link, return_inverse=True)
+        self._pair_load = np.bincount(pair_of, weights=self._load).astype(np.float64)
         self._pair_link = pair % n
         self._pair_ptr = np.searchsorted(pair // n, np.arange(s.rows + 1))
         # rates of groups of senders already solved, by the group's rows (oldest first)

@@ -187,17 +187,9 @@ def _refill(
             wanted[sub] = total
             total_c += total
         lane_d[col_lane[c]] = total_c
-    if n_lanes == 1:  # what _lane_shares gives one lane, without its sort
-        if lane_d[0] <= cap * (1 + EPS):
-            lane_s[0] = lane_d[0]
-        elif lane_weight[0] > 0:
-            lane_s[0] = cap / lane_weight[0] * lane_weight[0]
-        else:
-            lane_s[0] = 0.0
-    else:
-        _lane_shares(
-            lane_d, lane_weight, hi_lanes, lo_lanes, cap, high_share, lane_s, scratch[2:6], order
-        )
+    _lane_shares(
+        lane_d, lane_weight, hi_lanes, lo_lanes, cap, high_share, lane_s, scratch[2:6], order
+    )
     ones, buf_in, buf_w = scratch[6], scratch[7], scratch[8]
     buf_out, ratio = scratch[9], scratch[10]
     for k in range(link_col_ptr[x], link_col_ptr[x + 1]):  # between a lane's inputs
