@@ -173,6 +173,64 @@ class Senders:
     def rows(self) -> int:
         return len(self.job)
 
+    def alone(self, j: int) -> Senders:
+        """Job *j*'s senders as :meth:`of` builds them for that job alone (the same
+        granularity): its rows and their entries, numbered from 0.  The same to the bit:
+        each entry sums the same flows in the same order."""
+        lo, hi = int(self.first[j]), int(self.first[j + 1])
+        a, b = np.searchsorted(self.e_row, [lo, hi])
+        return Senders(
+            job=np.zeros(hi - lo, dtype=np.int64),
+            rate=self.rate[lo:hi].copy(),
+            first=np.array([0, hi - lo], dtype=np.int64),
+            e_row=self.e_row[a:b] - lo,
+            e_link=self.e_link[a:b].copy(),
+            e_in=self.e_in[a:b].copy(),
+            e_load=self.e_load[a:b].copy(),
+            e_hosts=self.e_hosts[a:b].copy(),
+        )
+
+
+class _LastMix:
+    """The senders of the last mix of several jobs simulated, to reuse.
+
+    ``ibqos simulate`` runs one mix under several setups and each job of it alone, and
+    routing and grouping a mix's flows is about 0.5 s at 2,048 nodes: the runs of one
+    invocation (and the baseline and the plan of a what-if) share them.  Keyed by
+    identity: a :class:`SimJob` and a :class:`Network` are not changed once built, and the
+    objects are held here so that their ids are not reused.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[int, tuple[int, ...], Granularity] | None = None
+        self._held: tuple[Network, list[SimJob]] | None = None
+        self._senders: Senders | None = None
+
+    def senders(self, net: Network, jobs: Sequence[SimJob], per: Granularity) -> Senders:
+        """:meth:`Senders.of` *jobs*, reused when they are the last mix or one of its jobs."""
+        per = granularity(jobs) if per == "auto" else per
+        key = (id(net), tuple(id(j) for j in jobs), per)
+        if self._key is not None and self._senders is not None:
+            if key == self._key:
+                return self._senders
+            net_id, job_ids, mix_per = self._key
+            if len(jobs) == 1 and net_id == key[0] and mix_per == per and key[1][0] in job_ids:
+                return self._senders.alone(job_ids.index(key[1][0]))
+        built = Senders.of(net, jobs, per)
+        if len(jobs) > 1:  # a job alone does not replace the mix it came from
+            self._key, self._held, self._senders = key, (net, list(jobs)), built
+        return built
+
+
+_last_mix = _LastMix()
+
+
+def forget_mix() -> None:
+    """Drop the senders kept for reuse, so that the next run builds its own (a benchmark
+    timing a run from scratch)."""
+    global _last_mix
+    _last_mix = _LastMix()
+
 
 def _entry_key(row: IntArray, link: IntArray, came: IntArray | int, n: int) -> IntArray:
     """(row, link, input) packed in one integer that sorts by row, link, then input."""
@@ -377,7 +435,7 @@ class FluidSim:
     ) -> None:
         self.net = net
         self.jobs = list(jobs)
-        self.senders = Senders.of(net, self.jobs, per)
+        self.senders = _last_mix.senders(net, self.jobs, per)
         s = self.senders
         self.comm_s = np.array([j.comm_s for j in self.jobs])
         self.compute_s = np.array([j.compute_s for j in self.jobs])

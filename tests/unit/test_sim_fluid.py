@@ -9,7 +9,14 @@ import pytest
 
 from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
-from ibqos.sim.fluid import Allocator, FluidSim, granularity, simulate_fluid
+from ibqos.sim.fluid import (
+    Allocator,
+    FluidSim,
+    Senders,
+    forget_mix,
+    granularity,
+    simulate_fluid,
+)
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.qos import Arbitration, SimError
@@ -355,3 +362,48 @@ def test_a_solve_that_keeps_its_first_round_matches_a_fresh_one() -> None:
         np.testing.assert_array_equal(got, want)
         held_back += int(((got > 0) & (got < 1)).sum())
     assert held_back > 0  # the mix does contend: a check of something
+
+
+def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ibqos simulate routes a mix once and cuts each job's T_alone run from it; the cut
+    # must be what routing the job alone gives, to the bit, per host and per job.
+    net = xgft_network(parse_xgft("2;4,3;1,1"))
+    jobs = prepare(
+        net,
+        [
+            Job("A", ("cn0001", "cn0002", "cn0005", "cn0009"), "all-to-all", 8e9, 1.0, 0.01),
+            Job("B", ("cn0003", "cn0006", "cn0010"), "ring", 6e9, 0.5, 0.01),
+            flow("C", 4, 7, 10e9),
+        ],
+    )
+    for per in ("host", "job"):
+        mix = Senders.of(net, jobs, per)
+        for j, job in enumerate(jobs):
+            cut, alone = mix.alone(j), Senders.of(net, [job], per)
+            for name in ("job", "rate", "first", "e_row", "e_link", "e_in", "e_load", "e_hosts"):
+                a, b = getattr(cut, name), getattr(alone, name)
+                assert a.dtype == b.dtype, name
+                np.testing.assert_array_equal(a, b, err_msg=f"{job.id} {per} {name}")
+        assert mix.alone(0).rows < mix.rows  # a cut, not the mix
+    # and runs that reuse them (no routing of their own) end as runs that route their own
+    arb = setup({"A": 1, "B": 2, "C": 1}, ((1, 1), (2, 4)))
+    built: list[int] = []
+    of = Senders.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Senders], *args: object) -> Senders:
+        built.append(len(args[1]))  # type: ignore[arg-type]
+        return of(cls, *args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Senders, "of", classmethod(counted))
+    forget_mix()
+    mix_run = simulate_fluid(net, jobs, arb, 3)
+    again = simulate_fluid(net, jobs, arb, 3)
+    reused = [simulate_fluid(net, [j], arb, 3, "host").jobs[j.id] for j in jobs]
+    assert built == [3]  # the mix, once
+    assert again.jobs == mix_run.jobs
+    forget_mix()
+    fresh = [simulate_fluid(net, [j], arb, 3, "host").jobs[j.id] for j in jobs]
+    assert built == [3, 1, 1, 1]
+    assert reused == fresh
