@@ -108,18 +108,19 @@ def cold(fn: Callable[[], T]) -> Callable[[], T]:
     return run
 
 
-def what_if(net: Network, jobs: list[Job], policy: str) -> None:
+def what_if(net: Network, jobs: list[Job], policy: str) -> dict[str, float]:
     """What ``ibqos simulate --policy one-vl|ibqos`` computes once it has the fabric, in its
     order: route, the mix on one VL (E's baseline and what ibqos plans from), ibqos's
     plan and the mix under it, then T_alone (runs after the first reuse the mix's
-    senders)."""
+    senders).  Returns each job's contention (s) under *policy*."""
     sim_jobs = prepare(net, jobs)
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
-    seen = simulate_fluid(net, sim_jobs, base, ITERATIONS)
+    run = simulate_fluid(net, sim_jobs, base, ITERATIONS)
     if policy == "ibqos":
-        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=seen)
-        simulate_fluid(net, sim_jobs, arb, ITERATIONS)
-    alone("fluid", net, sim_jobs, base, ITERATIONS)
+        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=run)
+        run = simulate_fluid(net, sim_jobs, arb, ITERATIONS)
+    t_alone = alone("fluid", net, sim_jobs, base, ITERATIONS)
+    return {j.id: run.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs}
 
 
 def compute_hosts(net: Network) -> list[str]:
@@ -332,7 +333,10 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
         )
         _progress(f"2048 nodes: sharing run {name} {med(stages[f'sharing run {name}'])} s")
     for pol in ("one-vl", "ibqos"):
-        _, stages[f"what-if {pol}"] = timed(partial(what_if, net, jobs, pol), rounds)
+        got, stages[f"what-if {pol}"] = timed(partial(what_if, net, jobs, pol), rounds)
+        staged = results[pol]  # a what-if's answer is the stages' (senders reused or not)
+        if got != {j.id: staged.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs}:
+            raise SystemExit(f"what-if {pol}: not the contention its stages give")
         _progress(f"2048 nodes: what-if {pol} {med(stages[f'what-if {pol}'])} s")
     if cli:
         for pol in ("one-vl", "ibqos"):
