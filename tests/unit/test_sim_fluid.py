@@ -20,7 +20,7 @@ from ibqos.sim.fluid import (
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.qos import Arbitration, SimError
-from ibqos.sim.workload import prepare
+from ibqos.sim.workload import SimJob, prepare
 
 EDR4 = 12.5e9  # bytes/s of a 4x EDR link
 
@@ -335,21 +335,27 @@ def test_jobs_that_share_no_hot_link_are_solved_apart(two_leaves: Network) -> No
     assert fresh == pytest.approx(no_b)
 
 
-def test_a_solve_that_keeps_its_first_round_matches_a_fresh_one() -> None:
-    # The solver keeps its first round from one solve to the next and fills again only
-    # the links whose senders changed; over a run of changing active senders, in two
-    # lanes of unequal weight, every answer must equal a fresh allocator's to the bit.
+def four_jobs(duty: float = 1.0) -> tuple[Network, list[SimJob], Arbitration]:
+    """Three leaves of four hosts under one spine; four jobs that cross each other, on
+    two lanes of unequal weight (B with the given duty)."""
     net = xgft_network(parse_xgft("2;4,3;1,1"))
     jobs = prepare(
         net,
         [
             Job("A", ("cn0001", "cn0002", "cn0005", "cn0009"), "all-to-all", 8e9, 1.0, 0.01),
-            Job("B", ("cn0003", "cn0006", "cn0010"), "ring", 6e9, 1.0, 0.01),
+            Job("B", ("cn0003", "cn0006", "cn0010"), "ring", 6e9, duty, 0.01),
             flow("C", 4, 7, 10e9),
             Job("D", ("cn0008", "cn0011", "cn0012"), "all-to-all", 5e9, 1.0, 0.01),
         ],
     )
-    arb = setup({"A": 1, "B": 2, "C": 1, "D": 2}, ((1, 1), (2, 4)))
+    return net, jobs, setup({"A": 1, "B": 2, "C": 1, "D": 2}, ((1, 1), (2, 4)))
+
+
+def test_a_solve_that_keeps_its_first_round_matches_a_fresh_one() -> None:
+    # The solver keeps its first round from one solve to the next and fills again only
+    # the links whose senders changed; over a run of changing active senders, in two
+    # lanes of unequal weight, every answer must equal a fresh allocator's to the bit.
+    net, jobs, arb = four_jobs()
     kept = Allocator(net, jobs, arb)
     rows = kept.senders.rows
     rng = np.random.default_rng(7)
@@ -369,15 +375,7 @@ def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
 ) -> None:
     # ibqos simulate routes a mix once and cuts each job's T_alone run from it; the cut
     # must be what routing the job alone gives, to the bit, per host and per job.
-    net = xgft_network(parse_xgft("2;4,3;1,1"))
-    jobs = prepare(
-        net,
-        [
-            Job("A", ("cn0001", "cn0002", "cn0005", "cn0009"), "all-to-all", 8e9, 1.0, 0.01),
-            Job("B", ("cn0003", "cn0006", "cn0010"), "ring", 6e9, 0.5, 0.01),
-            flow("C", 4, 7, 10e9),
-        ],
-    )
+    net, jobs, arb = four_jobs(duty=0.5)
     for per in ("host", "job"):
         mix = Senders.of(net, jobs, per)
         for j, job in enumerate(jobs):
@@ -388,7 +386,6 @@ def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
                 np.testing.assert_array_equal(a, b, err_msg=f"{job.id} {per} {name}")
         assert mix.alone(0).rows < mix.rows  # a cut, not the mix
     # and runs that reuse them (no routing of their own) end as runs that route their own
-    arb = setup({"A": 1, "B": 2, "C": 1}, ((1, 1), (2, 4)))
     built: list[int] = []
     of = Senders.of.__func__  # type: ignore[attr-defined]
 
@@ -401,9 +398,9 @@ def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
     mix_run = simulate_fluid(net, jobs, arb, 3)
     again = simulate_fluid(net, jobs, arb, 3)
     reused = [simulate_fluid(net, [j], arb, 3, "host").jobs[j.id] for j in jobs]
-    assert built == [3]  # the mix, once
+    assert built == [4]  # the mix, once
     assert again.jobs == mix_run.jobs
     forget_mix()
     fresh = [simulate_fluid(net, [j], arb, 3, "host").jobs[j.id] for j in jobs]
-    assert built == [3, 1, 1, 1]
+    assert built == [4, 1, 1, 1, 1]
     assert reused == fresh
