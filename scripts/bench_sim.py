@@ -28,12 +28,12 @@ Timed stages:
 - **what-if**: what ``ibqos simulate --policy one-vl|ibqos`` computes once the fabric is
   built, in its order, timed as a whole: route, the sharing run on one VL, for ibqos the
   plan and the sharing run under it, then T_alone.
+- ``cli``: ``ibqos simulate --xgft ... --jobs FILE --policy P`` end to end in a new
+  process (Python start, imports, the fabric, the job file), wall clock.
 
 The stages above are each timed from scratch (:func:`cold`); in a what-if the runs after
 the first reuse the mix's routed and grouped senders, as ``ibqos simulate`` does, so a
 what-if takes less than the sum of its stages.
-- ``cli``: ``ibqos simulate --xgft ... --jobs FILE --policy P`` end to end in a new
-  process (Python start, imports, the fabric, the job file), wall clock.
 
 Each stage is timed ``--rounds`` times; the tables give the median and the minimum.
 Prints the machine and Markdown tables with the 10 s target beside the what-if; progress

@@ -191,6 +191,10 @@ class Senders:
         )
 
 
+#: a mix by identity: its network, its jobs, and the granularity of its senders
+_MixKey = tuple[int, tuple[int, ...], Granularity]
+
+
 class _LastMix:
     """The senders of the last mix of several jobs simulated, to reuse.
 
@@ -202,24 +206,27 @@ class _LastMix:
     """
 
     def __init__(self) -> None:
-        self._key: tuple[int, tuple[int, ...], Granularity] | None = None
-        self._held: tuple[Network, list[SimJob]] | None = None
-        self._senders: Senders | None = None
+        # the mix's key, the objects the key's ids stand for, and its senders
+        self._last: tuple[_MixKey, tuple[Network, list[SimJob]], Senders] | None = None
 
     def senders(self, net: Network, jobs: Sequence[SimJob], per: Granularity) -> Senders:
         """:meth:`Senders.of` *jobs*, reused when they are the last mix or one of its jobs."""
         per = granularity(jobs) if per == "auto" else per
-        key = (id(net), tuple(id(j) for j in jobs), per)
-        if self._key is not None and self._senders is not None:
-            if key == self._key:
-                return self._senders
-            net_id, job_ids, mix_per = self._key
-            if len(jobs) == 1 and net_id == key[0] and mix_per == per and key[1][0] in job_ids:
-                return self._senders.alone(job_ids.index(key[1][0]))
+        key: _MixKey = (id(net), tuple(id(j) for j in jobs), per)
+        if self._last is not None:
+            mix_key, _, mix = self._last
+            if key == mix_key:
+                return mix
+            net_id, job_ids, mix_per = mix_key
+            if len(jobs) == 1 and (net_id, mix_per) == (id(net), per) and id(jobs[0]) in job_ids:
+                return mix.alone(job_ids.index(id(jobs[0])))
         built = Senders.of(net, jobs, per)
         if len(jobs) > 1:  # a job alone does not replace the mix it came from
-            self._key, self._held, self._senders = key, (net, list(jobs)), built
+            self._last = (key, (net, list(jobs)), built)
         return built
+
+    def forget(self) -> None:
+        self._last = None
 
 
 _last_mix = _LastMix()
@@ -228,8 +235,7 @@ _last_mix = _LastMix()
 def forget_mix() -> None:
     """Drop the senders kept for reuse, so that the next run builds its own (a benchmark
     timing a run from scratch)."""
-    global _last_mix
-    _last_mix = _LastMix()
+    _last_mix.forget()
 
 
 def _entry_key(row: IntArray, link: IntArray, came: IntArray | int, n: int) -> IntArray:
