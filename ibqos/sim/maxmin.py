@@ -7,7 +7,7 @@ since the last round, or, for the first round, since the last call.  It is compi
 numba: in numpy each round cost about a hundred array passes, and a 2,048-node what-if
 solves thousands of times (docs/simulate-benchmark.md).  numba caches the machine code
 beside the module (or in ``NUMBA_CACHE_DIR``), so only the first run on a machine
-compiles (about 17 s here); where it can write neither, each process compiles.
+compiles (about 10 s here); where it can write neither, each process compiles.
 
 Units: rates are bytes per second, ``alpha`` a sender's share (0..1] of its declared rate.
 """
