@@ -2,6 +2,7 @@
 
 Usage: python scripts/eval_sim.py [--seeds N] [--iterations N] [--svg DIR] [--json FILE]
        python scripts/eval_sim.py --validate [--seeds N] [--iterations N] [--json FILE]
+       (either: [--fluid-buffers N], the fluid model's switch buffers, experimental)
 
 **Evaluation** (issue 7, item 6; fluid model).  Mixes on two slimmed two-level fat trees of
 64 hosts (4 leaf switches of 16 hosts, EDR links): ``2;16,4;1,8`` (8 uplinks per leaf,
@@ -55,6 +56,7 @@ from bench_plan import machine
 from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
 from ibqos.planner import LaneConfig
+from ibqos.sim import fluid as fluid_model
 from ibqos.sim import policies
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.network import Network, xgft_network
@@ -1060,12 +1062,24 @@ def main(argv: list[str] | None = None) -> int:
         help="validation: periods this many times longer (the packet model's cost grows alike)",
     )
     parser.add_argument(
+        "--fluid-buffers",
+        type=int,
+        default=fluid_model.BUFFER_PACKETS,
+        help="the fluid model's switch buffers per lane per input, in packets, for every"
+        f" run (default {fluid_model.BUFFER_PACKETS}: none; experimental, see"
+        " docs/simulate-validation.md)",
+    )
+    parser.add_argument(
         "--buffer-packets",
         type=int,
         default=PACKET_BUFFER,
         help=f"validation: the packet model's input buffer per VL (default {PACKET_BUFFER})",
     )
     args = parser.parse_args(argv)
+    if args.fluid_buffers < 0:
+        parser.error(f"--fluid-buffers: expected 0 or more, got {args.fluid_buffers}")
+    # every fluid run of the script, through the policies' own runs too (ibqos's counters)
+    fluid_model.BUFFER_PACKETS = args.fluid_buffers
     start = time.perf_counter()
     print(f"machine: {machine()}", flush=True)
     load0 = os.getloadavg()[0]
@@ -1087,7 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
             f" {time.perf_counter() - start:.0f} s in all; packet model: {args.buffer_packets}"
-            " packets of input buffer per VL\n"
+            f" packets of input buffer per VL; fluid model: {args.fluid_buffers}\n"
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
         print("\n## Two mechanisms, isolated (see mechanisms())\n")

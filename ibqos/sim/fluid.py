@@ -47,6 +47,18 @@ absorb slow senders here, and head-of-line blocking, where one output's backlog 
 shared input buffer for the others, is not charged), latency, and transients inside a
 phase.  :mod:`ibqos.sim.packet` models those;
 ``docs/simulate-validation.md`` compares the two.
+
+Switch buffers, experimental (``buffer_packets`` > 0; off by default, see
+:data:`BUFFER_PACKETS`): each switch input has that many MTU packets of buffer per lane,
+shared by the outputs it feeds in proportion to what the sending senders offer them.  A
+*column* (one lane of one link) whose part of its inputs' buffers has room limits no one:
+what comes in above the lane's share fills it.  Once full it limits its senders to the
+share as without buffers, until they bring less than it; then it drains, its lane asking
+for the whole link while it holds a backlog.  "Full" and "empty" are events.  What it
+still leaves out: head-of-line blocking (a full buffer does not hold the input's traffic
+to other outputs), the lower rate downstream of a filling column (later links see the
+senders' own rate), and the bytes a buffer holds when its input's senders stop (they are
+dropped from the count, as if delivered).
 """
 
 from __future__ import annotations
@@ -75,8 +87,14 @@ GRANULARITIES: tuple[Granularity, ...] = ("auto", "host", "job")
 #: events as the job has hosts that finish apart, each one a new solve of the rates: at
 #: 2,048 hosts that is 50 times slower than per job (docs/simulate-benchmark.md).
 AUTO_HOSTS = 512
+#: MTU packets of buffer per lane per switch input, unless a run says otherwise.  0: none,
+#: the model of docs/simulate.md.  Buffers alone make one shared lane look better than the
+#: packet model says (docs/simulate-validation.md): experimental, for eval_sim.py.
+BUFFER_PACKETS = 0
 _TOL = 1e-7
 _EPS = 1e-12
+_MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
+_MIN_BYTES = 1e-3  # bytes: buffers this close to full or to empty are full or empty
 
 
 def granularity(jobs: Sequence[SimJob]) -> Granularity:
@@ -300,6 +318,7 @@ class Allocator:
         self._row, self._link = row, s.e_link[keep]
         self._load, self._hosts = s.e_load[keep], s.e_hosts[keep]
         self._lay_out(lane, inlet, n, s.rows)
+        self.columns = len(self._col_ptr) - 1  # one lane of one kept link each
         # each sender's load per kept link, over all its inputs (what finds the hot links)
         pair, pair_of = np.unique(row * n + self._link, return_inverse=True)
         self._pair_load = np.bincount(pair_of, weights=self._load).astype(np.float64)
@@ -307,13 +326,22 @@ class Allocator:
         self._pair_ptr = np.searchsorted(pair // n, np.arange(s.rows + 1))
         # rates of groups of senders already solved, by the group's rows (oldest first)
         self._memo: dict[bytes, FloatArray] = {}
+        self._buffer_state = b""  # the buffers' state the kept rates were solved in
 
-    def rates(self, active: npt.NDArray[np.bool_]) -> FloatArray:
+    def rates(
+        self,
+        active: npt.NDArray[np.bool_],
+        col_open: npt.NDArray[np.bool_] | None = None,
+        col_backlog: npt.NDArray[np.bool_] | None = None,
+    ) -> FloatArray:
         """``alpha`` of every sender (0 for the ones not in *active*).
 
         Senders that share no hot link do not affect each other, so the rates are solved
         per group of senders linked through hot links, and a group's rates are kept: when
-        one job changes phase, only its group is solved again.
+        one job changes phase, only its group is solved again.  *col_open* and
+        *col_backlog* (per column, :attr:`columns`) are the switch buffers' state
+        (:class:`FluidSim`); without them every column limits its lane and none has a
+        backlog.
         """
         # numba loads in about 0.5 s: only a run that solves rates pays it, not every
         # ibqos command that imports this module
@@ -322,6 +350,12 @@ class Allocator:
         alpha = np.where(active, 1.0, 0.0)
         if not len(self._row):
             return alpha
+        self._open = self._no_buffers if col_open is None else col_open
+        self._backlog = self._no_buffers if col_backlog is None else col_backlog
+        state = self._open.tobytes() + self._backlog.tobytes()
+        if state != self._buffer_state:  # groups' kept rates hold for one buffer state
+            self._memo.clear()
+            self._buffer_state = state
         hot, label, order, bounds = hot_groups(
             active, self._pair_ptr, self._pair_link, self._pair_load, self.capacity
         )
@@ -365,11 +399,29 @@ class Allocator:
         col_link = link[first_entry]
         self._link_col = np.argsort(col_link, kind="stable")
         self._link_col_ptr = np.searchsorted(col_link[self._link_col], np.arange(n_links + 1))
+        # Each input's buffer (one per lane per switch input) serves every output the
+        # lane's traffic through it goes to: key (input link, lane) of each kept input,
+        # and of every entry at a switch input, kept or not.
+        n_lanes = max(len(self._lane_weight), 1)
+        sub_in = inlet[self._sub_ptr[:-1]] - 1
+        self._sub_switch = sub_in >= 0  # a switch's input, not a host's
+        self._sub_key = np.where(self._sub_switch, sub_in * n_lanes + lane[self._sub_ptr[:-1]], 0)
+        s = self.senders
+        at_switch = np.flatnonzero(s.e_in >= 0)
+        self._in_row, self._in_load = s.e_row[at_switch], s.e_load[at_switch]
+        self._in_key = s.e_in[at_switch] * n_lanes + self._lane_of[self._in_row]
+        self._n_keys = n_links * n_lanes
+        self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
         self._row_entries = np.argsort(row, kind="stable")
         self._row_ptr = np.searchsorted(row[self._row_entries], np.arange(n_rows + 1))
         # the first round of the last solve (see solve_kept), filled for no entry yet
         self._first = np.zeros((3, max(n_e, 1)))
         self._first_act = np.zeros(n_e, dtype=bool)
+        n_cols = len(self._col_ptr) - 1
+        self._first_col = np.zeros((2, n_cols), dtype=bool)
+        self._no_buffers = np.zeros(n_cols, dtype=bool)
+        # the buffers' state for the solver (open columns, backlogs; see rates())
+        self._open, self._backlog = self._no_buffers, self._no_buffers
 
     def _solve(
         self, todo: npt.NDArray[np.bool_], hot: npt.NDArray[np.bool_], label: IntArray
@@ -392,14 +444,54 @@ class Allocator:
             self._link_col,
             self._row_ptr,
             self._row_entries,
+            self._open,
+            self._backlog,
             self._lane_weight,
             self._lane_high,
             self.capacity,
             self.high_share,
             self._first,
             self._first_act,
+            self._first_col,
         )
         return solved
+
+    def inputs(self, active: npt.NDArray[np.bool_]) -> FloatArray:
+        """Per column, its part of the switch input buffers its lane's traffic comes
+        through, in buffers: each input's buffer for the lane (one) goes to the outputs it
+        serves in proportion to what the *active* senders offer them at full rate."""
+        if not len(self._row):
+            return np.zeros(self.columns)
+        through = np.bincount(
+            self._in_key, weights=self._in_load * active[self._in_row], minlength=self._n_keys
+        )
+        offered = np.add.reduceat(self._load * active[self._row], self._sub_ptr[:-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            part = np.where(self._sub_switch & (offered > 0), offered / through[self._sub_key], 0)
+        return np.add.reduceat(part, self._col_ptr[:-1])
+
+    def flows(
+        self, alpha: FloatArray, backlog: npt.NDArray[np.bool_]
+    ) -> tuple[FloatArray, FloatArray]:
+        """Per column, the bytes per second its senders bring at *alpha*, and what its
+        lane's share of the link lets on (a lane with a *backlog* asks for all of it)."""
+        from ibqos.sim.maxmin import lane_outputs
+
+        if not len(self._row):
+            return np.zeros(0), np.zeros(0)
+        into = np.add.reduceat(self._load * alpha[self._row], self._col_start)
+        out = lane_outputs(
+            into,
+            backlog,
+            self._col_lane,
+            self._link_col_ptr,
+            self._link_col,
+            self._lane_weight,
+            self._lane_high,
+            self.capacity,
+            self.high_share,
+        )
+        return into, out
 
 
 @dataclass
@@ -424,6 +516,9 @@ class FluidSim:
         net: the network.
         jobs: the mix (:func:`ibqos.sim.workload.prepare`).
         arb: the QoS setup; :meth:`set_arbitration` changes it mid-run.
+        per: who gets a rate of its own (:data:`Granularity`).
+        buffer_packets: MTU packets of buffer per lane per switch input (0: none; None:
+            :data:`BUFFER_PACKETS`).
 
     Attributes:
         time: simulated seconds so far.
@@ -433,12 +528,23 @@ class FluidSim:
         sent: per job, bytes sent so far over the job's declared bytes per second
             (full-rate seconds of communication).
         events: phase changes processed (a sender done, a phase begun or ended).
+        buffer_events: buffers of a column that filled up or ran empty.
         allocations: times the rates were solved.
     """
 
     def __init__(
-        self, net: Network, jobs: Sequence[SimJob], arb: Arbitration, per: Granularity = "auto"
+        self,
+        net: Network,
+        jobs: Sequence[SimJob],
+        arb: Arbitration,
+        per: Granularity = "auto",
+        buffer_packets: int | None = None,
     ) -> None:
+        if buffer_packets is None:
+            buffer_packets = BUFFER_PACKETS
+        if buffer_packets < 0:
+            raise SimError(f"buffer_packets: expected 0 or more, got {buffer_packets}")
+        self.buffer_packets = buffer_packets
         self.net = net
         self.jobs = list(jobs)
         self.senders = _last_mix.senders(net, self.jobs, per)
@@ -457,6 +563,7 @@ class FluidSim:
         self._moved = np.zeros(s.rows)  # full-rate seconds each sender has sent so far
         self.sent = np.zeros(len(self.jobs))
         self.events = 0
+        self.buffer_events = 0
         self.allocations = 0
         self.set_arbitration(arb)
         self._start_phases()
@@ -465,6 +572,13 @@ class FluidSim:
         """Use another QoS setup from now on (SLs and tables reprogrammed)."""
         self.allocator = Allocator(self.net, self.jobs, arb, self.senders)
         self._alpha: FloatArray | None = None
+        # the lanes' switch buffers, per column of the allocator (bytes held, full or not),
+        # and how fast each column's fill changes at the current rates (bytes per second)
+        self._buffer_bytes = float(self.buffer_packets * arb.mtu)
+        self._held = np.zeros(self.allocator.columns)
+        self._full = np.zeros(self.allocator.columns, dtype=bool)
+        self._room = np.zeros(self.allocator.columns)
+        self._inflow = np.zeros(self.allocator.columns)
 
     def phase(self, i: int) -> JobPhase:
         """Job *i*'s place in its iteration."""
@@ -495,12 +609,82 @@ class FluidSim:
         return got.astype(np.float64, copy=False)
 
     @property
+    def buffered_bytes(self) -> float:
+        """Bytes waiting in the lanes' switch buffers now (0 without buffers)."""
+        return float(self._held.sum())
+
+    @property
     def sender_alpha(self) -> FloatArray:
         """Current rate of every sender as a share of its declared rate (0 when idle)."""
         if self._alpha is None:
-            self._alpha = self.allocator.rates(self._sending())
-            self.allocations += 1
+            if self._buffer_bytes > 0:
+                self._alpha = self._buffered_rates()
+            else:
+                self._alpha = self.allocator.rates(self._sending())
+                self.allocations += 1
         return self._alpha
+
+    def _buffered_rates(self) -> FloatArray:
+        """The senders' rates with the switch buffers: a column (one lane of one link)
+        whose buffers have room limits no one, the excess of what comes in over its lane's
+        share filling them; once full it limits its senders to that share as without
+        buffers, until they bring less than it, and then it drains (a lane with a backlog
+        asks for the whole link).  Sets each column's net inflow."""
+        alloc = self.allocator
+        active = self._sending()
+        self._room = alloc.inputs(active) * self._buffer_bytes
+        over = self._held > self._room  # fewer inputs than the bytes held had
+        self._held[over] = self._room[over]
+        self._full |= over & (self._room > 0)
+        alpha, into, out = self._solve_buffered(active)
+        release = self._full & (into < out * (1 - _TOL))
+        if release.any():  # held elsewhere now: a column drains if, open, it still would
+            self._full &= ~release
+            alpha, into, out = self._solve_buffered(active)
+            back = release & (into > out * (1 + _TOL))
+            if back.any():
+                self._full |= back
+                alpha, into, out = self._solve_buffered(active)
+        self._inflow = np.where(self._full, 0.0, into - out)
+        self._inflow[(self._held <= 0) & (self._inflow < 0)] = 0.0
+        # The solver can leave a held column a few bytes it no longer fills (see
+        # ibqos.sim.maxmin), so a column the last solve opened may still come out above
+        # its share with full buffers: it holds at full until the next event.
+        self._inflow[(self._held >= self._room - _MIN_BYTES) & (self._inflow > 0)] = 0.0
+        return alpha
+
+    def _solve_buffered(
+        self, active: npt.NDArray[np.bool_]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The rates in the buffers' present state, and each column's inflow and output."""
+        backlog = self._held > 0
+        alpha = self.allocator.rates(active, ~self._full & (self._room > 0), backlog)
+        self.allocations += 1
+        into, out = self.allocator.flows(alpha, backlog)
+        return alpha, into, out
+
+    def _buffer_event_s(self) -> float:
+        """Simulated seconds until a column's buffers fill up or run empty."""
+        filling = self._inflow > _MIN_FLOW
+        draining = self._inflow < -_MIN_FLOW
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(filling, (self._room - self._held) / self._inflow, math.inf)
+            t = np.minimum(t, np.where(draining, self._held / -self._inflow, math.inf))
+        return float(t.min(initial=math.inf))
+
+    def _move_buffers(self, dt: float) -> None:
+        """Fill and drain the buffers for *dt* seconds; solve again where one filled up or
+        ran empty."""
+        held = self._held + self._inflow * dt
+        full = (self._inflow > 0) & (held >= self._room * (1 - _TOL) - _MIN_BYTES)
+        empty = (self._inflow < 0) & (held <= _MIN_BYTES)
+        self._held = np.clip(np.where(full, self._room, held), 0.0, None)
+        self._held[empty] = 0.0
+        self._full |= full
+        changed = int(full.sum() + empty.sum())
+        if changed:
+            self.buffer_events += changed
+            self._alpha = None
 
     @property
     def alpha(self) -> FloatArray:
@@ -545,9 +729,11 @@ class FluidSim:
 
         s = self.senders
         ra = self.sender_alpha
+        buffers = self._buffer_bytes > 0
+        stop = min(until, self.time + self._buffer_event_s()) if buffers else until
         done_comm = np.zeros(len(self.jobs), dtype=bool)
         dt, changed = advance(
-            until,
+            stop,
             self.time,
             ra,
             s.job,
@@ -566,6 +752,8 @@ class FluidSim:
             stuck = sorted({self.jobs[int(j)].id for j in s.job[self._sending() & (ra <= 0)]})
             raise SimError(f"jobs {', '.join(stuck)} get no bandwidth: the run cannot end")
         self.time += dt
+        if buffers:
+            self._move_buffers(dt)
         if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
@@ -597,10 +785,11 @@ def simulate_fluid(
     arb: Arbitration,
     iterations: int,
     per: Granularity = "auto",
+    buffer_packets: int | None = None,
 ) -> RunResult:
     """Run the mix until every job has *iterations* iterations (workload.py's semantics)."""
     if iterations < 1:
         raise SimError(f"iterations: expected at least 1, got {iterations}")
-    sim = FluidSim(net, jobs, arb, per)
+    sim = FluidSim(net, jobs, arb, per, buffer_packets)
     sim.run(iterations)
     return sim.result(iterations)

@@ -158,6 +158,8 @@ def _refill(
     col_lane: IntArray,
     link_col_ptr: IntArray,
     link_col: IntArray,
+    col_open: npt.NDArray[np.bool_],
+    col_backlog: npt.NDArray[np.bool_],
     lane_weight: FloatArray,
     hi_lanes: IntArray,
     lo_lanes: IntArray,
@@ -171,7 +173,9 @@ def _refill(
     members: IntArray,
 ) -> None:
     """Fill link *x* again: each lane's share, each input's share of its lane, each active
-    entry's grant within its input (as a share of its sender's rate)."""
+    entry's grant within its input (as a share of its sender's rate).  A lane with a
+    backlog in its buffers (*col_backlog*) asks for the whole link; a column whose buffers
+    still have room (*col_open*) grants every entry its offer."""
     n_lanes = len(lane_weight)
     lane_d = scratch[0, :n_lanes]
     lane_s = scratch[1, :n_lanes]
@@ -186,7 +190,7 @@ def _refill(
                     total += want[e]
             wanted[sub] = total
             total_c += total
-        lane_d[col_lane[c]] = total_c
+        lane_d[col_lane[c]] = total_c + (cap if col_backlog[c] else 0.0)
     _lane_shares(
         lane_d, lane_weight, hi_lanes, lo_lanes, cap, high_share, lane_s, scratch[2:6], order
     )
@@ -195,6 +199,13 @@ def _refill(
     for k in range(link_col_ptr[x], link_col_ptr[x + 1]):  # between a lane's inputs
         c = link_col[k]
         lo, hi = col_ptr[c], col_ptr[c + 1]
+        if col_open[c]:  # the buffers take what the lane's share leaves
+            for sub in range(lo, hi):
+                got[sub] = wanted[sub]
+                for e in range(sub_ptr[sub], sub_ptr[sub + 1]):
+                    if act[e]:
+                        grant[e] = offer[e]
+            continue
         _fill(wanted[lo:hi], ones[: hi - lo], lane_s[col_lane[c]], got[lo:hi], ratio, order)
         for sub in range(lo, hi):  # within each input, between its active entries
             n = 0
@@ -237,12 +248,15 @@ def solve_kept(
     link_col: IntArray,
     row_ptr: IntArray,
     row_entries: IntArray,
+    col_open: npt.NDArray[np.bool_],
+    col_backlog: npt.NDArray[np.bool_],
     lane_weight: FloatArray,
     lane_high: npt.NDArray[np.bool_],
     cap: FloatArray,
     high_share: float,
     first: FloatArray,
     first_act: npt.NDArray[np.bool_],
+    first_col: npt.NDArray[np.bool_],
 ) -> tuple[FloatArray, int]:
     """``alpha`` of every sender (1 for the ones not in *todo*), and the rounds it took.
 
@@ -269,12 +283,16 @@ def solve_kept(
             ``link_col[link_col_ptr[x]:link_col_ptr[x + 1]]``.
         row_ptr, row_entries: the entries of sender *r* are
             ``row_entries[row_ptr[r]:row_ptr[r + 1]]``.
+        col_open, col_backlog: per column, whether its buffers have room left (it limits
+            no one), and whether they hold a backlog (its lane asks for the whole link):
+            :class:`ibqos.sim.fluid.Buffers`.
         lane_weight, lane_high: each lane's packets per arbitration round, and priority.
         cap: each link's bytes per second.
         high_share: the most of a link high-priority lanes get while low data waits.
         first: the first round's state, updated: rows *wanted* (per input), *got* (per
             input) and *grant* (per entry), each as long as the longest of them.
         first_act: the active entries *first* was filled for, updated.
+        first_col: the *col_open* and *col_backlog* rows *first* was filled for, updated.
     """
     n_e = len(row)
     n_rows = len(todo)
@@ -292,6 +310,12 @@ def solve_kept(
         if act[e] != first_act[e] and not dirty[link[e]]:
             dirty[link[e]] = True
             to_fill[n_fill] = link[e]
+            n_fill += 1
+    for c in range(len(col_ptr) - 1):  # columns whose buffers changed state
+        x = link[sub_ptr[col_ptr[c]]]
+        if (col_open[c] != first_col[0, c] or col_backlog[c] != first_col[1, c]) and not dirty[x]:
+            dirty[x] = True
+            to_fill[n_fill] = x
             n_fill += 1
     widest = max(len(lane_weight), 1)  # scratch space for the widest column or input
     for c in range(len(col_ptr) - 1):
@@ -312,10 +336,12 @@ def solve_kept(
         dirty[x] = False
         _refill(
             x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane, link_col_ptr,
-            link_col, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, wanted, got,
-            grant, scratch, order, members,
+            link_col, col_open, col_backlog, lane_weight, hi_lanes, lo_lanes, cap[x],
+            high_share, wanted, got, grant, scratch, order, members,
         )  # fmt: skip
     first_act[:] = act
+    first_col[0, :] = col_open
+    first_col[1, :] = col_backlog
     wanted, got, grant = wanted.copy(), got.copy(), grant.copy()
     n_fill = 0
     fixed = ~todo
@@ -339,8 +365,9 @@ def solve_kept(
                 if unfixed_on[x] > 0:
                     _refill(
                         x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane,
-                        link_col_ptr, link_col, lane_weight, hi_lanes, lo_lanes, cap[x],
-                        high_share, wanted, got, grant, scratch, order, members,
+                        link_col_ptr, link_col, col_open, col_backlog, lane_weight,
+                        hi_lanes, lo_lanes, cap[x], high_share, wanted, got, grant,
+                        scratch, order, members,
                     )  # fmt: skip
             n_fill = 0
         low[:] = np.inf  # per group of senders: groups do not affect each other
@@ -407,6 +434,46 @@ def solve_kept(
                         to_fill[n_fill] = link[e]
                         n_fill += 1
     return rate, rounds
+
+
+@njit
+def lane_outputs(
+    into: FloatArray,
+    backlog: npt.NDArray[np.bool_],
+    col_lane: IntArray,
+    link_col_ptr: IntArray,
+    link_col: IntArray,
+    lane_weight: FloatArray,
+    lane_high: npt.NDArray[np.bool_],
+    cap: FloatArray,
+    high_share: float,
+) -> FloatArray:
+    """What each column (one lane of one link) sends on, in bytes per second: its lane's
+    share of the link when *into* (bytes per second coming in, per column) is offered,
+    a lane with a *backlog* asking for the whole link."""
+    n_lanes = max(len(lane_weight), 1)
+    hi_lanes = np.flatnonzero(lane_high)
+    lo_lanes = np.flatnonzero(~lane_high)
+    demand = np.zeros(n_lanes)
+    share = np.zeros(n_lanes)
+    scratch = np.empty((4, n_lanes))
+    order = np.empty(n_lanes, dtype=np.int64)
+    out = np.zeros(len(into))
+    for x in range(len(link_col_ptr) - 1):
+        lo, hi = link_col_ptr[x], link_col_ptr[x + 1]
+        if lo == hi:
+            continue
+        demand[:] = 0.0
+        for k in range(lo, hi):
+            c = link_col[k]
+            demand[col_lane[c]] = into[c] + (cap[x] if backlog[c] else 0.0)
+        _lane_shares(
+            demand, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, share, scratch, order
+        )
+        for k in range(lo, hi):
+            c = link_col[k]
+            out[c] = share[col_lane[c]]
+    return out
 
 
 @njit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -404,3 +405,61 @@ def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
     fresh = [simulate_fluid(net, [j], arb, 3, "host").jobs[j.id] for j in jobs]
     assert built == [4, 1, 1, 1, 1]
     assert reused == fresh
+
+
+def up_one_link(rate_a: float, rate_b: float, duty_b: float) -> tuple[Network, list[SimJob]]:
+    """A (cn1 -> cn4) and B (cn2 -> cn7) up leaf 1's only uplink, then apart at the spine:
+    the uplink's lane has the buffers of its two inputs (cn1's and cn2's links), each
+    holding traffic for the uplink only."""
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    b = replace(flow("B", 2, 7, rate_b), duty=duty_b)
+    return net, prepare(net, [flow("A", 1, 4, rate_a), b])
+
+
+def test_buffers_absorb_the_excess_until_full_then_the_lane_s_share_holds() -> None:
+    net, jobs = up_one_link(EDR4, EDR4 / 2, 1.0)
+    one_lane = setup({"A": 0, "B": 0}, ((0, 32),))
+    room = 2 * 8 * one_lane.mtu  # two inputs of 8 packets
+    fill_s = room / (EDR4 / 2)  # 18.75 GB/s into 12.5
+    sim = FluidSim(net, jobs, one_lane, buffer_packets=8)
+    assert sim.alpha == pytest.approx([1.0, 1.0])  # the buffers take the excess
+    sim.advance(0.99 * fill_s)
+    assert sim.alpha == pytest.approx([1.0, 1.0]) and sim.buffer_events == 0
+    sim.advance(0.02 * fill_s)
+    # full: the link's inputs split it max-min as without buffers (B gets its 6.25)
+    assert sim.alpha == pytest.approx([0.5, 1.0])
+    assert sim.buffer_events == 1 and sim.buffered_bytes == pytest.approx(room)
+    # A sent at its full rate while they filled: it ends that much sooner than its 20 ms
+    run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=8)
+    assert run.jobs["A"].t_s == pytest.approx(0.02 - fill_s, rel=1e-9)
+    assert simulate_fluid(net, jobs, one_lane, 1).jobs["A"].t_s == pytest.approx(0.02)
+
+
+def test_full_buffers_drain_once_their_senders_bring_less_than_the_link() -> None:
+    # A sends all the time, B half of its period (computing first), both at 0.75 of the
+    # link: while both send they fill (at 6.25 GB/s) and then hold both at 2/3; when B
+    # computes again, A alone brings 9.375 GB/s and the backlog drains at the 3.125 left
+    net, jobs = up_one_link(0.75 * EDR4, 0.75 * EDR4, 0.5)
+    one_lane = setup({"A": 0, "B": 0}, ((0, 32),))
+    room = 2 * 8 * one_lane.mtu
+    sim = FluidSim(net, jobs, one_lane, buffer_packets=8)
+    while not sim.comm[1]:
+        sim.advance(sim.next_event_s())
+    sim.advance(2 * room / (0.5 * EDR4))
+    assert sim.alpha == pytest.approx([2 / 3, 2 / 3])
+    assert sim.buffered_bytes == pytest.approx(room) and sim.buffer_events == 1
+    while sim.comm[1]:
+        sim.advance(sim.next_event_s())
+    # B's input buffer is no longer counted (what it held, delivered); A's still full
+    assert sim.alpha[0] == pytest.approx(1.0) and sim.buffered_bytes == pytest.approx(room / 2)
+    drain_s = room / 2 / (0.25 * EDR4)
+    sim.advance(0.99 * drain_s)
+    assert 0 < sim.buffered_bytes < 0.02 * room
+    sim.advance(0.02 * drain_s)
+    assert sim.buffered_bytes == 0 and sim.buffer_events == 2
+
+
+def test_buffers_of_a_negative_size_are_refused(pair_tree: Network) -> None:
+    jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4)])
+    with pytest.raises(SimError, match="buffer_packets: expected 0 or more, got -1"):
+        FluidSim(pair_tree, jobs, setup({"A": 0}, ((0, 32),)), buffer_packets=-1)
