@@ -91,8 +91,11 @@ AUTO_HOSTS = 512
 #: the model of docs/simulate.md.  Buffers alone make one shared lane look better than the
 #: packet model says (docs/simulate-validation.md): experimental, for eval_sim.py.
 BUFFER_PACKETS = 0
+#: with buffers, a full one holds its input's other traffic of the lane too (head of line)
+HEAD_OF_LINE = True
 _TOL = 1e-7
 _EPS = 1e-12
+_HOL_ROUNDS = 4  # solves to settle the head-of-line paces, at most
 _MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
 _MIN_BYTES = 1e-3  # bytes: buffers this close to full or to empty are full or empty
 
@@ -333,6 +336,7 @@ class Allocator:
         active: npt.NDArray[np.bool_],
         col_open: npt.NDArray[np.bool_] | None = None,
         col_backlog: npt.NDArray[np.bool_] | None = None,
+        row_cap: FloatArray | None = None,
     ) -> FloatArray:
         """``alpha`` of every sender (0 for the ones not in *active*).
 
@@ -341,18 +345,20 @@ class Allocator:
         one job changes phase, only its group is solved again.  *col_open* and
         *col_backlog* (per column, :attr:`columns`) are the switch buffers' state
         (:class:`FluidSim`); without them every column limits its lane and none has a
-        backlog.
+        backlog.  *row_cap*: the most (0..1] of its rate each sender may send (head of
+        line, :class:`FluidSim`; default 1).
         """
         # numba loads in about 0.5 s: only a run that solves rates pays it, not every
         # ibqos command that imports this module
         from ibqos.sim.maxmin import hot_groups
 
-        alpha = np.where(active, 1.0, 0.0)
+        alpha = np.where(active, 1.0 if row_cap is None else row_cap, 0.0)
         if not len(self._row):
             return alpha
         self._open = self._no_buffers if col_open is None else col_open
         self._backlog = self._no_buffers if col_backlog is None else col_backlog
-        state = self._open.tobytes() + self._backlog.tobytes()
+        self._cap = self._no_cap if row_cap is None else row_cap
+        state = self._open.tobytes() + self._backlog.tobytes() + self._cap.tobytes()
         if state != self._buffer_state:  # groups' kept rates hold for one buffer state
             self._memo.clear()
             self._buffer_state = state
@@ -412,6 +418,11 @@ class Allocator:
         self._in_key = s.e_in[at_switch] * n_lanes + self._lane_of[self._in_row]
         self._n_keys = n_links * n_lanes
         self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
+        self._entry_sub = np.repeat(np.arange(len(self._sub_ptr) - 1), np.diff(self._sub_ptr))
+        # the column of each (link, lane) kept, by the key of an input that comes over it
+        n_lanes = max(len(self._lane_weight), 1)
+        col_key = self._link[self._col_start] * n_lanes + self._col_lane
+        self._col_at = {int(k): c for c, k in enumerate(col_key.tolist())}
         self._row_entries = np.argsort(row, kind="stable")
         self._row_ptr = np.searchsorted(row[self._row_entries], np.arange(n_rows + 1))
         # the first round of the last solve (see solve_kept), filled for no entry yet
@@ -420,8 +431,10 @@ class Allocator:
         n_cols = len(self._col_ptr) - 1
         self._first_col = np.zeros((2, n_cols), dtype=bool)
         self._no_buffers = np.zeros(n_cols, dtype=bool)
-        # the buffers' state for the solver (open columns, backlogs; see rates())
+        # the buffers' state for the solver (open columns, backlogs, senders' caps; rates())
         self._open, self._backlog = self._no_buffers, self._no_buffers
+        self._no_cap = np.ones(n_rows)
+        self._cap = self._first_cap = self._no_cap.copy()
 
     def _solve(
         self, todo: npt.NDArray[np.bool_], hot: npt.NDArray[np.bool_], label: IntArray
@@ -446,6 +459,7 @@ class Allocator:
             self._row_entries,
             self._open,
             self._backlog,
+            self._cap,
             self._lane_weight,
             self._lane_high,
             self.capacity,
@@ -453,6 +467,7 @@ class Allocator:
             self._first,
             self._first_act,
             self._first_col,
+            self._first_cap,
         )
         return solved
 
@@ -469,6 +484,41 @@ class Allocator:
         with np.errstate(divide="ignore", invalid="ignore"):
             part = np.where(self._sub_switch & (offered > 0), offered / through[self._sub_key], 0)
         return np.add.reduceat(part, self._col_ptr[:-1])
+
+    def paces(
+        self, alpha: FloatArray, active: npt.NDArray[np.bool_], full: npt.NDArray[np.bool_]
+    ) -> FloatArray:
+        """Per sender, the most (0..1] of its rate the input buffers it passes through let
+        it send (head of line).  A switch input whose buffer for a lane feeds a *full*
+        column moves at the pace of that column's senders through it (the fastest of them,
+        at *alpha*), all its traffic of the lane, to any output.  The link it comes over
+        then backs up too (its receiver's buffer gives no credits), so the buffers feeding
+        that link's lane move at that pace as well, and so on up to the hosts."""
+        if not len(self._row):
+            return np.ones(len(alpha))
+        sub = self._entry_sub
+        on = active[self._row]
+        fastest = np.zeros(len(self._sub_ptr) - 1)
+        np.maximum.at(fastest, sub[on], alpha[self._row[on]])
+        pace = np.ones(self._n_keys)
+        todo = [(int(c), 1.0) for c in np.flatnonzero(full)]
+        while todo:  # from each full column up the links that feed it
+            c, above = todo.pop()
+            for s in range(self._col_ptr[c], self._col_ptr[c + 1]):
+                key = self._sub_key[s]
+                if not self._sub_switch[s] or fastest[s] <= 0:
+                    continue
+                p = min(fastest[s], above)
+                if p >= pace[key]:
+                    continue
+                pace[key] = p
+                feeding = self._col_at.get(int(key))  # the same lane of the link it came over
+                if feeding is not None:
+                    todo.append((feeding, p))
+        cap = np.ones(len(alpha))
+        through = active[self._in_row]
+        np.minimum.at(cap, self._in_row[through], pace[self._in_key[through]])
+        return cap
 
     def flows(
         self, alpha: FloatArray, backlog: npt.NDArray[np.bool_]
@@ -645,6 +695,14 @@ class FluidSim:
             if back.any():
                 self._full |= back
                 alpha, into, out = self._solve_buffered(active)
+        caps: FloatArray | None = None
+        for _ in range(_HOL_ROUNDS if HEAD_OF_LINE and self._full.any() else 0):
+            paces = alloc.paces(alpha, active, self._full)
+            paces = paces if caps is None else np.minimum(paces, caps)
+            if (paces >= 1).all() or (caps is not None and np.array_equal(paces, caps)):
+                break
+            caps = paces
+            alpha, into, out = self._solve_buffered(active, caps)
         self._inflow = np.where(self._full, 0.0, into - out)
         self._inflow[(self._held <= 0) & (self._inflow < 0)] = 0.0
         # The solver can leave a held column a few bytes it no longer fills (see
@@ -654,11 +712,11 @@ class FluidSim:
         return alpha
 
     def _solve_buffered(
-        self, active: npt.NDArray[np.bool_]
+        self, active: npt.NDArray[np.bool_], caps: FloatArray | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """The rates in the buffers' present state, and each column's inflow and output."""
         backlog = self._held > 0
-        alpha = self.allocator.rates(active, ~self._full & (self._room > 0), backlog)
+        alpha = self.allocator.rates(active, ~self._full & (self._room > 0), backlog, caps)
         self.allocations += 1
         into, out = self.allocator.flows(alpha, backlog)
         return alpha, into, out

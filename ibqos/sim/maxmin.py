@@ -250,6 +250,7 @@ def solve_kept(
     row_entries: IntArray,
     col_open: npt.NDArray[np.bool_],
     col_backlog: npt.NDArray[np.bool_],
+    row_cap: FloatArray,
     lane_weight: FloatArray,
     lane_high: npt.NDArray[np.bool_],
     cap: FloatArray,
@@ -257,6 +258,7 @@ def solve_kept(
     first: FloatArray,
     first_act: npt.NDArray[np.bool_],
     first_col: npt.NDArray[np.bool_],
+    first_cap: FloatArray,
 ) -> tuple[FloatArray, int]:
     """``alpha`` of every sender (1 for the ones not in *todo*), and the rounds it took.
 
@@ -285,7 +287,9 @@ def solve_kept(
             ``row_entries[row_ptr[r]:row_ptr[r + 1]]``.
         col_open, col_backlog: per column, whether its buffers have room left (it limits
             no one), and whether they hold a backlog (its lane asks for the whole link):
-            :class:`ibqos.sim.fluid.Buffers`.
+            :class:`ibqos.sim.fluid.FluidSim`.
+        row_cap: the most (0..1] of its rate each sender may send (head of line, see
+            :class:`ibqos.sim.fluid.FluidSim`): it asks for that much, not its full rate.
         lane_weight, lane_high: each lane's packets per arbitration round, and priority.
         cap: each link's bytes per second.
         high_share: the most of a link high-priority lanes get while low data waits.
@@ -293,6 +297,7 @@ def solve_kept(
             input) and *grant* (per entry), each as long as the longest of them.
         first_act: the active entries *first* was filled for, updated.
         first_col: the *col_open* and *col_backlog* rows *first* was filled for, updated.
+        first_cap: the *row_cap* *first* was filled for, updated.
     """
     n_e = len(row)
     n_rows = len(todo)
@@ -317,6 +322,15 @@ def solve_kept(
             dirty[x] = True
             to_fill[n_fill] = x
             n_fill += 1
+    for r in range(n_rows):  # senders that ask for another share of their rate
+        if row_cap[r] == first_cap[r]:
+            continue
+        for k in range(row_ptr[r], row_ptr[r + 1]):
+            x = link[row_entries[k]]
+            if not dirty[x]:
+                dirty[x] = True
+                to_fill[n_fill] = x
+                n_fill += 1
     widest = max(len(lane_weight), 1)  # scratch space for the widest column or input
     for c in range(len(col_ptr) - 1):
         widest = max(widest, col_ptr[c + 1] - col_ptr[c])
@@ -328,8 +342,11 @@ def solve_kept(
     members = np.empty(widest, dtype=np.int64)
     hi_lanes = np.flatnonzero(lane_high)
     lo_lanes = np.flatnonzero(~lane_high)
-    offer = np.ones(n_e)
-    want = load.copy()
+    offer = np.empty(n_e)
+    want = np.empty(n_e)
+    for e in range(n_e):
+        offer[e] = row_cap[row[e]]
+        want[e] = load[e] * offer[e]
     wanted, got, grant = first[0, :n_sub], first[1, :n_sub], first[2, :n_e]
     for i in range(n_fill):  # the first round, where the active entries changed
         x = to_fill[i]
@@ -342,6 +359,7 @@ def solve_kept(
     first_act[:] = act
     first_col[0, :] = col_open
     first_col[1, :] = col_backlog
+    first_cap[:] = row_cap
     wanted, got, grant = wanted.copy(), got.copy(), grant.copy()
     n_fill = 0
     fixed = ~todo
@@ -374,14 +392,14 @@ def solve_kept(
         for r in range(n_rows):  # only the senders not fixed yet: their entries
             if fixed[r]:
                 continue
-            smallest = 1.0
+            smallest = row_cap[r]
             for k in range(row_ptr[r], row_ptr[r + 1]):
                 e = row_entries[k]
                 if act[e]:
                     smallest = min(smallest, grant[e])
             least[r] = smallest
             low[label[r]] = min(low[label[r]], smallest)
-        # Fixed now, first the ones that are final: senders granted their full rate
+        # Fixed now, first the ones that are final: senders granted all they ask for
         # (grants only rise as others are fixed lower), and senders held back at a link
         # where every sender not yet fixed, in any lane, is held back (no one there will
         # give anything back).  A group with neither fixes its senders granted the least:
@@ -411,7 +429,7 @@ def solve_kept(
         for r in range(n_rows):
             if fixed[r]:
                 continue
-            if least[r] >= 1.0:
+            if least[r] >= row_cap[r]:
                 now[r] = True
             elif not settled[label[r]] and least[r] <= low[label[r]] * (1 + TIE) + EPS:
                 now[r] = True
@@ -426,7 +444,7 @@ def solve_kept(
                 if not act[e]:
                     continue
                 unfixed_on[link[e]] -= 1
-                if rate[r] < 1.0:  # at its full rate it offers what it did
+                if rate[r] < row_cap[r]:  # granted all it asked, it offers what it did
                     offer[e] = rate[r]
                     want[e] = load[e] * rate[r]
                     if not dirty[link[e]]:

@@ -463,3 +463,25 @@ def test_buffers_of_a_negative_size_are_refused(pair_tree: Network) -> None:
     jobs = prepare(pair_tree, [flow("A", 1, 3, EDR4)])
     with pytest.raises(SimError, match="buffer_packets: expected 0 or more, got -1"):
         FluidSim(pair_tree, jobs, setup({"A": 0}, ((0, 32),)), buffer_packets=-1)
+
+
+def test_a_full_buffer_holds_its_input_s_other_traffic_of_the_lane() -> None:
+    # Head of line.  H: cn1, cn17 and cn26 each send 10 GB/s to cn9 (30 into 12.5); M
+    # sends cn2 -> cn25 and meets H only on leaf 1's uplink, which has room for both.  On
+    # one lane cn9's link fills its buffers, the spine's port to leaf 2 backs up, and the
+    # spine's input from leaf 1 moves at H's pace (5/12 of its rate): so does M.  On a lane
+    # of its own M keeps its rate.
+    net = xgft_network(parse_xgft("2;8,4;1,1"))
+    h_hosts = ("cn0001", "cn0009", "cn0017", "cn0026")
+    to_cn9 = tuple(tuple(1.0 if b == 1 and a != 1 else 0.0 for b in range(4)) for a in range(4))
+    h = Job("H", h_hosts, "matrix", 10e9, 1.0, 100e-6, matrix=to_cn9)
+    m = Job("M", ("cn0002", "cn0025"), "matrix", 8e9, 1.0, 100e-6, matrix=((0, 1), (0, 0)))
+    jobs = prepare(net, [h, m])
+    one_lane = setup({"H": 0, "M": 0}, ((0, 32),))
+    own_lanes = setup({"H": 0, "M": 1}, ((0, 1), (1, 4)))
+    for arb, m_alpha in ((one_lane, 5 / 12), (own_lanes, 1.0)):
+        sim = FluidSim(net, jobs, arb, buffer_packets=8)
+        sim.advance(20e-6)  # the buffers are full after a few µs
+        assert sim.buffer_events > 0
+        assert sim.sender_alpha[:3] == pytest.approx([5 / 12] * 3)
+        assert sim.alpha[1] == pytest.approx(m_alpha)
