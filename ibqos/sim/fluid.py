@@ -49,16 +49,18 @@ phase.  :mod:`ibqos.sim.packet` models those;
 ``docs/simulate-validation.md`` compares the two.
 
 Switch buffers, experimental (``buffer_packets`` > 0; off by default, see
-:data:`BUFFER_PACKETS`): each switch input has that many MTU packets of buffer per lane,
-shared by the outputs it feeds in proportion to what the sending senders offer them.  A
-*column* (one lane of one link) whose part of its inputs' buffers has room limits no one:
-what comes in above the lane's share fills it.  Once full it limits its senders to the
+:data:`BUFFER_PACKETS`): each switch input has that many MTU packets of buffer per lane.
+A *column* (one lane of one link) whose inputs' buffers have room limits no one: what
+comes in above the lane's share fills them.  Once full it limits its senders to the
 share as without buffers, until they bring less than it; then it drains, its lane asking
 for the whole link while it holds a backlog.  "Full" and "empty" are events.  What it
-still leaves out: head-of-line blocking (a full buffer does not hold the input's traffic
-to other outputs), the lower rate downstream of a filling column (later links see the
-senders' own rate), and the bytes a buffer holds when its input's senders stop (they are
-dropped from the count, as if delivered).
+A full column's inputs move at the pace of its senders through them, all their
+traffic of the lane to any output, and so do the buffers up the links that feed them
+(head of line: the senders get caps and the rates are solved again).  What it still
+leaves out: that an input's one buffer is counted whole in every column it feeds, the
+lower rate downstream of a filling column (later links see the senders' own rate), and
+the bytes a buffer holds when its input's senders stop (dropped from the count, as if
+delivered).
 """
 
 from __future__ import annotations
@@ -406,15 +408,15 @@ class Allocator:
         self._link_col = np.argsort(col_link, kind="stable")
         self._link_col_ptr = np.searchsorted(col_link[self._link_col], np.arange(n_links + 1))
         # Each input's buffer (one per lane per switch input) serves every output the
-        # lane's traffic through it goes to: key (input link, lane) of each kept input,
-        # and of every entry at a switch input, kept or not.
+        # lane's traffic through it goes to (head of line): key (input link, lane) of each
+        # kept input, and the senders of every entry at a switch input, kept or not.
         n_lanes = max(len(self._lane_weight), 1)
         sub_in = inlet[self._sub_ptr[:-1]] - 1
         self._sub_switch = sub_in >= 0  # a switch's input, not a host's
         self._sub_key = np.where(self._sub_switch, sub_in * n_lanes + lane[self._sub_ptr[:-1]], 0)
         s = self.senders
         at_switch = np.flatnonzero(s.e_in >= 0)
-        self._in_row, self._in_load = s.e_row[at_switch], s.e_load[at_switch]
+        self._in_row = s.e_row[at_switch]
         self._in_key = s.e_in[at_switch] * n_lanes + self._lane_of[self._in_row]
         self._n_keys = n_links * n_lanes
         self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
@@ -472,18 +474,16 @@ class Allocator:
         return solved
 
     def inputs(self, active: npt.NDArray[np.bool_]) -> FloatArray:
-        """Per column, its part of the switch input buffers its lane's traffic comes
-        through, in buffers: each input's buffer for the lane (one) goes to the outputs it
-        serves in proportion to what the *active* senders offer them at full rate."""
+        """Per column, the switch inputs that bring it traffic of *active* senders.  Each
+        one's buffer for the lane can fill with the column's packets whole, as a FIFO
+        takes packets for any output until it is full; a column that fills it then holds
+        the input's other outputs too (:meth:`paces`), so counting it in every column it
+        feeds does not let two of them use it for long."""
         if not len(self._row):
             return np.zeros(self.columns)
-        through = np.bincount(
-            self._in_key, weights=self._in_load * active[self._in_row], minlength=self._n_keys
-        )
         offered = np.add.reduceat(self._load * active[self._row], self._sub_ptr[:-1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            part = np.where(self._sub_switch & (offered > 0), offered / through[self._sub_key], 0)
-        return np.add.reduceat(part, self._col_ptr[:-1])
+        bringing = (self._sub_switch & (offered > 0)).astype(np.float64)
+        return np.add.reduceat(bringing, self._col_ptr[:-1])
 
     def paces(
         self, alpha: FloatArray, active: npt.NDArray[np.bool_], full: npt.NDArray[np.bool_]
