@@ -679,7 +679,10 @@ class FluidSim:
         whose buffers have room limits no one, the excess of what comes in over its lane's
         share filling them; once full it limits its senders to that share as without
         buffers, until they bring less than it, and then it drains (a lane with a backlog
-        asks for the whole link).  Sets each column's net inflow."""
+        asks for the whole link).  With :data:`HEAD_OF_LINE`, the senders are then capped
+        at the pace of the full buffers they pass through (:meth:`Allocator.paces`) and
+        solved again, until the caps settle.  Sets each column's net inflow (bytes per
+        second into its buffers)."""
         alloc = self.allocator
         active = self._sending()
         self._room = alloc.inputs(active) * self._buffer_bytes
