@@ -446,6 +446,13 @@ def status_command(path: Path | None, fmt: str) -> None:
     show_default=True,
     help="Fluid model: a rate per (job, host), per job, or auto (per host up to 512 hosts).",
 )
+@click.option(
+    "--buffers",
+    type=click.IntRange(min=0),
+    help="Switch input buffers per VL, in MTU packets: the packet model's (default 8), or"
+    " the fluid model's (default none; experimental: buffers and head-of-line blocking,"
+    " docs/simulate.md).",
+)
 @click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
 @_config_option
 @click.option("--format", "fmt", type=click.Choice(SIM_FORMATS), default="table", show_default=True)
@@ -460,6 +467,7 @@ def simulate_command(
     plan_file: Path | None,
     model: str,
     senders: Granularity,
+    buffers: int | None,
     iterations: int,
     path: Path | None,
     fmt: str,
@@ -476,7 +484,7 @@ def simulate_command(
         lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
     net = sim_network(xgft, int(width), speed, topology, lfts)
     text = run_simulation(
-        net, jobs_path, policies, plan_file, model, iterations, lanes, fmt, senders
+        net, jobs_path, policies, plan_file, model, iterations, lanes, fmt, senders, buffers
     )
     click.echo(text, nl=False)
 

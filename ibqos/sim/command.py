@@ -53,8 +53,10 @@ def simulate(
     lanes: LaneConfig,
     fmt: str,
     per: Granularity = "auto",
+    buffer_packets: int | None = None,
 ) -> str:
-    """Run the mix under each policy (and the plan file), return the rendered report."""
+    """Run the mix under each policy (and the plan file), return the rendered report
+    (*buffer_packets*: switch buffers per VL per input; None: the model's default)."""
     if iterations < 1:
         raise SimError(f"--iterations {iterations}: expected at least 1")
     jobs = load_jobs(jobs_path, traffic=True)
@@ -65,17 +67,20 @@ def simulate(
         names = ["ibqos"]
     base_arb = one_vl(sim_jobs, lanes)
     # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
-    base_run = run("fluid", net, sim_jobs, base_arb, iterations, per) if model == "fluid" else None
+    buffers = buffer_packets
+    base_run = None
+    if model == "fluid":
+        base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffers)
     setups: list[Arbitration] = [
-        build(n, net, sim_jobs, iterations, lanes, per, base_run) for n in names
+        build(n, net, sim_jobs, iterations, lanes, per, base_run, buffers) for n in names
     ]
     if plan is not None:
         setups.append(load_plan(plan))
-    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per)
+    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffers)
 
     def outcome(arb: Arbitration) -> Outcome:
         reuse = base_run if arb.name == BASELINE else None
-        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, result=reuse)
+        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffers, reuse)
 
     outcomes = [outcome(arb) for arb in setups]
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)

@@ -83,18 +83,20 @@ def run(
     arb: Arbitration,
     iterations: int,
     per: Granularity = "auto",
-    buffer_packets: int = PACKET_BUFFER,
+    buffer_packets: int | None = None,
 ) -> RunResult:
     """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.fluid`;
-    *buffer_packets*: the packet model's input buffer per VL, in packets).
+    *buffer_packets*: the switch input buffers per VL, in packets; None: the model's own
+    default, :data:`~ibqos.sim.packet.PACKET_BUFFER` or the fluid model's none).
 
     Raises:
         SimError: an unknown model, or a setup the model cannot run.
     """
     if model == "fluid":
-        return simulate_fluid(net, jobs, arb, iterations, per)
+        return simulate_fluid(net, jobs, arb, iterations, per, buffer_packets)
     if model == "packet":
-        return simulate_packets(net, jobs, arb, iterations, buffer_packets=buffer_packets)
+        buffers = PACKET_BUFFER if buffer_packets is None else buffer_packets
+        return simulate_packets(net, jobs, arb, iterations, buffer_packets=buffers)
     raise SimError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
 
 
@@ -105,7 +107,7 @@ def alone(
     arb: Arbitration,
     iterations: int,
     per: Granularity = "auto",
-    buffer_packets: int = PACKET_BUFFER,
+    buffer_packets: int | None = None,
 ) -> dict[str, float]:
     """Each job's ``T_alone`` (seconds for *iterations* iterations, alone)."""
     if model == "fluid" and per == "auto":
@@ -124,7 +126,7 @@ def evaluate(
     iterations: int,
     t_alone: Mapping[str, float] | None = None,
     per: Granularity = "auto",
-    buffer_packets: int = PACKET_BUFFER,
+    buffer_packets: int | None = None,
     result: RunResult | None = None,
 ) -> Outcome:
     """The mix under *arb*; *t_alone* reused when given (it does not depend on weights),

@@ -56,9 +56,11 @@ def build(
     lanes: LaneConfig = DEFAULT_LANES,
     per: Granularity = "auto",
     seen: RunResult | None = None,
+    buffer_packets: int | None = None,
 ) -> Arbitration:
-    """The setup policy *name* gives this mix (*per*: the fluid model's senders, for the
-    policies that simulate; *seen*: the mix's fluid run on one VL, if already made).
+    """The setup policy *name* gives this mix (*per*, *buffer_packets*: the fluid model's
+    senders and switch buffers, for the policies that simulate; *seen*: the mix's fluid
+    run on one VL, if already made).
 
     Raises:
         SimError: an unknown policy, or a mix too large for ``optimal``.
@@ -71,9 +73,9 @@ def build(
         ids = [[j.id] for j in jobs]
         return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
     if name == "ibqos":
-        return ibqos_plan(net, jobs, iterations, lanes, per, seen)
+        return ibqos_plan(net, jobs, iterations, lanes, per, seen, buffer_packets)
     if name == "optimal":
-        return optimal(net, jobs, iterations, lanes, per)
+        return optimal(net, jobs, iterations, lanes, per, buffer_packets)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
 
 
@@ -146,10 +148,11 @@ def ibqos_plan(
     lanes: LaneConfig,
     per: Granularity = "auto",
     seen: RunResult | None = None,
+    buffer_packets: int | None = None,
 ) -> Arbitration:
     """What ibqos would program after watching the mix run on one VL (*seen*, or run now)."""
     if seen is None:
-        seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per)
+        seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per, buffer_packets)
     rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
     fabric = Fabric(net.topo, source="simulated")
     keys = list(fabric.ports)
@@ -179,6 +182,7 @@ def optimal(
     iterations: int,
     lanes: LaneConfig,
     per: Granularity = "auto",
+    buffer_packets: int | None = None,
 ) -> Arbitration:
     """The best setup of the exhaustive search (see the module docstring).
 
@@ -194,16 +198,18 @@ def optimal(
             f" {MAX_SEARCH} setups to try; use fewer jobs or lanes"
         )
     base = one_vl(jobs, lanes)
-    t_alone = alone("fluid", net, jobs, base, iterations, per)
+    t_alone = alone("fluid", net, jobs, base, iterations, per, buffer_packets)
     tried = [grouped(g, w, lanes, "optimal") for g, w in candidates]
     tried += [
-        replace(build(p, net, jobs, iterations, lanes, per), name="optimal")
+        replace(build(p, net, jobs, iterations, lanes, per, None, buffer_packets), name="optimal")
         for p in ("one-vl", "equal", "bandwidth", "ibqos")
     ]
     best = min(
         tried,
         key=lambda arb: (
-            evaluate("fluid", net, jobs, arb, iterations, t_alone, per).total_contention_s
+            evaluate(
+                "fluid", net, jobs, arb, iterations, t_alone, per, buffer_packets
+            ).total_contention_s
         ),
     )
     return best

@@ -139,3 +139,21 @@ def test_senders_option(mix: Path) -> None:
     assert all(job[k] >= host[k] * (1 - 1e-9) for k in host)
     code, _, err = invoke("simulate", "--jobs", str(mix), "--senders", "rank")
     assert code == 2 and "--senders" in err
+
+
+def test_buffers_option(mix: Path) -> None:
+    # The fluid model has no buffers unless asked; with them (experimental) the mix's
+    # contention moves, but little: its 3-6 ms phases carry thousands of buffers' worth
+    def totals(*extra: str) -> dict[str, float]:
+        code, out, err = invoke(
+            "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "one-vl",
+            "--policy", "equal", "--iterations", "3", "--format", "json", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        return {r["policy"]: r["total_contention_s"] for r in json.loads(out)["results"]}
+
+    plain, none, eight = totals(), totals("--buffers", "0"), totals("--buffers", "8")
+    assert none == plain
+    assert eight != plain and eight == pytest.approx(plain, rel=0.01)
+    code, _, err = invoke("simulate", "--jobs", str(mix), "--buffers", "-1")
+    assert code == 2 and "--buffers" in err
