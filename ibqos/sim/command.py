@@ -67,20 +67,19 @@ def simulate(
         names = ["ibqos"]
     base_arb = one_vl(sim_jobs, lanes)
     # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
-    buffers = buffer_packets
     base_run = None
     if model == "fluid":
-        base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffers)
+        base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffer_packets)
     setups: list[Arbitration] = [
-        build(n, net, sim_jobs, iterations, lanes, per, base_run, buffers) for n in names
+        build(n, net, sim_jobs, iterations, lanes, per, base_run, buffer_packets) for n in names
     ]
     if plan is not None:
         setups.append(load_plan(plan))
-    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffers)
+    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffer_packets)
 
     def outcome(arb: Arbitration) -> Outcome:
         reuse = base_run if arb.name == BASELINE else None
-        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffers, reuse)
+        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffer_packets, reuse)
 
     outcomes = [outcome(arb) for arb in setups]
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)

@@ -53,8 +53,8 @@ Switch buffers, experimental (``buffer_packets`` > 0; off by default, see
 A *column* (one lane of one link) whose inputs' buffers have room limits no one: what
 comes in above the lane's share fills them.  Once full it limits its senders to the
 share as without buffers, until they bring less than it; then it drains, its lane asking
-for the whole link while it holds a backlog.  "Full" and "empty" are events.  What it
-A full column's inputs move at the pace of its senders through them, all their
+for the whole link while it holds a backlog.  "Full" and "empty" are events.  A full
+column's inputs move at the pace of its senders through them, all their
 traffic of the lane to any output, and so do the buffers up the links that feed them
 (head of line: the senders get caps and the rates are solved again).  What it still
 leaves out: that an input's one buffer is counted whole in every column it feeds, the
@@ -323,7 +323,6 @@ class Allocator:
         self._row, self._link = row, s.e_link[keep]
         self._load, self._hosts = s.e_load[keep], s.e_hosts[keep]
         self._lay_out(lane, inlet, n, s.rows)
-        self.columns = len(self._col_ptr) - 1  # one lane of one kept link each
         # each sender's load per kept link, over all its inputs (what finds the hot links)
         pair, pair_of = np.unique(row * n + self._link, return_inverse=True)
         self._pair_load = np.bincount(pair_of, weights=self._load).astype(np.float64)
@@ -422,7 +421,6 @@ class Allocator:
         self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
         self._entry_sub = np.repeat(np.arange(len(self._sub_ptr) - 1), np.diff(self._sub_ptr))
         # the column of each (link, lane) kept, by the key of an input that comes over it
-        n_lanes = max(len(self._lane_weight), 1)
         col_key = self._link[self._col_start] * n_lanes + self._col_lane
         self._col_at = {int(k): c for c, k in enumerate(col_key.tolist())}
         self._row_entries = np.argsort(row, kind="stable")
@@ -430,7 +428,7 @@ class Allocator:
         # the first round of the last solve (see solve_kept), filled for no entry yet
         self._first = np.zeros((3, max(n_e, 1)))
         self._first_act = np.zeros(n_e, dtype=bool)
-        n_cols = len(self._col_ptr) - 1
+        n_cols = self.columns = len(self._col_ptr) - 1  # one lane of one kept link each
         self._first_col = np.zeros((2, n_cols), dtype=bool)
         self._no_buffers = np.zeros(n_cols, dtype=bool)
         # the buffers' state for the solver (open columns, backlogs, senders' caps; rates())
