@@ -243,6 +243,14 @@ def test_an_in_cast_downstream_leaves_its_lane_s_other_senders_alone(
     assert two.alpha == pytest.approx([0.625, 1.0])
     run = simulate_fluid(two_leaves, jobs, setup({"H": 0, "M": 0}, ((0, 32),)), 1)
     assert run.jobs["M"].t_s == pytest.approx(1e-4)
+    # With switch buffers the in-cast fills them and leaf 2's input from the spine, which
+    # M's flow shares, moves at the pace of cn1's flow (6.25 GB/s); M brings less than
+    # that, so the head of line does not slow it (the packet model: 109 us).
+    buffered = simulate_fluid(
+        two_leaves, jobs, setup({"H": 0, "M": 0}, ((0, 32),)), 1, buffer_packets=8
+    )
+    assert buffered.jobs["M"].t_s == pytest.approx(1e-4)
+    assert buffered.jobs["H"].t_s > 1.5e-4  # H itself is held at the in-cast
 
 
 def test_a_per_job_sender_weighs_as_its_hosts_within_an_input() -> None:
@@ -467,10 +475,11 @@ def test_buffers_of_a_negative_size_are_refused(pair_tree: Network) -> None:
 
 def test_a_full_buffer_holds_its_input_s_other_traffic_of_the_lane() -> None:
     # Head of line.  H: cn1, cn17 and cn26 each send 10 GB/s to cn9 (30 into 12.5); M
-    # sends cn2 -> cn25 and meets H only on leaf 1's uplink, which has room for both.  On
-    # one lane cn9's link fills its buffers, the spine's port to leaf 2 backs up, and the
-    # spine's input from leaf 1 moves at H's pace (5/12 of its rate): so does M.  On a lane
-    # of its own M keeps its rate.
+    # sends 8 GB/s cn2 -> cn25 and meets H only on leaf 1's uplink, which has room for
+    # both.  On one lane cn9's link fills its buffers, the spine's port to leaf 2 backs up,
+    # and the spine's input from leaf 1 lets cn1's flow through at 25/6 GB/s; leaf 1's
+    # uplink serves cn1 and cn2 in turn, so M's packets come in no faster: 25/48 of its
+    # rate (the packet model: M takes 199.5 us for 100).  On a lane of its own M keeps it.
     net = xgft_network(parse_xgft("2;8,4;1,1"))
     h_hosts = ("cn0001", "cn0009", "cn0017", "cn0026")
     to_cn9 = tuple(tuple(1.0 if b == 1 and a != 1 else 0.0 for b in range(4)) for a in range(4))
@@ -479,7 +488,7 @@ def test_a_full_buffer_holds_its_input_s_other_traffic_of_the_lane() -> None:
     jobs = prepare(net, [h, m])
     one_lane = setup({"H": 0, "M": 0}, ((0, 32),))
     own_lanes = setup({"H": 0, "M": 1}, ((0, 1), (1, 4)))
-    for arb, m_alpha in ((one_lane, 5 / 12), (own_lanes, 1.0)):
+    for arb, m_alpha in ((one_lane, 25 / 48), (own_lanes, 1.0)):
         sim = FluidSim(net, jobs, arb, buffer_packets=8)
         sim.advance(20e-6)  # the buffers are full after a few µs
         assert sim.buffer_events > 0
