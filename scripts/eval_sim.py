@@ -310,9 +310,11 @@ def search(
     lanes: LaneConfig,
     t_alone: dict[str, float],
     others: Sequence[Arbitration],
+    fluid_buffers: int,
 ) -> tuple[Outcome, list[float]]:
     """The exhaustive search of :func:`ibqos.sim.policies.optimal` (same candidates, same
-    order, same tie-break), keeping every candidate's total."""
+    order, same tie-break), keeping every candidate's total; *fluid_buffers*: the fluid
+    model's switch buffers (packets per lane per input)."""
     ids = [j.id for j in jobs]
     candidates = list(policies._setups(ids, len(policies._job_lanes(lanes))))
     if len(candidates) > policies.MAX_SEARCH:
@@ -322,7 +324,7 @@ def search(
     best: Outcome | None = None
     totals = []
     for arb in tried:
-        out = evaluate("fluid", net, jobs, arb, iterations, t_alone)
+        out = evaluate("fluid", net, jobs, arb, iterations, t_alone, buffer_packets=fluid_buffers)
         totals.append(out.total_contention_s)
         if best is None or out.total_contention_s < best.total_contention_s:
             best = out
@@ -330,23 +332,35 @@ def search(
     return best, totals
 
 
-def run_fluid(mix: Mix, iterations: int, with_optimal: bool = True) -> MixResult:
+def run_fluid(
+    mix: Mix, iterations: int, fluid_buffers: int, with_optimal: bool = True
+) -> MixResult:
+    """The mix under every policy in the fluid model, with *fluid_buffers* packets of
+    switch buffer per lane per input (in every run, the policies' own runs too)."""
     start = time.perf_counter()
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
-    t_alone = alone("fluid", net, jobs, policies.one_vl(jobs, mix.lanes), iterations)
-    setups = {p: policies.build(p, net, jobs, iterations, mix.lanes) for p in EVAL_POLICIES}
+    bp = fluid_buffers
+    base = policies.one_vl(jobs, mix.lanes)
+    t_alone = alone("fluid", net, jobs, base, iterations, buffer_packets=bp)
+    setups = {
+        p: policies.build(p, net, jobs, iterations, mix.lanes, buffer_packets=bp)
+        for p in EVAL_POLICIES
+    }
     outcomes = {
-        p: evaluate("fluid", net, jobs, arb, iterations, t_alone) for p, arb in setups.items()
+        p: evaluate("fluid", net, jobs, arb, iterations, t_alone, buffer_packets=bp)
+        for p, arb in setups.items()
     }
     for name, change in VARIANTS.items():
-        arb = policies.build("ibqos", net, jobs, iterations, change(mix.lanes))
+        arb = policies.build("ibqos", net, jobs, iterations, change(mix.lanes), buffer_packets=bp)
         setups[name] = replace(arb, name=name)
-        outcomes[name] = evaluate("fluid", net, jobs, setups[name], iterations, t_alone)
+        outcomes[name] = evaluate(
+            "fluid", net, jobs, setups[name], iterations, t_alone, buffer_packets=bp
+        )
     result = MixResult(mix, outcomes)
     if with_optimal:
         others = [setups[p] for p in EVAL_POLICIES]
-        best, totals = search(net, jobs, iterations, mix.lanes, t_alone, others)
+        best, totals = search(net, jobs, iterations, mix.lanes, t_alone, others, bp)
         outcomes["optimal"] = best
         result.searched = totals
     result.wall_s = time.perf_counter() - start
@@ -714,11 +728,15 @@ class Validation:
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
 
 
-def run_validation(mix: Mix, iterations: int, buffer_packets: int) -> Validation:
+def run_validation(
+    mix: Mix, iterations: int, buffer_packets: int, fluid_buffers: int
+) -> Validation:
+    """The mix in both models: *buffer_packets* the packet model's input buffers per VL,
+    *fluid_buffers* the fluid model's switch buffers per lane per input."""
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
     start = time.perf_counter()
-    fluid = run_fluid(mix, iterations)
+    fluid = run_fluid(mix, iterations, fluid_buffers)
     wall_fluid = time.perf_counter() - start
     start = time.perf_counter()
     base = policies.one_vl(jobs, mix.lanes)
@@ -974,8 +992,10 @@ def _pairs(n: int, pairs: set[tuple[int, int]]) -> tuple[tuple[float, ...], ...]
     return tuple(tuple(1.0 if (a, b) in pairs else 0.0 for b in range(n)) for a in range(n))
 
 
-def mechanisms() -> list[str]:
-    """Two jobs on ``2;8,4;1,1`` (4 leaves of 8 hosts, one spine), 1 iteration, both models.
+def mechanisms(buffer_packets: int, fluid_buffers: int) -> list[str]:
+    """Two jobs on ``2;8,4;1,1`` (4 leaves of 8 hosts, one spine), 1 iteration, both models
+    (each with its buffers: *buffer_packets* the packet model's, *fluid_buffers* the fluid
+    model's).
 
     - *pacing*: H has one flow leaf 1 -> leaf 2 and two flows leaf 3 -> leaf 4 (its own
       bottleneck: 16 GB/s on one 12.5 GB/s uplink, so alone it runs at 78 %); M shares
@@ -1020,10 +1040,10 @@ def mechanisms() -> list[str]:
             "one-vl": policies.one_vl(jobs, lanes),
             "H 1 : M 4": policies.grouped([["H"], ["M"]], [1.0, 4.0], lanes, "H 1 : M 4"),
         }
-        for model in ("fluid", "packet"):
-            t_alone = alone(model, net, jobs, setups["one-vl"], 1)
+        for model, bp in (("fluid", fluid_buffers), ("packet", buffer_packets)):
+            t_alone = alone(model, net, jobs, setups["one-vl"], 1, buffer_packets=bp)
             for name, arb in setups.items():
-                o = evaluate(model, net, jobs, arb, 1, t_alone)
+                o = evaluate(model, net, jobs, arb, 1, t_alone, buffer_packets=bp)
                 rows.append(
                     [case, model, name]
                     + [
@@ -1078,8 +1098,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fluid_buffers < 0:
         parser.error(f"--fluid-buffers: expected 0 or more, got {args.fluid_buffers}")
-    # every fluid run of the script, through the policies' own runs too (ibqos's counters)
-    fluid_model.BUFFER_PACKETS = args.fluid_buffers
     start = time.perf_counter()
     print(f"machine: {machine()}", flush=True)
     load0 = os.getloadavg()[0]
@@ -1091,7 +1109,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [m for m in todo if not args.only or args.only in m.name]
         vals = []
         for i, mix in enumerate(todo):
-            v = run_validation(mix, iterations, args.buffer_packets)
+            v = run_validation(mix, iterations, args.buffer_packets, args.fluid_buffers)
             vals.append(v)
             _progress(
                 f"[{i + 1}/{len(todo)}] {mix.name}: rho {rho_text(v.rho())},"
@@ -1105,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
         print("\n## Two mechanisms, isolated (see mechanisms())\n")
-        print("\n".join(mechanisms()))
+        print("\n".join(mechanisms(args.buffer_packets, args.fluid_buffers)))
         doc["validation"] = [
             {
                 "mix": v.mix.name,
@@ -1127,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [m for m in todo if not args.only or args.only in m.name]
         results = []
         for i, mix in enumerate(todo):
-            r = run_fluid(mix, iterations)
+            r = run_fluid(mix, iterations, args.fluid_buffers)
             results.append(r)
             _progress(
                 f"[{i + 1}/{len(todo)}] {mix.name}: one-vl {ms(r.total('one-vl'))} ms,"
