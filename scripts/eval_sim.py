@@ -85,6 +85,8 @@ GAP_TARGET = 0.05
 VALIDATION_UNIT_S = 10e-6
 #: round-off below this is no contention (seconds)
 CLEAN_S = 1e-9
+#: totals closer than this share of the mix's one-vl total (or its largest) are a tie
+TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -310,11 +312,12 @@ def search(
     lanes: LaneConfig,
     t_alone: dict[str, float],
     others: Sequence[Arbitration],
-    fluid_buffers: int,
+    buffer_packets: int,
+    model: str = "fluid",
 ) -> tuple[Outcome, list[float]]:
     """The exhaustive search of :func:`ibqos.sim.policies.optimal` (same candidates, same
-    order, same tie-break), keeping every candidate's total; *fluid_buffers*: the fluid
-    model's switch buffers (packets per lane per input)."""
+    order, same tie-break), keeping every candidate's total, in *model* with its buffers
+    (*buffer_packets*: MTU packets per lane per input)."""
     ids = [j.id for j in jobs]
     candidates = list(policies._setups(ids, len(policies._job_lanes(lanes))))
     if len(candidates) > policies.MAX_SEARCH:
@@ -324,7 +327,7 @@ def search(
     best: Outcome | None = None
     totals = []
     for arb in tried:
-        out = evaluate("fluid", net, jobs, arb, iterations, t_alone, buffer_packets=fluid_buffers)
+        out = evaluate(model, net, jobs, arb, iterations, t_alone, buffer_packets=buffer_packets)
         totals.append(out.total_contention_s)
         if best is None or out.total_contention_s < best.total_contention_s:
             best = out
@@ -715,10 +718,22 @@ class Validation:
     packet: dict[str, Outcome]
     wall_fluid_s: float
     wall_packet_s: float
+    #: the packet model's own optimum (``--packet-search``), and every searched total
+    packet_optimal: Outcome | None = None
+    packet_searched: list[float] = field(default_factory=list)
 
     def total(self, model: str, policy: str) -> float:
         t = (self.fluid if model == "fluid" else self.packet)[policy].total_contention_s
         return 0.0 if abs(t) < CLEAN_S else t
+
+    def packet_gap(self, policy: str = "ibqos") -> float:
+        """*policy*'s total over the packet model's optimum's, minus 1; totals closer than
+        :data:`TIE` of one-vl's total count as equal (0), as the tolerant rho does."""
+        assert self.packet_optimal is not None
+        opt, got = self.packet_optimal.total_contention_s, self.total("packet", policy)
+        if got - opt <= TIE * max(self.total("packet", "one-vl"), CLEAN_S):
+            return 0.0
+        return (got - opt) / opt if opt > 0 else math.inf
 
     def totals(self, model: str, pols: Sequence[str] = MAIN) -> list[float]:
         return [self.total(model, p) for p in pols]
@@ -729,10 +744,15 @@ class Validation:
 
 
 def run_validation(
-    mix: Mix, iterations: int, buffer_packets: int, fluid_buffers: int
+    mix: Mix,
+    iterations: int,
+    buffer_packets: int,
+    fluid_buffers: int,
+    packet_search: bool = False,
 ) -> Validation:
     """The mix in both models: *buffer_packets* the packet model's input buffers per VL,
-    *fluid_buffers* the fluid model's switch buffers per lane per input."""
+    *fluid_buffers* the fluid model's switch buffers per lane per input; with
+    *packet_search*, the exhaustive search in the packet model too."""
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
     start = time.perf_counter()
@@ -747,8 +767,14 @@ def run_validation(
         )
         for p, o in fluid.outcomes.items()
     }
-    wall_packet = time.perf_counter() - start
-    return Validation(mix, fluid.outcomes, packet, wall_fluid, wall_packet)
+    v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0)
+    if packet_search:
+        others = [fluid.outcomes[p].setup for p in EVAL_POLICIES]
+        v.packet_optimal, v.packet_searched = search(
+            net, jobs, iterations, mix.lanes, t_alone, others, buffer_packets, "packet"
+        )
+    v.wall_packet_s = time.perf_counter() - start
+    return v
 
 
 def quantiles(xs: Sequence[float]) -> str:
@@ -802,6 +828,81 @@ def set_ranking(vals: list[Validation]) -> list[str]:
     return out + table(["ranked by", "fluid (best first)", "packet (best first)", "rho"], rows)
 
 
+def packet_search_report(vals: list[Validation]) -> list[str]:
+    """ibqos (and equal, bandwidth, the fluid model's pick) against the packet model's own
+    exhaustive optimum, per mix and per shape (``--packet-search``)."""
+    done = [v for v in vals if v.packet_optimal is not None]
+    pols = ("equal", "bandwidth", "ibqos", "optimal")
+    out = [
+        "## Against the packet model's own optimum (--packet-search)",
+        "",
+        "The search of `optimal` (every grouping onto the lanes x 1, 2, 4, 8 packets per"
+        " round, and the four policies' setups) run in the packet model. gap: a policy's"
+        " total over that optimum's - 1, 0 when within 1 % of one-vl's total; `optimal` here"
+        " is the fluid model's pick.",
+        "",
+    ]
+    rows = []
+    for v in done:
+        assert v.packet_optimal is not None
+        ib = v.total("packet", "ibqos")
+        better = sum(1 for x in v.packet_searched if x < ib - CLEAN_S)
+        rows.append(
+            [
+                v.mix.name,
+                f"{v.total('packet', 'one-vl') * 1e6:.1f}",
+                f"{v.packet_optimal.total_contention_s * 1e6:.1f}",
+                setup_text(v.packet_optimal.setup, v.mix.jobs),
+                f"{ib * 1e6:.1f}",
+                *[pct(v.packet_gap(p)) for p in pols],
+                f"{better}/{len(v.packet_searched)}",
+            ]
+        )
+    out += table(
+        [
+            "mix",
+            "one-vl us",
+            "optimum us",
+            "optimum's setup (VL[jobs]:packets)",
+            "ibqos us",
+            *[f"gap {p}" for p in pols],
+            "setups better than ibqos",
+        ],
+        rows,
+        right=1,
+    )
+    out += ["", "Per shape, over the mixes with contention under one-vl:", ""]
+    rows = []
+    for shape in sorted({v.mix.name.split(" ", 2)[2].rsplit(" #", 1)[0] for v in done}):
+        live = [
+            v for v in done if f" {shape} #" in v.mix.name and v.total("packet", "one-vl") > CLEAN_S
+        ]
+        if not live:
+            continue
+        row = [shape, str(len(live))]
+        for p in pols:
+            near = sum(1 for v in live if v.packet_gap(p) <= GAP_TARGET)
+            rel = statistics.fmean(v.total("packet", p) / v.total("packet", "one-vl") for v in live)
+            row.append(f"{near} ({rel:.3f})")
+        opt = statistics.fmean(
+            (v.packet_optimal.total_contention_s if v.packet_optimal else math.nan)
+            / v.total("packet", "one-vl")
+            for v in live
+        )
+        rows.append([*row, f"{opt:.3f}"])
+    out += table(
+        [
+            "shape",
+            "mixes",
+            *[f"{p}: within 5 % (mean rel. one-vl)" for p in pols],
+            "optimum (mean rel. one-vl)",
+        ],
+        rows,
+        right=1,
+    )
+    return out
+
+
 def validation_report(
     vals: list[Validation], iterations: int, link: float, unit: float
 ) -> list[str]:
@@ -828,7 +929,7 @@ def validation_report(
         row += [f"{v.total('fluid', p) * 1e6:.1f} / {v.total('packet', p) * 1e6:.1f}" for p in MAIN]
         row += [
             rho_text(v.rho()),
-            rho_text(v.rho(0.01)),
+            rho_text(v.rho(TIE)),
             f"{v.wall_fluid_s:.1f} / {v.wall_packet_s:.1f}",
         ]
         rows.append(row)
@@ -837,7 +938,7 @@ def validation_report(
     rows = []
     for name, rs in (
         ("strict ties", [v.rho() for v in vals]),
-        ("1 % ties", [v.rho(0.01) for v in vals]),
+        ("1 % ties", [v.rho(TIE) for v in vals]),
     ):
         ok = [r for r in rs if not math.isnan(r)]
         rows.append(
@@ -882,7 +983,7 @@ def validation_report(
             live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
             cells = []
             for other in ("equal", "bandwidth", "optimal"):
-                tol = [0.01 * v.total(model, "one-vl") for v in live]
+                tol = [TIE * v.total(model, "one-vl") for v in live]
                 win = sum(
                     1
                     for v, t in zip(live, tol, strict=True)
@@ -1090,6 +1191,12 @@ def main(argv: list[str] | None = None) -> int:
         " docs/simulate-validation.md)",
     )
     parser.add_argument(
+        "--packet-search",
+        action="store_true",
+        help="validation: also search every setup in the packet model, for ibqos's gap to"
+        " its optimum (slow: minutes per 4-job mix)",
+    )
+    parser.add_argument(
         "--buffer-packets",
         type=int,
         default=PACKET_BUFFER,
@@ -1109,7 +1216,9 @@ def main(argv: list[str] | None = None) -> int:
         todo = [m for m in todo if not args.only or args.only in m.name]
         vals = []
         for i, mix in enumerate(todo):
-            v = run_validation(mix, iterations, args.buffer_packets, args.fluid_buffers)
+            v = run_validation(
+                mix, iterations, args.buffer_packets, args.fluid_buffers, args.packet_search
+            )
             vals.append(v)
             _progress(
                 f"[{i + 1}/{len(todo)}] {mix.name}: rho {rho_text(v.rho())},"
@@ -1122,6 +1231,9 @@ def main(argv: list[str] | None = None) -> int:
             f" packets of input buffer per VL; fluid model: {args.fluid_buffers}\n"
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
+        if args.packet_search:
+            print()
+            print("\n".join(packet_search_report(vals)))
         print("\n## Two mechanisms, isolated (see mechanisms())\n")
         print("\n".join(mechanisms(args.buffer_packets, args.fluid_buffers)))
         doc["validation"] = [
@@ -1129,6 +1241,15 @@ def main(argv: list[str] | None = None) -> int:
                 "mix": v.mix.name,
                 "fluid": {p: v.total("fluid", p) for p in v.fluid},
                 "packet": {p: v.total("packet", p) for p in v.packet},
+                "packet_optimal": (
+                    {
+                        "total_contention_s": v.packet_optimal.total_contention_s,
+                        "setup": setup_text(v.packet_optimal.setup, v.mix.jobs),
+                        "searched": v.packet_searched,
+                    }
+                    if v.packet_optimal
+                    else None
+                ),
                 "jobs": {
                     p: [
                         [jf.id, jf.t_alone_s, jf.contention_s, jp.t_alone_s, jp.contention_s]
