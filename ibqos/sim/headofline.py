@@ -53,6 +53,7 @@ def input_paces(
     """
     n_keys = len(col_of_key)
     pace = np.full(n_keys, np.inf)
+    # (column, the input key its link feeds, -1 for a full column): typed for numba
     todo = [(np.int64(0), np.int64(-1)) for _ in range(0)]
     for c in full:
         todo.append((np.int64(c), np.int64(-1)))
