@@ -494,3 +494,9 @@ def test_a_full_buffer_holds_its_input_s_other_traffic_of_the_lane() -> None:
         assert sim.buffer_events > 0
         assert sim.sender_alpha[:3] == pytest.approx([5 / 12] * 3)
         assert sim.alpha[1] == pytest.approx(m_alpha)
+    # One sender for all of H weighs as the one host of it that comes in over leaf 1's
+    # uplink, not as its three: M is held to the same bytes.
+    per_job = FluidSim(net, jobs, one_lane, "job", buffer_packets=8)
+    per_job.advance(20e-6)
+    assert per_job.senders.rows == 2
+    assert per_job.alpha == pytest.approx([5 / 12, 25 / 48])
