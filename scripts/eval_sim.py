@@ -873,10 +873,9 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     )
     out += ["", "Per shape, over the mixes with contention under one-vl:", ""]
     rows = []
-    for shape in sorted({v.mix.name.split(" ", 2)[2].rsplit(" #", 1)[0] for v in done}):
-        live = [
-            v for v in done if f" {shape} #" in v.mix.name and v.total("packet", "one-vl") > CLEAN_S
-        ]
+    contended = [v for v in done if v.total("packet", "one-vl") > CLEAN_S]
+    by_shape = {s: [v for v in contended if v.mix.shape == s] for s in SHAPES_32}
+    for shape, live in [*by_shape.items(), ("all", contended)]:
         if not live:
             continue
         row = [shape, str(len(live))]

@@ -100,10 +100,6 @@ BUFFER_PACKETS = 0
 HEAD_OF_LINE = True
 _TOL = 1e-7
 _EPS = 1e-12
-#: solves for the head-of-line caps per event: one.  Solving again until they settle (up
-#: to 4) changed no total of the 36 validation mixes by 1 ns, and the 2,048-node one-vl
-#: contention by 0.8 %, for 40 % more time (docs/simulate-validation.md)
-_HOL_ROUNDS = 1
 _MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
 _MIN_BYTES = 1e-3  # bytes: buffers this close to full or to empty are full or empty
 
@@ -372,10 +368,13 @@ class Allocator:
         # A group's rates hold for one state of the buffers and caps: the key has both.
         # A buffered run comes back to earlier states often (a third of the solves of the
         # 2,048-node one-vl run), so the rates of every state are kept, not only the last.
-        state = hashlib.blake2b(digest_size=16)
-        for part in (self._open, self._backlog, self._cap):
-            state.update(part.tobytes())
-        tag = state.digest()
+        # Without buffers or caps there is one state: no digest to take.
+        tag = b""
+        if col_open is not None or col_backlog is not None or row_cap is not None:
+            state = hashlib.blake2b(digest_size=16)
+            for part in (self._open, self._backlog, self._cap):
+                state.update(part.tobytes())
+            tag = state.digest()
         hot, label, order, bounds = hot_groups(
             active, self._pair_ptr, self._pair_link, self._pair_load, self.capacity
         )
@@ -733,8 +732,10 @@ class FluidSim:
         buffers, until they bring less than it, and then it drains (a lane with a backlog
         asks for the whole link).  With :data:`HEAD_OF_LINE`, the senders are then capped
         at the pace of the full buffers they pass through (:meth:`Allocator.paces`) and
-        solved again (:data:`_HOL_ROUNDS` times, at most).  Sets each column's net inflow
-        (bytes per second into its buffers)."""
+        solved once more.  Solving again until the caps settle (up to 4 times) changed no
+        total of the 36 validation mixes by 1 ns and the 2,048-node one-vl contention by
+        0.8 %, for 40 % more time (docs/simulate-validation.md).  Sets each column's net
+        inflow (bytes per second into its buffers)."""
         alloc = self.allocator
         active = self._sending()
         self._room = alloc.inputs(active) * self._buffer_bytes
@@ -750,14 +751,10 @@ class FluidSim:
             if back.any():
                 self._full |= back
                 alpha, into, out = self._solve_buffered(active)
-        caps: FloatArray | None = None
-        for _ in range(_HOL_ROUNDS if HEAD_OF_LINE and self._full.any() else 0):
-            paces = alloc.paces(alpha, active, self._full)
-            paces = paces if caps is None else np.minimum(paces, caps)
-            if (paces >= 1).all() or (caps is not None and np.array_equal(paces, caps)):
-                break
-            caps = paces
-            alpha, into, out = self._solve_buffered(active, caps)
+        if HEAD_OF_LINE and self._full.any():
+            caps = alloc.paces(alpha, active, self._full)
+            if (caps < 1).any():
+                alpha, into, out = self._solve_buffered(active, caps)
         self._inflow = np.where(self._full, 0.0, into - out)
         self._inflow[(self._held <= 0) & (self._inflow < 0)] = 0.0
         # The solver can leave a held column a few bytes it no longer fills (see
