@@ -449,9 +449,15 @@ def status_command(path: Path | None, fmt: str) -> None:
 @click.option(
     "--buffers",
     type=click.IntRange(min=0),
-    help="Switch input buffers per VL, in MTU packets: the packet model's (default 8), or"
-    " the fluid model's (default none; experimental: buffers and head-of-line blocking,"
-    " docs/simulate.md).",
+    help="Switch input buffers per VL, in MTU packets, of --model: the packet model's"
+    " (default 8), or the fluid model's (default none; experimental: buffers and"
+    " head-of-line blocking, docs/simulate.md).",
+)
+@click.option(
+    "--fluid-buffers",
+    type=click.IntRange(min=0),
+    help="With --model packet: the fluid model's buffers (as --buffers) where ibqos and"
+    " optimal plan by simulating it (default none).",
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
 @_config_option
@@ -468,6 +474,7 @@ def simulate_command(
     model: str,
     senders: Granularity,
     buffers: int | None,
+    fluid_buffers: int | None,
     iterations: int,
     path: Path | None,
     fmt: str,
@@ -484,7 +491,17 @@ def simulate_command(
         lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
     net = sim_network(xgft, int(width), speed, topology, lfts)
     text = run_simulation(
-        net, jobs_path, policies, plan_file, model, iterations, lanes, fmt, senders, buffers
+        net,
+        jobs_path,
+        policies,
+        plan_file,
+        model,
+        iterations,
+        lanes,
+        fmt,
+        senders,
+        buffers,
+        fluid_buffers,
     )
     click.echo(text, nl=False)
 

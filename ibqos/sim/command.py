@@ -54,11 +54,25 @@ def simulate(
     fmt: str,
     per: Granularity = "auto",
     buffer_packets: int | None = None,
+    fluid_buffers: int | None = None,
 ) -> str:
-    """Run the mix under each policy (and the plan file), return the rendered report
-    (*buffer_packets*: switch buffers per VL per input; None: the model's default)."""
+    """Run the mix under each policy (and the plan file), return the rendered report.
+
+    *buffer_packets*: switch buffers per VL per input of *model* (None: its default).
+    *fluid_buffers*: the fluid model's, for the policies that plan by simulating it
+    (ibqos, optimal) when *model* is the packet model; with the fluid model its own
+    buffers serve both, and a second value is refused.  The packet model's buffers are
+    not the fluid model's: one value for both gave a packet run's plan buffers the fluid
+    model does not have by default.
+    """
     if iterations < 1:
         raise SimError(f"--iterations {iterations}: expected at least 1")
+    if model == "fluid":
+        if fluid_buffers is not None and fluid_buffers != buffer_packets:
+            raise SimError(
+                "--fluid-buffers: the fluid model's buffers are --buffers under --model fluid"
+            )
+        fluid_buffers = buffer_packets
     jobs = load_jobs(jobs_path, traffic=True)
     check_hosts(jobs, set(net.hosts), str(jobs_path))
     sim_jobs = prepare(net, jobs)
@@ -71,7 +85,7 @@ def simulate(
     if model == "fluid":
         base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffer_packets)
     setups: list[Arbitration] = [
-        build(n, net, sim_jobs, iterations, lanes, per, base_run, buffer_packets) for n in names
+        build(n, net, sim_jobs, iterations, lanes, per, base_run, fluid_buffers) for n in names
     ]
     if plan is not None:
         setups.append(load_plan(plan))

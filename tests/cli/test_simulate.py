@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from ibqos.cli import cli
+from ibqos.sim import policies
+from ibqos.sim.workload import RunResult
 
 MIX = """\
 jobs:
@@ -157,3 +160,49 @@ def test_buffers_option(mix: Path) -> None:
     assert eight != plain and eight == pytest.approx(plain, rel=0.01)
     code, _, err = invoke("simulate", "--jobs", str(mix), "--buffers", "-1")
     assert code == 2 and "--buffers" in err
+
+
+SMALL = """\
+jobs:
+  - {id: H, nodes: "cn[0001-0002,0005-0006]", pattern: all-to-all,
+     rate_bytes_per_s: 10.0e9, duty: 0.6, period_s: 20.0e-6}
+  - {id: M, nodes: "cn[0003,0007]", pattern: ring,
+     rate_bytes_per_s: 5.0e9, duty: 0.3, period_s: 10.0e-6}
+"""
+
+
+def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ibqos plans from a fluid run on one VL: under --model packet that run has the fluid
+    # model's buffers (--fluid-buffers, default none), whatever --buffers gives the packet
+    # model.  Recorded where the fluid model is called, the real run going on.
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    seen: list[int | None] = []
+    real = policies.simulate_fluid
+
+    def spy(*args: Any, **kwargs: Any) -> RunResult:
+        seen.append(args[5] if len(args) > 5 else kwargs.get("buffer_packets"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policies, "simulate_fluid", spy)
+
+    def setup(*extra: str) -> dict[str, Any]:
+        code, out, err = invoke(
+            "simulate", "--xgft", "2;4,2;1,2", "--jobs", str(path), "--policy", "ibqos",
+            "--iterations", "2", "--format", "json", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        got: dict[str, Any] = json.loads(out)["setup"]
+        return got
+
+    packet = setup("--model", "packet", "--buffers", "2")
+    assert seen == [None]
+    assert setup("--model", "packet", "--buffers", "2", "--fluid-buffers", "4") == packet
+    assert seen == [None, 4]
+    code, _, err = invoke(
+        "simulate", "--jobs", str(path), "--xgft", "2;4,2;1,2", "--buffers", "2",
+        "--fluid-buffers", "4",
+    )  # fmt: skip
+    assert code != 0 and "--fluid-buffers" in err and "--model fluid" in err
