@@ -61,7 +61,7 @@ from ibqos.sim import policies
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import PACKET_BUFFER
-from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import SimJob, prepare
 
 #: evaluation fabrics: 64 hosts, 4 leaves of 16
@@ -317,22 +317,12 @@ def search(
 ) -> tuple[Outcome, list[float]]:
     """The exhaustive search of :func:`ibqos.sim.policies.optimal` (same candidates, same
     order, same tie-break), keeping every candidate's total, in *model* with its buffers
-    (*buffer_packets*: MTU packets per lane per input)."""
-    ids = [j.id for j in jobs]
-    candidates = list(policies._setups(ids, len(policies._job_lanes(lanes))))
-    if len(candidates) > policies.MAX_SEARCH:
-        raise SimError(f"{len(candidates)} setups, more than {policies.MAX_SEARCH}")
-    tried = [policies.grouped(g, w, lanes, "optimal") for g, w in candidates]
-    tried += [replace(arb, name="optimal") for arb in others]
-    best: Outcome | None = None
-    totals = []
-    for arb in tried:
-        out = evaluate(model, net, jobs, arb, iterations, t_alone, buffer_packets=buffer_packets)
-        totals.append(out.total_contention_s)
-        if best is None or out.total_contention_s < best.total_contention_s:
-            best = out
-    assert best is not None
-    return best, totals
+    (*buffer_packets*: MTU packets per lane per input); *others*: the other policies'
+    setups, already built."""
+    tried = policies.grid(jobs, lanes) + [replace(arb, name="optimal") for arb in others]
+    return policies.best_of(
+        model, net, jobs, tried, iterations, t_alone, buffer_packets=buffer_packets
+    )
 
 
 def run_fluid(

@@ -31,7 +31,7 @@ import pandas as pd
 from ibqos.decide import Decider
 from ibqos.fabric import Fabric
 from ibqos.planner import NUM_SLS, LaneConfig
-from ibqos.sim.evaluate import alone, evaluate
+from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.fluid import Granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration, SimError, from_tables
@@ -189,6 +189,24 @@ def optimal(
     Raises:
         SimError: the search would run more than :data:`MAX_SEARCH` setups.
     """
+    tried = grid(jobs, lanes)
+    base = one_vl(jobs, lanes)
+    t_alone = alone("fluid", net, jobs, base, iterations, per, buffer_packets)
+    tried += [
+        replace(build(p, net, jobs, iterations, lanes, per, None, buffer_packets), name="optimal")
+        for p in ("one-vl", "equal", "bandwidth", "ibqos")
+    ]
+    best, _ = best_of("fluid", net, jobs, tried, iterations, t_alone, per, buffer_packets)
+    return best.setup
+
+
+def grid(jobs: Sequence[SimJob], lanes: LaneConfig) -> list[Arbitration]:
+    """The setups of the exhaustive search's grid, named ``optimal``: every grouping of the
+    jobs onto the lanes with every weight vector of :data:`WEIGHT_GRID`.
+
+    Raises:
+        SimError: more than :data:`MAX_SEARCH` setups.
+    """
     vls = _job_lanes(lanes)
     ids = [j.id for j in jobs]
     candidates = list(itertools.islice(_setups(ids, len(vls)), MAX_SEARCH + 1))
@@ -197,22 +215,31 @@ def optimal(
             f"--policy optimal: {len(jobs)} jobs on {len(vls)} lanes make more than"
             f" {MAX_SEARCH} setups to try; use fewer jobs or lanes"
         )
-    base = one_vl(jobs, lanes)
-    t_alone = alone("fluid", net, jobs, base, iterations, per, buffer_packets)
-    tried = [grouped(g, w, lanes, "optimal") for g, w in candidates]
-    tried += [
-        replace(build(p, net, jobs, iterations, lanes, per, None, buffer_packets), name="optimal")
-        for p in ("one-vl", "equal", "bandwidth", "ibqos")
-    ]
-    best = min(
-        tried,
-        key=lambda arb: (
-            evaluate(
-                "fluid", net, jobs, arb, iterations, t_alone, per, buffer_packets
-            ).total_contention_s
-        ),
-    )
-    return best
+    return [grouped(g, w, lanes, "optimal") for g, w in candidates]
+
+
+def best_of(
+    model: str,
+    net: Network,
+    jobs: Sequence[SimJob],
+    setups: Sequence[Arbitration],
+    iterations: int,
+    t_alone: dict[str, float],
+    per: Granularity = "auto",
+    buffer_packets: int | None = None,
+) -> tuple[Outcome, list[float]]:
+    """Each of *setups* run in *model*: the outcome of the one with the least total
+    contention (the first of equals), and every setup's total (s), in order."""
+    best: Outcome | None = None
+    totals = []
+    for arb in setups:
+        out = evaluate(model, net, jobs, arb, iterations, t_alone, per, buffer_packets)
+        totals.append(out.total_contention_s)
+        if best is None or out.total_contention_s < best.total_contention_s:
+            best = out
+    if best is None:
+        raise SimError("the search has no setup to try")
+    return best, totals
 
 
 def _setups(ids: Sequence[str], n_lanes: int) -> Iterator[tuple[list[list[str]], list[float]]]:

@@ -10,7 +10,7 @@ from ibqos.jobs import Job
 from ibqos.lab.xgft import parse_xgft
 from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import DEFAULT_LANES, POLICIES, _partitions, build
+from ibqos.sim.policies import DEFAULT_LANES, POLICIES, _partitions, best_of, build, grid
 from ibqos.sim.qos import SimError
 from ibqos.sim.workload import SimJob, prepare
 
@@ -70,6 +70,25 @@ def test_optimal_is_no_worse_than_any_policy(mix: tuple[Network, list[SimJob]]) 
     assert totals["optimal"] <= min(totals.values()) + 1e-12
     # separating the heavy job from the others removes most of the one-VL contention
     assert totals["ibqos"] < 0.5 * totals["one-vl"]
+
+
+def test_the_search_keeps_every_total_and_the_first_best(
+    mix: tuple[Network, list[SimJob]],
+) -> None:
+    net, jobs = mix
+    base = build("one-vl", net, jobs, 3)
+    t_alone = alone("fluid", net, jobs, base, 3)
+    setups = grid(jobs, DEFAULT_LANES)
+    # 3 jobs on 8 lanes: 1 grouping on one lane, 3 on two lanes x 7 weight pairs of
+    # 1, 2, 4, 8 with no common factor (one of them 1), 1 on three lanes x 37 triples
+    assert len(setups) == 1 + 3 * 7 + 37
+    assert {a.name for a in setups} == {"optimal"}
+    tried = [base, setups[-1], base]
+    best, totals = best_of("fluid", net, jobs, tried, 3, t_alone)
+    assert totals[0] == totals[2] > totals[1]  # one VL costs more than any lane per job
+    assert best.setup is setups[-1] and best.total_contention_s == totals[1]
+    first, again = best_of("fluid", net, jobs, [base, base], 3, t_alone)
+    assert first.setup is base and again == [totals[0], totals[0]]
 
 
 def test_more_jobs_than_lanes_share_lanes(mix: tuple[Network, list[SimJob]]) -> None:
