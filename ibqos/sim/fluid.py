@@ -58,11 +58,13 @@ column holds the switch inputs that feed it (head of line): the packets of the l
 behind its own in an input's buffer, for any output, come in no faster than the held
 ones, so no host's traffic through the input moves more bytes than the fastest held
 host's; the buffers up the links that feed it back up in turn (the senders get caps and
-the rates are solved again).  What it still
-leaves out: that an input's one buffer is counted whole in every column it feeds, the
-lower rate downstream of a filling column (later links see the senders' own rate), and
-the bytes a buffer holds when its input's senders stop (dropped from the count, as if
-delivered).
+the rates are solved again).  A job's communication phase ends when its last bytes are
+out of the buffers, not when its hosts have sent them: on each of its paths they wait
+behind what every column on it holds, at the rate it sends on (:meth:`FluidSim._drain_s`).
+What it still leaves out: that an input's one buffer is counted whole in every column it
+feeds, the lower rate downstream of a filling column (later links see the senders' own
+rate), and, for the others, the bytes a buffer holds when its input's senders stop
+(dropped from the count at once, though the job that sent them waits for them).
 """
 
 from __future__ import annotations
@@ -455,6 +457,21 @@ class Allocator:
         ]
         self._slot = 0
 
+    @property
+    def n_lanes(self) -> int:
+        """Lanes in use (at least 1): the width of a column's key (link x lanes + lane)."""
+        return max(len(self._lane_weight), 1)
+
+    def lane_of_row(self, row: int) -> int:
+        """The lane (index among the lanes in use) of a sender."""
+        return int(self._lane_of[row]) if len(self._lane_of) else 0
+
+    def column_of_key(self, key: IntArray) -> IntArray:
+        """The column of each (link x :attr:`n_lanes` + lane) key; -1 for a lane of a link
+        no column stands for (one that no mix of these senders can overload)."""
+        got: IntArray = self._col_of_key[key]
+        return got
+
     def _index_inputs(self, n_lanes: int) -> None:
         """Per (sender, switch input buffer), kept or not, the bytes per second per host
         the sender puts through it at full rate, over every output it goes to; and the
@@ -680,6 +697,8 @@ class FluidSim:
         self._full = np.zeros(self.allocator.columns, dtype=bool)
         self._room = np.zeros(self.allocator.columns)
         self._inflow = np.zeros(self.allocator.columns)
+        self._out = np.zeros(self.allocator.columns)  # what each column sends on (B/s)
+        self._paths: dict[int, IntArray] = {}  # per job, its flows' columns (_drain_s)
 
     def phase(self, i: int) -> JobPhase:
         """Job *i*'s place in its iteration."""
@@ -755,6 +774,7 @@ class FluidSim:
             caps = alloc.paces(alpha, active, self._full)
             if (caps < 1).any():
                 alpha, into, out = self._solve_buffered(active, caps)
+        self._out = out
         self._inflow = np.where(self._full, 0.0, into - out)
         self._inflow[(self._held <= 0) & (self._inflow < 0)] = 0.0
         # The solver can leave a held column a few bytes it no longer fills (see
@@ -796,6 +816,31 @@ class FluidSim:
         if changed:
             self.buffer_events += changed
             self._alpha = None
+
+    def _drain_s(self, i: int) -> float:
+        """Seconds until job *i*'s last bytes, just sent, are out of the switch buffers:
+        a column's buffers are FIFOs per input, so they wait behind what it holds, at the
+        rate it sends on; along a path the waits add up, and the slowest path decides.
+        (Measured against the packet model: docs/simulate-validation.md, session 14.)"""
+        paths = self._paths.get(i)
+        if paths is None:
+            alloc = self.allocator
+            lo = self.senders.first[i]
+            hops = self.net.hops(self.jobs[i].flows)
+            if not hops.size or alloc.columns == 0:
+                paths = np.zeros((0, 0), dtype=np.int64)
+            else:
+                lane = alloc.lane_of_row(int(lo))
+                key = np.where(hops >= 0, hops * alloc.n_lanes + lane, -1)
+                cols = np.where(key >= 0, alloc.column_of_key(np.maximum(key, 0)), -1)
+                paths = np.unique(cols[(cols >= 0).any(axis=1)], axis=0)
+            self._paths[i] = paths
+        if not paths.size:
+            return 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wait = np.where(self._out > 0, self._held / self._out, 0.0)
+        per_path = np.where(paths >= 0, wait[np.maximum(paths, 0)], 0.0).sum(axis=1)
+        return float(per_path.max())
 
     @property
     def alpha(self) -> FloatArray:
@@ -868,7 +913,10 @@ class FluidSim:
         if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
-                self.ends[i].append(self.time)
+                # its last bytes still in the buffers: the iteration ends once they are out
+                drain = self._drain_s(int(i)) if buffers else 0.0
+                self.compute_left[i] += drain
+                self.ends[i].append(self.time + drain)
             self.events += changed
             self._start_phases()
             self._alpha = None
