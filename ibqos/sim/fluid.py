@@ -100,6 +100,9 @@ AUTO_HOSTS = 512
 BUFFER_PACKETS = 0
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
 HEAD_OF_LINE = True
+#: with buffers, a job's last packets also wait at each hop for the other lanes' turns
+#: (FluidSim._drain_s)
+ARBITRATION_WAIT = True
 _TOL = 1e-7
 _EPS = 1e-12
 _MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
@@ -317,6 +320,14 @@ class Allocator:
         self._lane_weight = np.array(
             [float(high[int(v)] if int(v) in high else low.get(int(v), 0)) for v in self._lanes]
         )
+        # bytes one VLArb entry of each lane sends per turn, on average: what a packet of
+        # another lane that comes in during the turn waits for (FluidSim._drain_s)
+        turns = {int(v): 0 for v in self._lanes}
+        for vl, weight in (*arb.vlarb_low, *arb.vlarb_high):
+            if arb.packets(weight) > 0 and vl in turns:
+                turns[vl] += 1
+        per_round = self._lane_weight * arb.mtu
+        self.lane_turn_bytes = per_round / np.maximum([turns[int(v)] for v in self._lanes], 1)
         # The kept entries in the order the solver walks them: by lane, link, input
         # (at a host's own port each sender is an input of its own), then sender.
         row, came = s.e_row[keep], s.e_in[keep]
@@ -465,6 +476,17 @@ class Allocator:
     def lane_of_row(self, row: int) -> int:
         """The lane (index among the lanes in use) of a sender."""
         return int(self._lane_of[row]) if len(self._lane_of) else 0
+
+    @property
+    def column_link(self) -> IntArray:
+        """The link of each column."""
+        got: IntArray = self._link[self._col_start]
+        return got
+
+    @property
+    def column_lane(self) -> IntArray:
+        """The lane (index among the lanes in use) of each column."""
+        return self._col_lane
 
     def column_of_key(self, key: IntArray) -> IntArray:
         """The column of each (link x :attr:`n_lanes` + lane) key; -1 for a lane of a link
@@ -698,6 +720,7 @@ class FluidSim:
         self._room = np.zeros(self.allocator.columns)
         self._inflow = np.zeros(self.allocator.columns)
         self._out = np.zeros(self.allocator.columns)  # what each column sends on (B/s)
+        self._into = np.zeros(self.allocator.columns)  # what comes into it (B/s)
         self._paths: dict[int, IntArray] = {}  # per job, its flows' columns (_drain_s)
 
     def phase(self, i: int) -> JobPhase:
@@ -775,6 +798,7 @@ class FluidSim:
             if (caps < 1).any():
                 alpha, into, out = self._solve_buffered(active, caps)
         self._out = out
+        self._into = into
         self._inflow = np.where(self._full, 0.0, into - out)
         self._inflow[(self._held <= 0) & (self._inflow < 0)] = 0.0
         # The solver can leave a held column a few bytes it no longer fills (see
@@ -818,10 +842,16 @@ class FluidSim:
             self._alpha = None
 
     def _drain_s(self, i: int) -> float:
-        """Seconds until job *i*'s last bytes, just sent, are out of the switch buffers:
-        a column's buffers are FIFOs per input, so they wait behind what it holds, at the
-        rate it sends on; along a path the waits add up, and the slowest path decides.
-        (Measured against the packet model: docs/simulate-validation.md, session 14.)"""
+        """Seconds until job *i*'s last bytes, just sent, are out of the switch buffers.
+
+        At each column (one lane of one link) of a path they wait behind what its buffers
+        hold, at the rate it sends on (FIFOs), and with :data:`ARBITRATION_WAIT` for the
+        turns of the link's other lanes: each sends for a fraction of the time (its
+        throughput over the link's rate), and a packet that comes in during one of its
+        turns (one VLArb entry's packets) waits half of it on average.  Along a path the
+        waits add up; the slowest path decides.  Columns stand for the links these
+        senders could overload, so links with room for everyone add nothing.  Measured
+        against the packet model: docs/simulate-validation.md, session 14."""
         paths = self._paths.get(i)
         if paths is None:
             alloc = self.allocator
@@ -839,6 +869,14 @@ class FluidSim:
             return 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
             wait = np.where(self._out > 0, self._held / self._out, 0.0)
+        if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
+            alloc = self.allocator
+            link = alloc.column_link
+            cap = alloc.capacity[link]
+            moving = np.where(self._held > 0, self._out, np.minimum(self._into, self._out))
+            turn = moving / cap * alloc.lane_turn_bytes[alloc.column_lane] / cap / 2
+            at_link = np.bincount(link, weights=turn, minlength=len(alloc.capacity))
+            wait += at_link[link] - turn
         per_path = np.where(paths >= 0, wait[np.maximum(paths, 0)], 0.0).sum(axis=1)
         return float(per_path.max())
 

@@ -20,6 +20,7 @@ from ibqos.sim.fluid import (
 )
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.packet import simulate_packets
 from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.workload import SimJob, prepare
 
@@ -415,13 +416,16 @@ def test_a_job_s_senders_cut_from_its_mix_are_those_it_has_alone(
     assert reused == fresh
 
 
-def up_one_link(rate_a: float, rate_b: float, duty_b: float) -> tuple[Network, list[SimJob]]:
+def up_one_link(
+    rate_a: float, rate_b: float, duty_b: float, period_a: float = 0.01, period_b: float = 0.01
+) -> tuple[Network, list[SimJob]]:
     """A (cn1 -> cn4) and B (cn2 -> cn7) up leaf 1's only uplink, then apart at the spine:
     the uplink's lane has the buffers of its two inputs (cn1's and cn2's links), each
     holding traffic for the uplink only."""
     net = xgft_network(parse_xgft("2;3,3;1,1"))
-    b = replace(flow("B", 2, 7, rate_b), duty=duty_b)
-    return net, prepare(net, [flow("A", 1, 4, rate_a), b])
+    a = replace(flow("A", 1, 4, rate_a), period_s=period_a)
+    b = replace(flow("B", 2, 7, rate_b), duty=duty_b, period_s=period_b)
+    return net, prepare(net, [a, b])
 
 
 def test_buffers_absorb_the_excess_until_full_then_the_lane_s_share_holds() -> None:
@@ -437,17 +441,60 @@ def test_buffers_absorb_the_excess_until_full_then_the_lane_s_share_holds() -> N
     # full: the link's inputs split it max-min as without buffers (B gets its 6.25)
     assert sim.alpha == pytest.approx([0.5, 1.0])
     assert sim.buffer_events == 1 and sim.buffered_bytes == pytest.approx(room)
-    # A sent at its full rate while they filled: it ends that much sooner than its 20 ms
-    run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=8)
-    assert run.jobs["A"].t_s == pytest.approx(0.02 - fill_s, rel=1e-9)
-    assert simulate_fluid(net, jobs, one_lane, 1).jobs["A"].t_s == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("packets", [8, 32])
+def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -> None:
+    # An in-cast up leaf 1's only uplink: cn1 and cn2 send 1.25 MB each to cn4 at the
+    # link's rate.  The uplink is busy from the first byte to the last: 2.5 MB at 12.5
+    # GB/s, 200 us (packet model: 200.8, store and forward).  With buffers the hosts are
+    # done sooner, by what the buffers hold then, and the phase ends when the bytes are
+    # out: behind everything held on the path, at the rate each column sends on.  The
+    # links after the uplink see the hosts' rate while it fills (a simplification,
+    # docs/simulate-validation.md session 14): their buffers (one input each) fill first
+    # and hold the hosts to the link's rate, the uplink's half full, so the phase ends
+    # two inputs' worth after 200 us.
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
+    job = Job("A", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 1.0, 100e-6, matrix=incast)
+    jobs = prepare(net, [job])
+    one_lane = setup({"A": 0}, ((0, 32),))
+    assert simulate_fluid(net, jobs, one_lane, 1).jobs["A"].t_s == pytest.approx(200e-6)
+    sim = FluidSim(net, jobs, one_lane, buffer_packets=packets)
+    while sim.bytes_left.any():
+        sim.advance(sim.next_event_s())
+    per_input = packets * one_lane.mtu
+    assert sim.time == pytest.approx(200e-6 - per_input / EDR4, rel=1e-9)
+    assert sim.buffered_bytes == pytest.approx(3 * per_input)  # one input's worth each
+    run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=packets)
+    assert run.jobs["A"].t_s == pytest.approx(200e-6 + 2 * per_input / EDR4, rel=1e-9)
+    packet = simulate_packets(net, jobs, one_lane, 1, buffer_packets=packets)
+    assert packet.jobs["A"].t_s == pytest.approx(200e-6, rel=0.01)
+
+
+def test_a_light_lane_s_last_packets_wait_for_the_heavy_lane_s_turn() -> None:
+    # A (0.9 of the link, always sending) and B (1.5 GB/s, half of its 1 ms) share leaf
+    # 1's uplink on two lanes, A's with one VLArb entry of 4 packets, B's of 1.  B is well
+    # within its share: it is never slowed, but its last packet comes in while A's lane
+    # sends (0.88 of the time) and waits half a turn of A's on average (4 packets), so
+    # its iteration ends that much after 1 ms (packet model: 0.337 us).
+    net, jobs = up_one_link(0.9 * EDR4, 1.5e9, 0.5, period_a=0.002, period_b=0.001)
+    two_lanes = setup({"A": 0, "B": 1}, ((0, 128), (1, 32)))
+    mtu = two_lanes.mtu
+    wait = (EDR4 - 1.5e9) / EDR4 * (4 * mtu / EDR4) / 2
+    assert simulate_fluid(net, jobs, two_lanes, 1).jobs["B"].t_s == pytest.approx(0.001)
+    run = simulate_fluid(net, jobs, two_lanes, 1, buffer_packets=8)
+    assert run.jobs["B"].t_s == pytest.approx(0.001 + wait, rel=1e-12)
+    packet = simulate_packets(net, jobs, two_lanes, 1).jobs["B"].t_s - 0.001
+    assert packet == pytest.approx(wait, rel=0.25)
 
 
 def test_full_buffers_drain_once_their_senders_bring_less_than_the_link() -> None:
-    # A sends all the time, B half of its period (computing first), both at 0.75 of the
-    # link: while both send they fill (at 6.25 GB/s) and then hold both at 2/3; when B
-    # computes again, A alone brings 9.375 GB/s and the backlog drains at the 3.125 left
-    net, jobs = up_one_link(0.75 * EDR4, 0.75 * EDR4, 0.5)
+    # A sends all the time (a 20 ms phase), B half of its 10 ms period (computing
+    # first), both at 0.75 of the link: while both send they fill (at 6.25 GB/s) and then
+    # hold both at 2/3; when B computes again, A alone brings 9.375 GB/s and the backlog
+    # drains at the 3.125 left
+    net, jobs = up_one_link(0.75 * EDR4, 0.75 * EDR4, 0.5, period_a=0.02)
     one_lane = setup({"A": 0, "B": 0}, ((0, 32),))
     room = 2 * 8 * one_lane.mtu
     sim = FluidSim(net, jobs, one_lane, buffer_packets=8)
