@@ -60,7 +60,8 @@ ones, so no host's traffic through the input moves more bytes than the fastest h
 host's; the buffers up the links that feed it back up in turn (the senders get caps and
 the rates are solved again).  A job's communication phase ends when its last bytes are
 out of the buffers, not when its hosts have sent them: on each of its paths they wait
-behind what every column on it holds, at the rate it sends on (:meth:`FluidSim._drain_s`).
+behind what every column on it holds, at the rate it sends on, and for the other lanes'
+arbitration turns (:meth:`FluidSim._drain_s`).
 What it still leaves out: that an input's one buffer is counted whole in every column it
 feeds, the lower rate downstream of a filling column (later links see the senders' own
 rate), and, for the others, the bytes a buffer holds when its input's senders stop
