@@ -289,6 +289,10 @@ class Allocator:
         jobs: every job of the mix.
         arb: their SLs and the port tables.
         senders: the mix's senders (:meth:`Senders.of`), if already built.
+
+    Attributes:
+        lane_turn_bytes: per lane in use, the bytes one of its VLArb entries sends per
+            turn, on average over its entries in its table.
     """
 
     def __init__(
@@ -323,12 +327,13 @@ class Allocator:
         )
         # bytes one VLArb entry of each lane sends per turn, on average: what a packet of
         # another lane that comes in during the turn waits for (FluidSim._drain_s)
-        turns = {int(v): 0 for v in self._lanes}
-        for vl, weight in (*arb.vlarb_low, *arb.vlarb_high):
-            if arb.packets(weight) > 0 and vl in turns:
-                turns[vl] += 1
+        turns = [
+            sum(1 for vl, w in (arb.vlarb_high if int(v) in high else arb.vlarb_low)
+                if vl == v and arb.packets(w) > 0)
+            for v in self._lanes
+        ]  # fmt: skip
         per_round = self._lane_weight * arb.mtu
-        self.lane_turn_bytes = per_round / np.maximum([turns[int(v)] for v in self._lanes], 1)
+        self.lane_turn_bytes: FloatArray = per_round / np.maximum(turns, 1)
         # The kept entries in the order the solver walks them: by lane, link, input
         # (at a host's own port each sender is an input of its own), then sender.
         row, came = s.e_row[keep], s.e_in[keep]
@@ -641,7 +646,8 @@ class JobPhase:
 
     Attributes:
         comm: communicating (else computing).
-        compute_left_s: seconds of compute left (computing).
+        compute_left_s: seconds of compute left (computing; with switch buffers it
+            includes the wait for the last iteration's bytes to be out of them).
         bytes_left: share of each sender's bytes left (communicating), in row order.
     """
 
@@ -702,6 +708,8 @@ class FluidSim:
         self.iterations = np.zeros(len(self.jobs), dtype=np.int64)
         self.ends: list[list[float]] = [[] for _ in self.jobs]
         self._moved = np.zeros(s.rows)  # full-rate seconds each sender has sent so far
+        # with buffers, when each sender's last bytes of its phase are out of them (s)
+        self._out_at = np.zeros(s.rows)
         self.sent = np.zeros(len(self.jobs))
         self.events = 0
         self.buffer_events = 0
@@ -722,7 +730,7 @@ class FluidSim:
         self._inflow = np.zeros(self.allocator.columns)
         self._out = np.zeros(self.allocator.columns)  # what each column sends on (B/s)
         self._into = np.zeros(self.allocator.columns)  # what comes into it (B/s)
-        self._paths: dict[int, IntArray] = {}  # per job, its flows' columns (_drain_s)
+        self._paths: dict[int, tuple[IntArray, IntArray]] = {}  # per job (_job_paths)
 
     def phase(self, i: int) -> JobPhase:
         """Job *i*'s place in its iteration."""
@@ -842,44 +850,61 @@ class FluidSim:
             self.buffer_events += changed
             self._alpha = None
 
-    def _drain_s(self, i: int) -> float:
-        """Seconds until job *i*'s last bytes, just sent, are out of the switch buffers.
+    def _drain_s(self, rows: IntArray) -> FloatArray:
+        """Seconds until the last bytes of each of *rows* (senders that just sent them) are
+        out of the switch buffers.
 
         At each column (one lane of one link) of a path they wait behind what its buffers
         hold, at the rate it sends on (FIFOs), and with :data:`ARBITRATION_WAIT` for the
         turns of the link's other lanes: each sends for a fraction of the time (its
         throughput over the link's rate), and a packet that comes in during one of its
         turns (one VLArb entry's packets) waits half of it on average.  Along a path the
-        waits add up; the slowest path decides.  Columns stand for the links these
-        senders could overload, so links with room for everyone add nothing.  Measured
-        against the packet model: docs/simulate-validation.md, session 14."""
-        paths = self._paths.get(i)
-        if paths is None:
-            alloc = self.allocator
-            lo = self.senders.first[i]
-            hops = self.net.hops(self.jobs[i].flows)
-            if not hops.size or alloc.columns == 0:
-                paths = np.zeros((0, 0), dtype=np.int64)
-            else:
-                lane = alloc.lane_of_row(int(lo))
-                key = np.where(hops >= 0, hops * alloc.n_lanes + lane, -1)
-                cols = np.where(key >= 0, alloc.column_of_key(np.maximum(key, 0)), -1)
-                paths = np.unique(cols[(cols >= 0).any(axis=1)], axis=0)
-            self._paths[i] = paths
-        if not paths.size:
-            return 0.0
+        waits add up; the slowest of the sender's paths decides.  Left out: columns stand
+        for the links these senders could overload, so links with room for everyone add
+        nothing; a column that holds bytes but sends nothing (a low lane under strict high
+        priority) adds nothing either, as its bytes go only once the high lanes stop; and
+        high and low lanes wait alike (a high packet waits at most one low packet, a low
+        one up to the high limit).  Measured against the packet model:
+        docs/simulate-validation.md, session 14."""
+        alloc = self.allocator
         with np.errstate(divide="ignore", invalid="ignore"):
             wait = np.where(self._out > 0, self._held / self._out, 0.0)
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
-            alloc = self.allocator
             link = alloc.column_link
             cap = alloc.capacity[link]
             moving = np.where(self._held > 0, self._out, np.minimum(self._into, self._out))
-            turn = moving / cap * alloc.lane_turn_bytes[alloc.column_lane] / cap / 2
-            at_link = np.bincount(link, weights=turn, minlength=len(alloc.capacity))
-            wait += at_link[link] - turn
-        per_path = np.where(paths >= 0, wait[np.maximum(paths, 0)], 0.0).sum(axis=1)
-        return float(per_path.max())
+            turn_s = moving / cap * alloc.lane_turn_bytes[alloc.column_lane] / cap / 2
+            at_link = np.bincount(link, weights=turn_s, minlength=len(alloc.capacity))
+            wait += at_link[link] - turn_s
+        out = np.zeros(len(rows))
+        for k, r in enumerate(rows.tolist()):
+            paths, path_row = self._job_paths(int(self.senders.job[r]))
+            mine = paths[path_row == r]
+            if mine.size:
+                out[k] = np.where(mine >= 0, wait[np.maximum(mine, 0)], 0.0).sum(axis=1).max()
+        return out
+
+    def _job_paths(self, i: int) -> tuple[IntArray, IntArray]:
+        """Job *i*'s distinct paths as columns (-1: a hop no column stands for), and the
+        sender of each; kept until the setup changes."""
+        got = self._paths.get(i)
+        if got is None:
+            alloc = self.allocator
+            lo, hi = int(self.senders.first[i]), int(self.senders.first[i + 1])
+            flows = self.jobs[i].flows
+            hops = self.net.hops(flows)
+            paths, path_row = np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
+            if hops.size and alloc.columns:
+                # the rows of Senders.of: one per source host, or one for the whole job
+                row = np.zeros(len(hops), dtype=np.int64)
+                if hi - lo > 1:
+                    row = np.unique(flows.src_host, return_inverse=True)[1].astype(np.int64)
+                key = np.where(hops >= 0, hops * alloc.n_lanes + alloc.lane_of_row(lo), -1)
+                cols = np.where(key >= 0, alloc.column_of_key(np.maximum(key, 0)), -1)
+                both = np.unique(np.column_stack([lo + row, cols])[(cols >= 0).any(axis=1)], axis=0)
+                paths, path_row = both[:, 1:], both[:, 0]
+            got = self._paths[i] = (paths, path_row)
+        return got
 
     @property
     def alpha(self) -> FloatArray:
@@ -927,6 +952,7 @@ class FluidSim:
         buffers = self._buffer_bytes > 0
         stop = min(until, self.time + self._buffer_event_s()) if buffers else until
         done_comm = np.zeros(len(self.jobs), dtype=bool)
+        was_sending = self._sending() if buffers else None
         dt, changed = advance(
             stop,
             self.time,
@@ -947,15 +973,19 @@ class FluidSim:
             stuck = sorted({self.jobs[int(j)].id for j in s.job[self._sending() & (ra <= 0)]})
             raise SimError(f"jobs {', '.join(stuck)} get no bandwidth: the run cannot end")
         self.time += dt
-        if buffers:
+        if was_sending is not None:
             self._move_buffers(dt)
+            sent = np.flatnonzero(was_sending & (self.bytes_left <= 0))
+            if len(sent):
+                self._out_at[sent] = self.time + self._drain_s(sent)
         if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
-                # its last bytes still in the buffers: the iteration ends once they are out
-                drain = self._drain_s(int(i)) if buffers else 0.0
-                self.compute_left[i] += drain
-                self.ends[i].append(self.time + drain)
+                end = self.time
+                if was_sending is not None:  # the iteration ends once its bytes are out
+                    end = max(end, float(self._out_at[s.first[i] : s.first[i + 1]].max()))
+                self.compute_left[i] += end - self.time
+                self.ends[i].append(end)
             self.events += changed
             self._start_phases()
             self._alpha = None
@@ -974,7 +1004,9 @@ class FluidSim:
         for job, ends in zip(self.jobs, self.ends, strict=True):
             t = ends[iterations - 1] if len(ends) >= iterations else math.nan
             runs[job.id] = JobRun(job.id, len(job.job.nodes), tuple(ends), t)
-        return RunResult("fluid", runs, self.time, self.link_bytes, self.events)
+        # with buffers the last iteration can end after the last event, its bytes in them
+        last = max([self.time, *(ends[-1] for ends in self.ends if ends)])
+        return RunResult("fluid", runs, last, self.link_bytes, self.events)
 
 
 def simulate_fluid(

@@ -231,7 +231,7 @@ def best_of(
     """Each of *setups* run in *model*: the outcome of the one with the least total
     contention (the first of equals), and every setup's total (s), in order."""
     best: Outcome | None = None
-    totals = []
+    totals: list[float] = []
     for arb in setups:
         out = evaluate(model, net, jobs, arb, iterations, t_alone, per, buffer_packets)
         totals.append(out.total_contention_s)

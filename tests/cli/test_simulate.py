@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from ibqos.cli import cli
 from ibqos.sim import policies
+from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.workload import RunResult
 
 MIX = """\
@@ -180,26 +182,26 @@ def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
     path = tmp_path / "small.yaml"
     path.write_text(SMALL)
     seen: list[int | None] = []
-    real = policies.simulate_fluid
+    params = inspect.signature(simulate_fluid)
 
     def spy(*args: Any, **kwargs: Any) -> RunResult:
-        seen.append(args[5] if len(args) > 5 else kwargs.get("buffer_packets"))
-        return real(*args, **kwargs)
+        call = params.bind(*args, **kwargs)
+        call.apply_defaults()
+        seen.append(call.arguments["buffer_packets"])
+        return simulate_fluid(*args, **kwargs)
 
     monkeypatch.setattr(policies, "simulate_fluid", spy)
 
-    def setup(*extra: str) -> dict[str, Any]:
-        code, out, err = invoke(
+    def run(*extra: str) -> None:
+        code, _, err = invoke(
             "simulate", "--xgft", "2;4,2;1,2", "--jobs", str(path), "--policy", "ibqos",
-            "--iterations", "2", "--format", "json", *extra,
+            "--iterations", "2", *extra,
         )  # fmt: skip
         assert code == 0, err
-        got: dict[str, Any] = json.loads(out)["setup"]
-        return got
 
-    packet = setup("--model", "packet", "--buffers", "2")
+    run("--model", "packet", "--buffers", "2")
     assert seen == [None]
-    assert setup("--model", "packet", "--buffers", "2", "--fluid-buffers", "4") == packet
+    run("--model", "packet", "--buffers", "2", "--fluid-buffers", "4")
     assert seen == [None, 4]
     code, _, err = invoke(
         "simulate", "--jobs", str(path), "--xgft", "2;4,2;1,2", "--buffers", "2",

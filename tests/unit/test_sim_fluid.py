@@ -467,7 +467,9 @@ def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -
     assert sim.time == pytest.approx(200e-6 - per_input / EDR4, rel=1e-9)
     assert sim.buffered_bytes == pytest.approx(3 * per_input)  # one input's worth each
     run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=packets)
-    assert run.jobs["A"].t_s == pytest.approx(200e-6 + 2 * per_input / EDR4, rel=1e-9)
+    over = 2 * per_input / EDR4
+    assert run.jobs["A"].t_s == pytest.approx(200e-6 + over, rel=1e-9), "see the comment"
+    assert run.sim_time_s == run.jobs["A"].t_s  # the run lasts until the bytes are out
     packet = simulate_packets(net, jobs, one_lane, 1, buffer_packets=packets)
     assert packet.jobs["A"].t_s == pytest.approx(200e-6, rel=0.01)
 
