@@ -327,13 +327,11 @@ class Allocator:
         )
         # bytes one VLArb entry of each lane sends per turn, on average: what a packet of
         # another lane that comes in during the turn waits for (FluidSim._drain_s)
-        turns = [
-            sum(1 for vl, w in (arb.vlarb_high if int(v) in high else arb.vlarb_low)
-                if vl == v and arb.packets(w) > 0)
-            for v in self._lanes
-        ]  # fmt: skip
-        per_round = self._lane_weight * arb.mtu
-        self.lane_turn_bytes: FloatArray = per_round / np.maximum(turns, 1)
+        turns = np.ones(len(self._lanes))  # entries in the table its weight comes from
+        for k, v in enumerate(self._lanes.tolist()):
+            table = arb.vlarb_high if v in high else arb.vlarb_low
+            turns[k] = max(sum(1 for vl, w in table if vl == v and arb.packets(w) > 0), 1)
+        self.lane_turn_bytes: FloatArray = self._lane_weight * arb.mtu / turns
         # The kept entries in the order the solver walks them: by lane, link, input
         # (at a host's own port each sender is an input of its own), then sender.
         row, came = s.e_row[keep], s.e_in[keep]
