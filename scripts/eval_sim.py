@@ -711,6 +711,8 @@ class Validation:
     #: the packet model's own optimum (``--packet-search``), and every searched total
     packet_optimal: Outcome | None = None
     packet_searched: list[float] = field(default_factory=list)
+    #: the fluid model's searched totals, in the same order
+    fluid_searched: list[float] = field(default_factory=list)
 
     def total(self, model: str, policy: str) -> float:
         t = (self.fluid if model == "fluid" else self.packet)[policy].total_contention_s
@@ -757,7 +759,7 @@ def run_validation(
         )
         for p, o in fluid.outcomes.items()
     }
-    v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0)
+    v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0, fluid_searched=fluid.searched)
     if packet_search:
         others = [fluid.outcomes[p].setup for p in EVAL_POLICIES]
         v.packet_optimal, v.packet_searched = search(
@@ -1235,6 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
                         "total_contention_s": v.packet_optimal.total_contention_s,
                         "setup": setup_text(v.packet_optimal.setup, v.mix.jobs),
                         "searched": v.packet_searched,
+                        "fluid_searched": v.fluid_searched,
                     }
                     if v.packet_optimal
                     else None
