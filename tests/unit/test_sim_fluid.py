@@ -491,6 +491,24 @@ def test_a_light_lane_s_last_packets_wait_for_the_heavy_lane_s_turn() -> None:
     assert packet == pytest.approx(wait, rel=0.25)
 
 
+def test_a_setup_changed_mid_run_prices_the_last_packets_on_the_new_lanes() -> None:
+    # The case above, but B's first iteration runs with A on one lane (no other lane's
+    # turn to wait for, and B's paths kept for that setup), and the two lanes come while B
+    # computes again: its next iteration is the two-lane one, turn wait included.
+    net, jobs = up_one_link(0.9 * EDR4, 1.5e9, 0.5, period_a=0.002, period_b=0.001)
+    one_lane = setup({"A": 0, "B": 0}, ((0, 32),))
+    two_lanes = setup({"A": 0, "B": 1}, ((0, 128), (1, 32)))
+    wait = (EDR4 - 1.5e9) / EDR4 * (4 * two_lanes.mtu / EDR4) / 2
+    sim = FluidSim(net, jobs, one_lane, buffer_packets=8)
+    while sim.iterations[1] < 1:
+        sim.advance(sim.next_event_s())
+    assert not sim.comm[1]
+    sim.set_arbitration(two_lanes)
+    while sim.iterations[1] < 2:
+        sim.advance(sim.next_event_s())
+    assert sim.ends[1][1] - sim.ends[1][0] == pytest.approx(0.001 + wait, rel=1e-9)
+
+
 def test_full_buffers_drain_once_their_senders_bring_less_than_the_link() -> None:
     # A sends all the time (a 20 ms phase), B half of its 10 ms period (computing
     # first), both at 0.75 of the link: while both send they fill (at 6.25 GB/s) and then
