@@ -450,14 +450,14 @@ def status_command(path: Path | None, fmt: str) -> None:
     "--buffers",
     type=click.IntRange(min=0),
     help="Switch input buffers per VL, in MTU packets, of --model: the packet model's"
-    " (default 8), or the fluid model's (default none; experimental: buffers and"
-    " head-of-line blocking, docs/simulate.md).",
+    " (default 8), or the fluid model's (default 8 with senders per host, none per job;"
+    " buffers, head-of-line blocking and the drain, docs/simulate.md).",
 )
 @click.option(
     "--fluid-buffers",
     type=click.IntRange(min=0),
     help="With --model packet: the fluid model's buffers (as --buffers) where ibqos and"
-    " optimal plan by simulating it (default none).",
+    " optimal plan by simulating it (default as for --model fluid).",
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
 @_config_option

@@ -6,9 +6,11 @@ Usage: python scripts/bench_sim.py [--rounds N] [--no-packet] [--no-cli] [--json
 all-to-all, two moderate, one light; fragmented over the leaves, see ``MIX_64``), 10
 iterations, under the one-vl and the ibqos setups.  The packet model simulates every
 2 KiB packet, so the mix is sized for it: iterations of 40-100 us (a few hundred KB per
-host per iteration).  Both models run exactly that mix; the fluid model also runs it with
-every period 100 times longer (the same phases at the millisecond scale of the
-evaluation), because its cost grows with the number of phase changes, not with bytes.
+host per iteration).  Both models run exactly that mix; the fluid model runs it without
+switch buffers and with the 8 packets per lane per input that ``ibqos simulate`` gives it
+at this size (:func:`ibqos.sim.fluid.auto_buffers`), and also with every period 100 times
+longer (the same phases at the millisecond scale of the evaluation), because its cost
+grows with the number of phase changes, not with bytes.
 Reported: simulated seconds per wall second (the sharing run alone), events, and the
 packet model's packet hops (a packet crossing a link) per wall second.
 
@@ -27,7 +29,8 @@ Timed stages:
   a decision cycle);
 - **what-if**: what ``ibqos simulate --policy one-vl|ibqos`` computes once the fabric is
   built, in its order, timed as a whole: route, the sharing run on one VL, for ibqos the
-  plan and the sharing run under it, then T_alone.
+  plan and the sharing run under it, then T_alone (no switch buffers: the senders are per
+  job at this size, and :func:`ibqos.sim.fluid.auto_buffers` gives them none).
 - ``cli``: ``ibqos simulate --xgft ... --jobs FILE --policy P`` end to end in a new
   process (Python start, imports, the fabric, the job file), wall clock.
 
@@ -63,8 +66,9 @@ from ibqos.jobs import Job, dump_jobs
 from ibqos.lab.xgft import parse_xgft
 from ibqos.sim import policies
 from ibqos.sim.evaluate import alone
-from ibqos.sim.fluid import forget_mix, simulate_fluid
+from ibqos.sim.fluid import auto_buffers, forget_mix, simulate_fluid
 from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.packet import PACKET_BUFFER
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import RunResult, SimJob, prepare
 
@@ -114,12 +118,13 @@ def what_if(net: Network, jobs: list[Job], policy: str) -> dict[str, float]:
     plan and the mix under it, then T_alone (runs after the first reuse the mix's
     senders).  Returns each job's contention (s) under *policy*."""
     sim_jobs = prepare(net, jobs)
+    bp = auto_buffers(sim_jobs)  # none: senders per job at this size
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
-    run = simulate_fluid(net, sim_jobs, base, ITERATIONS)
+    run = simulate_fluid(net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     if policy == "ibqos":
-        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=run)
-        run = simulate_fluid(net, sim_jobs, arb, ITERATIONS)
-    t_alone = alone("fluid", net, sim_jobs, base, ITERATIONS)
+        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=run, buffer_packets=bp)
+        run = simulate_fluid(net, sim_jobs, arb, ITERATIONS, buffer_packets=bp)
+    t_alone = alone("fluid", net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     return {j.id: run.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs}
 
 
@@ -207,26 +212,32 @@ def med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.3f}"
 
 
-def run_model(model: str, net: Network, jobs: list[SimJob], arb: Arbitration) -> RunResult:
+def run_model(
+    model: str, net: Network, jobs: list[SimJob], arb: Arbitration, buffers: int = 0
+) -> RunResult:
     if model == "fluid":
-        return simulate_fluid(net, jobs, arb, ITERATIONS)
+        return simulate_fluid(net, jobs, arb, ITERATIONS, buffer_packets=buffers)
     from ibqos.sim.packet import simulate_packets
 
-    return simulate_packets(net, jobs, arb, ITERATIONS)
+    return simulate_packets(net, jobs, arb, ITERATIONS, buffer_packets=buffers)
 
 
 def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, object]]]:
     net = xgft_network(parse_xgft(XGFT_64))
     rows, doc = [], []
-    cases = [("fluid", 1.0), ("fluid", float(STRETCH))]
+    # the fluid model without buffers, and with those `ibqos simulate` gives it here
+    auto = auto_buffers(prepare(net, jobs_64(net)))
+    cases = [("fluid", 1.0, 0), ("fluid", 1.0, auto), ("fluid", float(STRETCH), 0)]
+    cases += [("fluid", float(STRETCH), auto)]
     if packet:
-        cases.insert(1, ("packet", 1.0))
-    for model, stretch in cases:
+        cases.insert(2, ("packet", 1.0, PACKET_BUFFER))
+    for model, stretch, buffers in cases:
         sim_jobs = prepare(net, jobs_64(net, stretch))
         for pol in ("one-vl", "ibqos"):
-            arb = policies.build(pol, net, sim_jobs, ITERATIONS)
+            plan_bp = buffers if model == "fluid" else auto  # ibqos plans by the fluid model
+            arb = policies.build(pol, net, sim_jobs, ITERATIONS, buffer_packets=plan_bp)
             n = rounds if model == "fluid" else max(1, min(rounds, 2))
-            res, times = timed(partial(run_model, model, net, sim_jobs, arb), n)
+            res, times = timed(partial(run_model, model, net, sim_jobs, arb, buffers), n)
             best = min(times)
             scale = "us" if stretch == 1.0 else "ms"
             packets = ""
@@ -236,6 +247,7 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
             rows.append(
                 [
                     model,
+                    str(buffers),
                     f"{scale} ({stretch:g}x)",
                     pol,
                     f"{res.sim_time_s * 1e3:.3f}",
@@ -249,6 +261,7 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
             doc.append(
                 {
                     "model": model,
+                    "buffers": buffers,
                     "stretch": stretch,
                     "policy": pol,
                     "sim_s": res.sim_time_s,
@@ -256,9 +269,10 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
                     "wall_s": times,
                 }
             )
-            _progress(f"64 nodes {model} x{stretch:g} {pol}: {med(times)} s")
+            _progress(f"64 nodes {model} x{stretch:g} buffers {buffers} {pol}: {med(times)} s")
     header = [
         "model",
+        "buffers (packets per lane per input)",
         "time scale",
         "setup",
         "simulated ms",
@@ -268,7 +282,7 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
         "(best)",
         "packet hops / wall s (best)",
     ]
-    out = ["| " + " | ".join(header) + " |", "|---|---|---|" + "---:|" * (len(header) - 3)]
+    out = ["| " + " | ".join(header) + " |", "|---|---:|---|---|" + "---:|" * (len(header) - 4)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out, doc
 

@@ -2,7 +2,8 @@
 
 Usage: python scripts/eval_sim.py [--seeds N] [--iterations N] [--svg DIR] [--json FILE]
        python scripts/eval_sim.py --validate [--seeds N] [--iterations N] [--json FILE]
-       (either: [--fluid-buffers N], the fluid model's switch buffers, experimental)
+       (either: [--fluid-buffers N], the fluid model's switch buffers; default as
+       ``ibqos simulate``: 8 packets per lane per input, as the senders are per host)
 
 **Evaluation** (issue 7, item 6; fluid model).  Mixes on two slimmed two-level fat trees of
 64 hosts (4 leaf switches of 16 hosts, EDR links): ``2;16,4;1,8`` (8 uplinks per leaf,
@@ -328,14 +329,15 @@ def search(
 
 
 def run_fluid(
-    mix: Mix, iterations: int, fluid_buffers: int, with_optimal: bool = True
+    mix: Mix, iterations: int, fluid_buffers: int | None, with_optimal: bool = True
 ) -> MixResult:
     """The mix under every policy in the fluid model, with *fluid_buffers* packets of
-    switch buffer per lane per input (in every run, the policies' own runs too)."""
+    switch buffer per lane per input (in every run, the policies' own runs too; None:
+    ``ibqos simulate``'s default, :func:`ibqos.sim.fluid.auto_buffers`)."""
     start = time.perf_counter()
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
-    bp = fluid_buffers
+    bp = fluid_model.auto_buffers(jobs) if fluid_buffers is None else fluid_buffers
     base = policies.one_vl(jobs, mix.lanes)
     t_alone = alone("fluid", net, jobs, base, iterations, buffer_packets=bp)
     setups = {
@@ -754,12 +756,13 @@ def run_validation(
     mix: Mix,
     iterations: int,
     buffer_packets: int,
-    fluid_buffers: int,
+    fluid_buffers: int | None,
     packet_search: bool = False,
 ) -> Validation:
     """The mix in both models: *buffer_packets* the packet model's input buffers per VL,
-    *fluid_buffers* the fluid model's switch buffers per lane per input; with
-    *packet_search*, the exhaustive search in the packet model too."""
+    *fluid_buffers* the fluid model's switch buffers per lane per input (None: as
+    :func:`run_fluid`); with *packet_search*, the exhaustive search in the packet model
+    too."""
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
     start = time.perf_counter()
@@ -1133,7 +1136,7 @@ def _pairs(n: int, pairs: set[tuple[int, int]]) -> tuple[tuple[float, ...], ...]
     return tuple(tuple(1.0 if (a, b) in pairs else 0.0 for b in range(n)) for a in range(n))
 
 
-def mechanisms(buffer_packets: int, fluid_buffers: int) -> list[str]:
+def mechanisms(buffer_packets: int, fluid_buffers: int | None) -> list[str]:
     """Two jobs on ``2;8,4;1,1`` (4 leaves of 8 hosts, one spine), 1 iteration, both models
     (each with its buffers: *buffer_packets* the packet model's, *fluid_buffers* the fluid
     model's).
@@ -1181,7 +1184,8 @@ def mechanisms(buffer_packets: int, fluid_buffers: int) -> list[str]:
             "one-vl": policies.one_vl(jobs, lanes),
             "H 1 : M 4": policies.grouped([["H"], ["M"]], [1.0, 4.0], lanes, "H 1 : M 4"),
         }
-        for model, bp in (("fluid", fluid_buffers), ("packet", buffer_packets)):
+        fluid_bp = fluid_model.auto_buffers(jobs) if fluid_buffers is None else fluid_buffers
+        for model, bp in (("fluid", fluid_bp), ("packet", buffer_packets)):
             t_alone = alone(model, net, jobs, setups["one-vl"], 1, buffer_packets=bp)
             for name, arb in setups.items():
                 o = evaluate(model, net, jobs, arb, 1, t_alone, buffer_packets=bp)
@@ -1225,10 +1229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fluid-buffers",
         type=int,
-        default=fluid_model.BUFFER_PACKETS,
         help="the fluid model's switch buffers per lane per input, in packets, for every"
-        f" run (default {fluid_model.BUFFER_PACKETS}: none; experimental, see"
-        " docs/simulate-validation.md)",
+        f" run (default: as `ibqos simulate`, {fluid_model.AUTO_BUFFER_PACKETS} with senders"
+        " per host, so for every mix here; 0: none, see docs/simulate-validation.md)",
     )
     parser.add_argument(
         "--packet-search",
@@ -1243,8 +1246,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"validation: the packet model's input buffer per VL (default {PACKET_BUFFER})",
     )
     args = parser.parse_args(argv)
-    if args.fluid_buffers < 0:
+    if args.fluid_buffers is not None and args.fluid_buffers < 0:
         parser.error(f"--fluid-buffers: expected 0 or more, got {args.fluid_buffers}")
+    fluid_text = "auto" if args.fluid_buffers is None else str(args.fluid_buffers)
     start = time.perf_counter()
     print(f"machine: {machine()}", flush=True)
     load0 = os.getloadavg()[0]
@@ -1268,7 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
             f" {time.perf_counter() - start:.0f} s in all; packet model: {args.buffer_packets}"
-            f" packets of input buffer per VL; fluid model: {args.fluid_buffers}\n"
+            f" packets of input buffer per VL; fluid model: {fluid_text}\n"
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
         if args.packet_search:

@@ -10,7 +10,7 @@ from ibqos.lab.routes import parse_lft_dump
 from ibqos.lab.xgft import parse_xgft
 from ibqos.planner import LaneConfig
 from ibqos.sim.evaluate import Outcome, alone, evaluate, run
-from ibqos.sim.fluid import Granularity
+from ibqos.sim.fluid import Granularity, auto_buffers
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, build, one_vl
 from ibqos.sim.qos import Arbitration, SimError
@@ -58,24 +58,29 @@ def simulate(
 ) -> str:
     """Run the mix under each policy (and the plan file), return the rendered report.
 
-    *buffer_packets*: switch buffers per VL per input of *model* (None: its default).
-    *fluid_buffers*: the fluid model's, for the policies that plan by simulating it
-    (ibqos, optimal) when *model* is the packet model; with the fluid model its own
-    buffers serve both, and a second value is refused.  The packet model's buffers are
-    not the fluid model's: one value for both gave a packet run's plan buffers the fluid
-    model does not have by default.
+    *buffer_packets*: switch buffers per VL per input of *model* (None: its default, for
+    the fluid model :func:`~ibqos.sim.fluid.auto_buffers`).  *fluid_buffers*: the fluid
+    model's, for the policies that plan by simulating it (ibqos, optimal) when *model* is
+    the packet model (None: the same default); with the fluid model its own buffers serve
+    both, and a second value is refused.  The packet model's buffers are not the fluid
+    model's: one value for both gave a packet run's plan buffers the fluid model does not
+    have by default.
     """
     if iterations < 1:
         raise SimError(f"--iterations {iterations}: expected at least 1")
-    if model == "fluid":
-        if fluid_buffers is not None and fluid_buffers != buffer_packets:
-            raise SimError(
-                "--fluid-buffers: the fluid model's buffers are --buffers under --model fluid"
-            )
-        fluid_buffers = buffer_packets
+    if model == "fluid" and fluid_buffers is not None and fluid_buffers != buffer_packets:
+        raise SimError(
+            "--fluid-buffers: the fluid model's buffers are --buffers under --model fluid"
+        )
     jobs = load_jobs(jobs_path, traffic=True)
     check_hosts(jobs, set(net.hosts), str(jobs_path))
     sim_jobs = prepare(net, jobs)
+    if model == "fluid":
+        if buffer_packets is None:
+            buffer_packets = auto_buffers(sim_jobs, per)
+        fluid_buffers = buffer_packets
+    elif fluid_buffers is None:
+        fluid_buffers = auto_buffers(sim_jobs, per)
     names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
     if not names and plan is None:
         names = ["ibqos"]

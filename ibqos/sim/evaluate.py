@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.sim.fluid import Granularity, granularity, simulate_fluid
+from ibqos.sim.fluid import BUFFER_PACKETS, Granularity, granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
 from ibqos.sim.qos import Arbitration, SimError
@@ -50,6 +50,7 @@ class Outcome:
         jobs: per job, in mix order.
         setup: the QoS setup simulated.
         sim_time_s: simulated seconds of the sharing run.
+        buffer_packets: the model's switch input buffers per VL, MTU packets (0: none).
     """
 
     policy: str
@@ -58,6 +59,7 @@ class Outcome:
     jobs: tuple[JobOutcome, ...]
     setup: Arbitration
     sim_time_s: float
+    buffer_packets: int = 0
 
     @property
     def total_contention_s(self) -> float:
@@ -95,9 +97,17 @@ def run(
     if model == "fluid":
         return simulate_fluid(net, jobs, arb, iterations, per, buffer_packets)
     if model == "packet":
-        buffers = PACKET_BUFFER if buffer_packets is None else buffer_packets
+        buffers = buffers_of(model, buffer_packets)
         return simulate_packets(net, jobs, arb, iterations, buffer_packets=buffers)
     raise SimError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
+
+
+def buffers_of(model: str, buffer_packets: int | None) -> int:
+    """The switch input buffers per VL (MTU packets) a run of *model* has when given
+    *buffer_packets* (None: the model's own default)."""
+    if buffer_packets is not None:
+        return buffer_packets
+    return PACKET_BUFFER if model == "packet" else BUFFER_PACKETS
 
 
 def alone(
@@ -146,4 +156,5 @@ def evaluate(
         )
         for j in jobs
     )
-    return Outcome(arb.name, model, iterations, out, arb, result.sim_time_s)
+    buffers = buffers_of(model, buffer_packets)
+    return Outcome(arb.name, model, iterations, out, arb, result.sim_time_s, buffers)

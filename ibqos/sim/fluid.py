@@ -95,10 +95,15 @@ GRANULARITIES: tuple[Granularity, ...] = ("auto", "host", "job")
 #: events as the job has hosts that finish apart, each one a new solve of the rates: at
 #: 2,048 hosts that is 50 times slower than per job (docs/simulate-benchmark.md).
 AUTO_HOSTS = 512
-#: MTU packets of buffer per lane per switch input, unless a run says otherwise.  0: none,
-#: the model of docs/simulate.md.  Buffers alone make one shared lane look better than the
-#: packet model says (docs/simulate-validation.md): experimental, for eval_sim.py.
+#: MTU packets of buffer per lane per switch input of a :class:`FluidSim` (and
+#: :func:`simulate_fluid`) not given any: none, the model without buffers.  The commands
+#: choose with :func:`auto_buffers` instead.
 BUFFER_PACKETS = 0
+#: buffers of the commands' fluid runs with senders per host (:func:`auto_buffers`): with
+#: buffers, head of line and the drain, the fluid model ranks the policies as the packet
+#: model does far better (mean rho 0.78 against 0.41, docs/simulate-validation.md), at two
+#: to five times the cost of a run without
+AUTO_BUFFER_PACKETS = 8
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
 HEAD_OF_LINE = True
 #: with buffers, a job's last packets also wait at each hop for the other lanes' turns
@@ -114,6 +119,16 @@ def granularity(jobs: Sequence[SimJob]) -> Granularity:
     """What "auto" means for this mix: "host" up to :data:`AUTO_HOSTS` sending hosts."""
     sending = sum(len(np.unique(j.flows.src_host)) for j in jobs)
     return "host" if sending <= AUTO_HOSTS else "job"
+
+
+def auto_buffers(jobs: Sequence[SimJob], per: Granularity = "auto") -> int:
+    """The switch buffers (MTU packets per lane per input) the commands' fluid runs of
+    this mix get when not told: :data:`AUTO_BUFFER_PACKETS` with senders per host, none
+    per job.  Per job, a buffered run is still too slow for a what-if (over 20 s at 2,048
+    nodes against a 10 s target, docs/simulate-benchmark.md); the runs of one mix (its
+    jobs alone too) must share the value, so it follows the mix's granularity."""
+    per = granularity(jobs) if per == "auto" else per
+    return AUTO_BUFFER_PACKETS if per == "host" else 0
 
 
 @dataclass(frozen=True)

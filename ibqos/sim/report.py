@@ -1,6 +1,7 @@
 """What ``ibqos simulate`` prints, and the plan files it reads.
 
-JSON (one policy): ``policy``, ``model``, ``iterations``, ``jobs`` (``id``, ``nodes``,
+JSON (one policy): ``policy``, ``model``, ``buffer_packets`` (the model's switch input
+buffers per VL, MTU packets; 0: none), ``iterations``, ``jobs`` (``id``, ``nodes``,
 ``sl``, ``vl``, ``t_alone_s``, ``t_sharing_s``, ``contention_s``), ``total_contention_s``,
 ``node_time_wasted_s``, ``efficiency`` (E against ``baseline``, the one-vl policy; null
 when it is infinite), ``setup`` (``sl2vl``, ``vlarb_low``, ``vlarb_high``, ``high_limit``,
@@ -30,6 +31,7 @@ def to_json(outcome: Outcome, baseline: Outcome) -> dict[str, Any]:
     return {
         "policy": outcome.policy,
         "model": outcome.model,
+        "buffer_packets": outcome.buffer_packets,
         "iterations": outcome.iterations,
         "jobs": [
             {
@@ -65,7 +67,10 @@ def render(outcomes: Sequence[Outcome], baseline: Outcome, fmt: str) -> str:
         return json.dumps(body, indent=2) + "\n"
     lines: list[str] = []
     for o in outcomes:
-        lines.append(f"policy {o.policy} ({o.model} model, {o.iterations} iterations)")
+        buffers = (
+            f"{o.buffer_packets} packets of buffer per VL" if o.buffer_packets else "no buffers"
+        )
+        lines.append(f"policy {o.policy} ({o.model} model, {buffers}, {o.iterations} iterations)")
         lines.append(f"  setup: {o.setup.describe()}")
         lines.append(
             f"  {'job':<12} {'nodes':>5} {'SL':>3} {'VL':>3} {'T_alone s':>11}"

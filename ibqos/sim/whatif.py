@@ -1,5 +1,6 @@
 """The agent's what-if (``ibqos run --dry-run --simulate``): the running jobs under the QoS
-setup in force and under the one ibqos proposes, through the fluid model.
+setup in force and under the one ibqos proposes, through the fluid model with the switch
+buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.fluid.auto_buffers`).
 
 Routes: D-mod-K over the discovered fabric (:func:`ibqos.sim.network.dmodk_lfts`), the
 spreading ftree/updn give a fat tree; not OpenSM's actual tables.  Jobs: those declaring
@@ -19,6 +20,7 @@ from ibqos.decide import Decision
 from ibqos.jobs import Job
 from ibqos.planner import LaneConfig
 from ibqos.sim.evaluate import alone, evaluate
+from ibqos.sim.fluid import auto_buffers
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
@@ -77,8 +79,10 @@ def what_if(
         return "simulate: no job to simulate yet\n" + "".join(f"  {n}\n" for n in notes)
     sim_jobs = prepare(net, chosen)
     current = current_setup(in_force, sim_jobs, decision.plan.cfg)
-    t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS)
-    now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone)
-    then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone)
-    head = f"simulated ({ITERATIONS} iterations, fluid model): in force vs proposed\n"
+    bp = auto_buffers(sim_jobs)  # as `ibqos simulate` would
+    t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS, buffer_packets=bp)
+    now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone, buffer_packets=bp)
+    then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone, buffer_packets=bp)
+    buffers = f"{bp} packets of switch buffer per lane" if bp else "no switch buffers"
+    head = f"simulated ({ITERATIONS} iterations, fluid model, {buffers}): in force vs proposed\n"
     return head + render([now, then], now, "table") + "".join(f"  {n}\n" for n in notes)

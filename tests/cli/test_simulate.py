@@ -72,7 +72,7 @@ def test_all_policies_table_and_ibqos_beats_one_vl(mix: Path) -> None:
         "--policy", "ibqos", "--iterations", "2",
     )  # fmt: skip
     assert code == 0
-    assert "policy equal (fluid model, 2 iterations)" in table
+    assert "policy equal (fluid model, 8 packets of buffer per VL, 2 iterations)" in table
     assert "T_alone s" in table and "E vs one-vl" in table
 
 
@@ -147,19 +147,25 @@ def test_senders_option(mix: Path) -> None:
 
 
 def test_buffers_option(mix: Path) -> None:
-    # The fluid model has no buffers unless asked; with them (experimental) the mix's
-    # contention moves, but little: its 3-6 ms phases carry thousands of buffers' worth
-    def totals(*extra: str) -> dict[str, float]:
+    # The fluid model has 8 packets of buffer per lane per input unless told otherwise,
+    # where its senders are per host (24 sending hosts here), and none per job.  The
+    # buffers move the mix's contention, but little: its 3-6 ms phases carry thousands of
+    # buffers' worth.
+    def totals(*extra: str) -> tuple[set[int], dict[str, float]]:
         code, out, err = invoke(
             "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "one-vl",
             "--policy", "equal", "--iterations", "3", "--format", "json", *extra,
         )  # fmt: skip
         assert code == 0, err
-        return {r["policy"]: r["total_contention_s"] for r in json.loads(out)["results"]}
+        results = json.loads(out)["results"]
+        buffers = {r["buffer_packets"] for r in results}
+        return buffers, {r["policy"]: r["total_contention_s"] for r in results}
 
     plain, none, eight = totals(), totals("--buffers", "0"), totals("--buffers", "8")
-    assert none == plain
-    assert eight != plain and eight == pytest.approx(plain, rel=0.01)
+    assert plain == eight and plain[0] == {8} and none[0] == {0}
+    assert none[1] != plain[1] and none[1] == pytest.approx(plain[1], rel=0.01)
+    per_job, per_job_none = totals("--senders", "job"), totals("--senders", "job", "--buffers", "0")
+    assert per_job == per_job_none and per_job[0] == {0}
     code, _, err = invoke("simulate", "--jobs", str(mix), "--buffers", "-1")
     assert code == 2 and "--buffers" in err
 
@@ -177,8 +183,9 @@ def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # ibqos plans from a fluid run on one VL: under --model packet that run has the fluid
-    # model's buffers (--fluid-buffers, default none), whatever --buffers gives the packet
-    # model.  Recorded where the fluid model is called, the real run going on.
+    # model's buffers (--fluid-buffers, default as under --model fluid: 8 with senders
+    # per host, as here), whatever --buffers gives the packet model.  Recorded where the
+    # fluid model is called, the real run going on.
     path = tmp_path / "small.yaml"
     path.write_text(SMALL)
     seen: list[int | None] = []
@@ -200,9 +207,11 @@ def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
         assert code == 0, err
 
     run("--model", "packet", "--buffers", "2")
-    assert seen == [None]
+    assert seen == [8]
     run("--model", "packet", "--buffers", "2", "--fluid-buffers", "4")
-    assert seen == [None, 4]
+    assert seen == [8, 4]
+    run("--model", "packet", "--buffers", "2", "--senders", "job")
+    assert seen == [8, 4, 0]
     code, _, err = invoke(
         "simulate", "--jobs", str(path), "--xgft", "2;4,2;1,2", "--buffers", "2",
         "--fluid-buffers", "4",

@@ -23,7 +23,11 @@ def test_dry_run_shows_in_force_and_proposed_predictions(make_lab, tmp_path):
     config = agent_config(lab, tmp_path, jobs={"path": str(agent_jobs)})
     argv = ["ibqos", "run", "--config", str(config), "--dry-run", "--once", "--simulate"]
     out = lab.run(argv, check=True).stdout
-    assert "simulated (10 iterations, fluid model): in force vs proposed" in out
+    # the fluid model with the buffers `ibqos simulate` gives it here (senders per host)
+    assert (
+        "simulated (10 iterations, fluid model, 8 packets of switch buffer per lane):"
+        " in force vs proposed"
+    ) in out
     # nothing applied before: in force is OpenSM's default, every job on VL 0
     in_force = out.split("policy in force (all on VL 0)")[1].split("policy proposed")[0]
     rows = {m[0]: m[1:] for m in re.findall(r"^\s+(H|B)\s+\d+\s+(\d+)\s+(\d+)", in_force, re.M)}

@@ -14,6 +14,7 @@ from ibqos.sim.fluid import (
     Allocator,
     FluidSim,
     Senders,
+    auto_buffers,
     forget_mix,
     granularity,
     simulate_fluid,
@@ -307,6 +308,23 @@ def test_auto_goes_per_job_above_the_host_limit(
     assert granularity(jobs) == "host"
     monkeypatch.setattr(fluid, "AUTO_HOSTS", 1)
     assert granularity(jobs) == "job"
+
+
+def test_the_commands_buffers_follow_the_mix_s_senders(
+    pair_tree: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Buffered per host, unbuffered per job (too slow there yet), decided by the whole mix
+    # so that its jobs alone get the same buffers as the mix; the library's own default
+    # stays none.
+    from ibqos.sim import fluid
+
+    jobs = prepare(pair_tree, [flow("A", 1, 3, 6e9), flow("B", 2, 4, 6e9)])
+    assert auto_buffers(jobs) == auto_buffers(jobs, "host") == fluid.AUTO_BUFFER_PACKETS == 8
+    assert auto_buffers(jobs, "job") == 0
+    assert FluidSim(pair_tree, jobs, setup({"A": 0, "B": 0}, ((0, 32),))).buffer_packets == 0
+    monkeypatch.setattr(fluid, "AUTO_HOSTS", 1)
+    assert auto_buffers(jobs) == 0
+    assert auto_buffers(jobs[:1], "job") == 0  # a job alone, with the mix's granularity
 
 
 def test_jobs_that_share_no_hot_link_are_solved_apart(two_leaves: Network) -> None:
