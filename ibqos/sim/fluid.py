@@ -48,8 +48,9 @@ shared input buffer for the others, is not charged), latency, and transients ins
 phase.  :mod:`ibqos.sim.packet` models those;
 ``docs/simulate-validation.md`` compares the two.
 
-Switch buffers, experimental (``buffer_packets`` > 0; off by default, see
-:data:`BUFFER_PACKETS`): each switch input has that many MTU packets of buffer per lane.
+Switch buffers (``buffer_packets`` > 0; none unless a run asks, see :data:`BUFFER_PACKETS`;
+the commands ask for :data:`AUTO_BUFFER_PACKETS` where the senders are per host,
+:func:`auto_buffers`): each switch input has that many MTU packets of buffer per lane.
 A *column* (one lane of one link) whose inputs' buffers have room limits no one: what
 comes in above the lane's share fills them.  Once full it limits its senders to the
 share as without buffers, until they bring less than it; then it drains, its lane asking
