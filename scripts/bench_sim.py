@@ -213,7 +213,7 @@ def med(xs: list[float]) -> str:
 
 
 def run_model(
-    model: str, net: Network, jobs: list[SimJob], arb: Arbitration, buffers: int = 0
+    model: str, net: Network, jobs: list[SimJob], arb: Arbitration, buffers: int
 ) -> RunResult:
     if model == "fluid":
         return simulate_fluid(net, jobs, arb, ITERATIONS, buffer_packets=buffers)
@@ -328,12 +328,14 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
         f" in {med(stages['route'])} s"
     )
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
+    bp = auto_buffers(sim_jobs)  # as in a what-if: none, the senders being per job
     t_alone, stages["alone"] = timed(
-        cold(lambda: alone("fluid", net, sim_jobs, base, ITERATIONS)), rounds
+        cold(lambda: alone("fluid", net, sim_jobs, base, ITERATIONS, buffer_packets=bp)), rounds
     )
     _progress(f"2048 nodes: alone {med(stages['alone'])} s")
     ibqos_arb, stages["ibqos build"] = timed(
-        cold(lambda: policies.build("ibqos", net, sim_jobs, ITERATIONS)), rounds
+        cold(lambda: policies.build("ibqos", net, sim_jobs, ITERATIONS, buffer_packets=bp)),
+        rounds,
     )
     setups = {
         "one-vl": base,
@@ -343,7 +345,8 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
     results: dict[str, RunResult] = {}
     for name, arb in setups.items():
         results[name], stages[f"sharing run {name}"] = timed(
-            cold(partial(simulate_fluid, net, sim_jobs, arb, ITERATIONS)), rounds
+            cold(partial(simulate_fluid, net, sim_jobs, arb, ITERATIONS, buffer_packets=bp)),
+            rounds,
         )
         _progress(f"2048 nodes: sharing run {name} {med(stages[f'sharing run {name}'])} s")
     for pol in ("one-vl", "ibqos"):

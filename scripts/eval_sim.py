@@ -337,7 +337,7 @@ def run_fluid(
     start = time.perf_counter()
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
-    bp = fluid_model.auto_buffers(jobs) if fluid_buffers is None else fluid_buffers
+    bp = fluid_model.auto_buffers(jobs, given=fluid_buffers)
     base = policies.one_vl(jobs, mix.lanes)
     t_alone = alone("fluid", net, jobs, base, iterations, buffer_packets=bp)
     setups = {
@@ -739,6 +739,8 @@ class Validation:
         f, p = self.fluid_searched, self.packet_searched
         if not f or len(f) != len(p):
             return math.nan
+        f = [0.0 if abs(t) < CLEAN_S else t for t in f]  # round-off is no ranking
+        p = [0.0 if abs(t) < CLEAN_S else t for t in p]
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
 
     def rho(self, tol: float = 0.0, own_optimum: bool = False) -> float:
@@ -785,6 +787,19 @@ def run_validation(
         )
     v.wall_packet_s = time.perf_counter() - start
     return v
+
+
+def buffers_used(runs: Sequence[MixResult] | Sequence[Validation]) -> str:
+    """The fluid model's switch buffers in *runs*, as the reports say them."""
+    used = sorted(
+        {
+            o.buffer_packets
+            for r in runs
+            for o in (r.outcomes if isinstance(r, MixResult) else r.fluid).values()
+        }
+    )
+    said = [f"{n} packets of switch buffer per lane per input" if n else "no buffers" for n in used]
+    return ", ".join(said) or "-"
 
 
 def quantiles(xs: Sequence[float]) -> str:
@@ -1184,7 +1199,7 @@ def mechanisms(buffer_packets: int, fluid_buffers: int | None) -> list[str]:
             "one-vl": policies.one_vl(jobs, lanes),
             "H 1 : M 4": policies.grouped([["H"], ["M"]], [1.0, 4.0], lanes, "H 1 : M 4"),
         }
-        fluid_bp = fluid_model.auto_buffers(jobs) if fluid_buffers is None else fluid_buffers
+        fluid_bp = fluid_model.auto_buffers(jobs, given=fluid_buffers)
         for model, bp in (("fluid", fluid_bp), ("packet", buffer_packets)):
             t_alone = alone(model, net, jobs, setups["one-vl"], 1, buffer_packets=bp)
             for name, arb in setups.items():
@@ -1248,7 +1263,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fluid_buffers is not None and args.fluid_buffers < 0:
         parser.error(f"--fluid-buffers: expected 0 or more, got {args.fluid_buffers}")
-    fluid_text = "auto" if args.fluid_buffers is None else str(args.fluid_buffers)
     start = time.perf_counter()
     print(f"machine: {machine()}", flush=True)
     load0 = os.getloadavg()[0]
@@ -1272,7 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
             f" {time.perf_counter() - start:.0f} s in all; packet model: {args.buffer_packets}"
-            f" packets of input buffer per VL; fluid model: {fluid_text}\n"
+            f" packets of input buffer per VL; fluid model: {buffers_used(vals)}\n"
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
         if args.packet_search:
@@ -1283,6 +1297,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["validation"] = [
             {
                 "mix": v.mix.name,
+                "fluid_buffer_packets": v.fluid["one-vl"].buffer_packets,
                 "fluid": {p: v.total("fluid", p) for p in v.fluid},
                 "packet": {p: v.total("packet", p) for p in v.packet},
                 "packet_optimal": (
@@ -1321,7 +1336,7 @@ def main(argv: list[str] | None = None) -> int:
         link = host_link(network(todo[0].xgft)) if todo else 1.0
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
-            f" {time.perf_counter() - start:.0f} s in all\n"
+            f" {time.perf_counter() - start:.0f} s in all; fluid model: {buffers_used(results)}\n"
         )
         print("\n".join(eval_report(results, iterations, link)))
         if args.svg:
@@ -1331,6 +1346,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["evaluation"] = [
             {
                 "mix": r.mix.name,
+                "fluid_buffer_packets": r.outcomes["one-vl"].buffer_packets,
                 "totals": {p: r.total(p) for p in r.outcomes},
                 "setups": {p: setup_text(o.setup, r.mix.jobs) for p, o in r.outcomes.items()},
                 "jobs": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ibqos.jobs import check_hosts, load_jobs
@@ -17,6 +18,9 @@ from ibqos.sim.qos import Arbitration, SimError
 from ibqos.sim.report import BASELINE, load_plan, render
 from ibqos.sim.workload import prepare
 from ibqos.topology import parse_ibnetdiscover
+
+#: the policies that plan by simulating the fluid model
+PLANNED = ("ibqos", "optimal")
 
 
 def network(
@@ -62,9 +66,8 @@ def simulate(
     the fluid model :func:`~ibqos.sim.fluid.auto_buffers`).  *fluid_buffers*: the fluid
     model's, for the policies that plan by simulating it (ibqos, optimal) when *model* is
     the packet model (None: the same default); with the fluid model its own buffers serve
-    both, and a second value is refused.  The packet model's buffers are not the fluid
-    model's: one value for both gave a packet run's plan buffers the fluid model does not
-    have by default.
+    both, and a second value is refused.  Under the packet model ``--buffers`` changes the
+    packet runs only: the plans stay what ``--model fluid`` would make.
     """
     if iterations < 1:
         raise SimError(f"--iterations {iterations}: expected at least 1")
@@ -76,11 +79,9 @@ def simulate(
     check_hosts(jobs, set(net.hosts), str(jobs_path))
     sim_jobs = prepare(net, jobs)
     if model == "fluid":
-        if buffer_packets is None:
-            buffer_packets = auto_buffers(sim_jobs, per)
-        fluid_buffers = buffer_packets
-    elif fluid_buffers is None:
-        fluid_buffers = auto_buffers(sim_jobs, per)
+        buffer_packets = fluid_buffers = auto_buffers(sim_jobs, per, buffer_packets)
+    else:
+        fluid_buffers = auto_buffers(sim_jobs, per, fluid_buffers)
     names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
     if not names and plan is None:
         names = ["ibqos"]
@@ -92,13 +93,16 @@ def simulate(
     setups: list[Arbitration] = [
         build(n, net, sim_jobs, iterations, lanes, per, base_run, fluid_buffers) for n in names
     ]
-    if plan is not None:
-        setups.append(load_plan(plan))
+    plan_arb = load_plan(plan) if plan is not None else None
+    if plan_arb is not None:
+        setups.append(plan_arb)
     t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffer_packets)
 
     def outcome(arb: Arbitration) -> Outcome:
         reuse = base_run if arb.name == BASELINE else None
-        return evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffer_packets, reuse)
+        out = evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffer_packets, reuse)
+        planned = arb.name in PLANNED and arb is not plan_arb
+        return replace(out, plan_buffer_packets=fluid_buffers) if planned else out
 
     outcomes = [outcome(arb) for arb in setups]
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)

@@ -51,6 +51,8 @@ class Outcome:
         setup: the QoS setup simulated.
         sim_time_s: simulated seconds of the sharing run.
         buffer_packets: the model's switch input buffers per VL, MTU packets (0: none).
+        plan_buffer_packets: for a setup planned by simulating the fluid model (ibqos,
+            optimal), that model's buffers (MTU packets per VL); None for the others.
     """
 
     policy: str
@@ -59,7 +61,8 @@ class Outcome:
     jobs: tuple[JobOutcome, ...]
     setup: Arbitration
     sim_time_s: float
-    buffer_packets: int = 0
+    buffer_packets: int
+    plan_buffer_packets: int | None = None
 
     @property
     def total_contention_s(self) -> float:

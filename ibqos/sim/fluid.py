@@ -122,12 +122,16 @@ def granularity(jobs: Sequence[SimJob]) -> Granularity:
     return "host" if sending <= AUTO_HOSTS else "job"
 
 
-def auto_buffers(jobs: Sequence[SimJob], per: Granularity = "auto") -> int:
+def auto_buffers(
+    jobs: Sequence[SimJob], per: Granularity = "auto", given: int | None = None
+) -> int:
     """The switch buffers (MTU packets per lane per input) the commands' fluid runs of
-    this mix get when not told: :data:`AUTO_BUFFER_PACKETS` with senders per host, none
+    this mix get: *given*, else :data:`AUTO_BUFFER_PACKETS` with senders per host and none
     per job.  Per job, a buffered run is still too slow for a what-if (over 20 s at 2,048
     nodes against a 10 s target, docs/simulate-benchmark.md); the runs of one mix (its
-    jobs alone too) must share the value, so it follows the mix's granularity."""
+    jobs alone too) must share the value, so it follows the whole mix's granularity."""
+    if given is not None:
+        return given
     per = granularity(jobs) if per == "auto" else per
     return AUTO_BUFFER_PACKETS if per == "host" else 0
 

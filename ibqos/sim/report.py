@@ -1,11 +1,13 @@
 """What ``ibqos simulate`` prints, and the plan files it reads.
 
 JSON (one policy): ``policy``, ``model``, ``buffer_packets`` (the model's switch input
-buffers per VL, MTU packets; 0: none), ``iterations``, ``jobs`` (``id``, ``nodes``,
-``sl``, ``vl``, ``t_alone_s``, ``t_sharing_s``, ``contention_s``), ``total_contention_s``,
-``node_time_wasted_s``, ``efficiency`` (E against ``baseline``, the one-vl policy; null
-when it is infinite), ``setup`` (``sl2vl``, ``vlarb_low``, ``vlarb_high``, ``high_limit``,
-``mtu``).  Several policies: ``{"results": [...]}`` in the order asked.
+buffers per VL, MTU packets; 0: none), ``plan_buffer_packets`` (for ibqos and optimal, the
+buffers of the fluid runs they planned with; else null), ``iterations``, ``jobs`` (``id``,
+``nodes``, ``sl``, ``vl``, ``t_alone_s``, ``t_sharing_s``, ``contention_s``),
+``total_contention_s``, ``node_time_wasted_s``, ``efficiency`` (E against ``baseline``,
+the one-vl policy; null when it is infinite), ``setup`` (``sl2vl``, ``vlarb_low``,
+``vlarb_high``, ``high_limit``, ``mtu``). Several policies: ``{"results": [...]}`` in the
+order asked.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def to_json(outcome: Outcome, baseline: Outcome) -> dict[str, Any]:
         "policy": outcome.policy,
         "model": outcome.model,
         "buffer_packets": outcome.buffer_packets,
+        "plan_buffer_packets": outcome.plan_buffer_packets,
         "iterations": outcome.iterations,
         "jobs": [
             {
@@ -67,10 +70,10 @@ def render(outcomes: Sequence[Outcome], baseline: Outcome, fmt: str) -> str:
         return json.dumps(body, indent=2) + "\n"
     lines: list[str] = []
     for o in outcomes:
-        buffers = (
-            f"{o.buffer_packets} packets of buffer per VL" if o.buffer_packets else "no buffers"
-        )
-        lines.append(f"policy {o.policy} ({o.model} model, {buffers}, {o.iterations} iterations)")
+        how = f"{o.model} model, {buffers_text(o.buffer_packets)}"
+        if o.plan_buffer_packets is not None and o.model != "fluid":
+            how += f"; planned with the fluid model, {buffers_text(o.plan_buffer_packets)}"
+        lines.append(f"policy {o.policy} ({how}, {o.iterations} iterations)")
         lines.append(f"  setup: {o.setup.describe()}")
         lines.append(
             f"  {'job':<12} {'nodes':>5} {'SL':>3} {'VL':>3} {'T_alone s':>11}"
@@ -98,6 +101,11 @@ def render(outcomes: Sequence[Outcome], baseline: Outcome, fmt: str) -> str:
                 f" {'inf' if math.isinf(eff) else f'{eff:.2f}':>7}"
             )
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def buffers_text(packets: int) -> str:
+    """A model's switch buffers (MTU packets per VL per input), as the reports say them."""
+    return f"{packets} packets of buffer per VL" if packets else "no buffers"
 
 
 def _clean(x: float) -> float:

@@ -24,7 +24,7 @@ from ibqos.sim.fluid import auto_buffers
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
-from ibqos.sim.report import parse_plan, render
+from ibqos.sim.report import buffers_text, parse_plan, render
 from ibqos.sim.workload import SimJob, prepare
 
 ITERATIONS = 10
@@ -83,6 +83,6 @@ def what_if(
     t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS, buffer_packets=bp)
     now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone, buffer_packets=bp)
     then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone, buffer_packets=bp)
-    buffers = f"{bp} packets of switch buffer per lane" if bp else "no switch buffers"
-    head = f"simulated ({ITERATIONS} iterations, fluid model, {buffers}): in force vs proposed\n"
+    how = f"{ITERATIONS} iterations, fluid model, {buffers_text(bp)}"
+    head = f"simulated ({how}): in force vs proposed\n"
     return head + render([now, then], now, "table") + "".join(f"  {n}\n" for n in notes)

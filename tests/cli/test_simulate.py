@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ibqos.cli import cli
 from ibqos.sim import policies
-from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.fluid import FluidSim, simulate_fluid
 from ibqos.sim.workload import RunResult
 
 MIX = """\
@@ -170,6 +170,33 @@ def test_buffers_option(mix: Path) -> None:
     assert code == 2 and "--buffers" in err
 
 
+def test_every_fluid_run_of_a_command_has_the_same_buffers(
+    mix: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mix under every policy, optimal's search, ibqos's planning run and each job
+    # alone: one value, the default's or --buffers', recorded where every run starts.
+    seen: set[int] = set()
+    init = FluidSim.__init__
+
+    def spy(self: FluidSim, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        seen.add(self.buffer_packets)
+
+    monkeypatch.setattr(FluidSim, "__init__", spy)
+    for extra, want in (
+        ((), {8}),
+        (("--senders", "job"), {0}),
+        (("--senders", "job", "--buffers", "8"), {8}),
+    ):
+        seen.clear()
+        code, _, err = invoke(
+            "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "all",
+            "--iterations", "1", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        assert seen == want, extra
+
+
 SMALL = """\
 jobs:
   - {id: H, nodes: "cn[0001-0002,0005-0006]", pattern: all-to-all,
@@ -217,3 +244,36 @@ def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
         "--fluid-buffers", "4",
     )  # fmt: skip
     assert code != 0 and "--fluid-buffers" in err and "--model fluid" in err
+
+
+def test_the_report_says_each_model_s_buffers(tmp_path: Path) -> None:
+    # Under --model packet, the packet runs' buffers and, for the setups planned by the
+    # fluid model, that model's.
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+
+    def results(*extra: str) -> dict[str, dict[str, Any]]:
+        code, out, err = invoke(
+            "simulate", "--xgft", "2;4,2;1,2", "--jobs", str(path), "--model", "packet",
+            "--policy", "one-vl", "--policy", "ibqos", "--iterations", "1", "--format",
+            "json", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        return {r["policy"]: r for r in json.loads(out)["results"]}
+
+    got = results()
+    assert [got[p]["buffer_packets"] for p in got] == [8, 8]
+    assert got["one-vl"]["plan_buffer_packets"] is None
+    assert got["ibqos"]["plan_buffer_packets"] == 8
+    got = results("--buffers", "2", "--senders", "job")
+    assert [got[p]["buffer_packets"] for p in got] == [2, 2]
+    assert got["ibqos"]["plan_buffer_packets"] == 0
+    code, table, err = invoke(
+        "simulate", "--xgft", "2;4,2;1,2", "--jobs", str(path), "--model", "packet",
+        "--iterations", "1", "--fluid-buffers", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    assert (
+        "policy ibqos (packet model, 8 packets of buffer per VL; planned with the fluid"
+        " model, no buffers, 1 iterations)"
+    ) in table

@@ -25,8 +25,7 @@ def test_dry_run_shows_in_force_and_proposed_predictions(make_lab, tmp_path):
     out = lab.run(argv, check=True).stdout
     # the fluid model with the buffers `ibqos simulate` gives it here (senders per host)
     assert (
-        "simulated (10 iterations, fluid model, 8 packets of switch buffer per lane):"
-        " in force vs proposed"
+        "simulated (10 iterations, fluid model, 8 packets of buffer per VL): in force vs proposed"
     ) in out
     # nothing applied before: in force is OpenSM's default, every job on VL 0
     in_force = out.split("policy in force (all on VL 0)")[1].split("policy proposed")[0]

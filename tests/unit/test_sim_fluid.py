@@ -324,7 +324,11 @@ def test_the_commands_buffers_follow_the_mix_s_senders(
     assert FluidSim(pair_tree, jobs, setup({"A": 0, "B": 0}, ((0, 32),))).buffer_packets == 0
     monkeypatch.setattr(fluid, "AUTO_HOSTS", 1)
     assert auto_buffers(jobs) == 0
-    assert auto_buffers(jobs[:1], "job") == 0  # a job alone, with the mix's granularity
+    # a job alone has one sending host, so on its own it would get buffers: its runs take
+    # the mix's granularity (as evaluate.alone does), and so the mix's buffers
+    assert auto_buffers(jobs[:1]) == 8
+    assert auto_buffers(jobs[:1], granularity(jobs)) == 0
+    assert auto_buffers(jobs, given=3) == 3
 
 
 def test_jobs_that_share_no_hot_link_are_solved_apart(two_leaves: Network) -> None:
