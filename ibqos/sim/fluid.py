@@ -102,8 +102,8 @@ AUTO_HOSTS = 512
 BUFFER_PACKETS = 0
 #: buffers of the commands' fluid runs with senders per host (:func:`auto_buffers`): with
 #: buffers, head of line and the drain, the fluid model ranks the policies as the packet
-#: model does far better (mean rho 0.78 against 0.41, docs/simulate-validation.md), at two
-#: to five times the cost of a run without
+#: model does far better (mean rho 0.78 against 0.41, docs/simulate-validation.md), at up
+#: to ten times the cost of a run without (docs/simulate-benchmark.md)
 AUTO_BUFFER_PACKETS = 8
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
 HEAD_OF_LINE = True
@@ -128,7 +128,7 @@ def auto_buffers(
     """The switch buffers (MTU packets per lane per input) the commands' fluid runs of
     this mix get: *given*, else :data:`AUTO_BUFFER_PACKETS` with senders per host and none
     per job.  Per job, a buffered run is still too slow for a what-if (over 20 s at 2,048
-    nodes against a 10 s target, docs/simulate-benchmark.md); the runs of one mix (its
+    nodes against a 10 s target, docs/simulate-validation.md); the runs of one mix (its
     jobs alone too) must share the value, so it follows the whole mix's granularity."""
     if given is not None:
         return given
