@@ -38,6 +38,11 @@ The stages above are each timed from scratch (:func:`cold`); in a what-if the ru
 the first reuse the mix's routed and grouped senders, as ``ibqos simulate`` does, so a
 what-if takes less than the sum of its stages.
 
+**512 nodes** (``3;16,4,8;1,8,8``): the 2,048-node mix a quarter of the size (20 jobs on
+476 hosts), the largest the fluid model runs per host by default, and so with the 8
+packets of switch buffer per lane it then gets: the what-ifs with those buffers and
+without.
+
 Each stage is timed ``--rounds`` times; the tables give the median and the minimum.
 Prints the machine and Markdown tables with the 10 s target beside the what-if; progress
 goes to stderr.  docs/simulate-benchmark.md holds one run.  Wall-clock times on a shared
@@ -77,6 +82,9 @@ ITERATIONS = 10
 TARGET_S = 10.0  # the issue's target for a 2,048-node what-if with 20 jobs, 10 iterations
 XGFT_64 = "2;16,4;1,8"
 XGFT_2048 = "3;16,16,8;1,8,8"
+#: the largest mix the fluid model runs per host, and so with buffers, by default: 512
+#: hosts (32 leaves of 16, 4 per pod), the 2,048-node mix a quarter of the size
+XGFT_512 = "3;16,4,8;1,8,8"
 #: the 64-node mix: (id, pattern, hosts per leaf, share of the link, duty, period in us)
 MIX_64 = (
     ("heavy", "all-to-all", 6, 0.9, 0.7, 100.0),
@@ -112,13 +120,15 @@ def cold(fn: Callable[[], T]) -> Callable[[], T]:
     return run
 
 
-def what_if(net: Network, jobs: list[Job], policy: str) -> dict[str, float]:
+def what_if(
+    net: Network, jobs: list[Job], policy: str, buffers: int | None = None
+) -> dict[str, float]:
     """What ``ibqos simulate --policy one-vl|ibqos`` computes once it has the fabric, in its
     order: route, the mix on one VL (E's baseline and what ibqos plans from), ibqos's
     plan and the mix under it, then T_alone (runs after the first reuse the mix's
     senders).  Returns each job's contention (s) under *policy*."""
     sim_jobs = prepare(net, jobs)
-    bp = auto_buffers(sim_jobs)  # none: senders per job at this size
+    bp = auto_buffers(sim_jobs, given=buffers)  # as `ibqos simulate --buffers`
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
     run = simulate_fluid(net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     if policy == "ibqos":
@@ -157,11 +167,13 @@ def jobs_64(net: Network, stretch: float = 1.0) -> list[Job]:
     return jobs
 
 
-def jobs_2048(net: Network) -> list[Job]:
-    """20 jobs on 90 % of the hosts (see the module docstring)."""
+def jobs_2048(net: Network, shrink: int = 1) -> list[Job]:
+    """20 jobs on 90 % of the hosts (see the module docstring), each *shrink* times
+    smaller (the same draws)."""
     rng = np.random.default_rng(SEED)
     hosts = compute_hosts(net)
     sizes = [384, 256, 192, 160, 128, 128, 96, 96, 64, 64, 64, 48, 48, 32, 32, 32, 32, 16, 16, 16]
+    sizes = [n // shrink for n in sizes]
     assert sum(sizes) <= len(hosts)
     link = float(net.capacity[net.router.port_index[net.hosts[hosts[0]]]])
     scattered = set(rng.choice(len(sizes), 6, replace=False).tolist())
@@ -414,6 +426,31 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
     return out, {"stages": stages, "flows": flows, "contention": contention}
 
 
+def bench_512(rounds: int) -> tuple[list[str], dict[str, object]]:
+    """What-ifs on the largest mix run per host by default, with the buffers that gives
+    (8) and without."""
+    net = xgft_network(parse_xgft(XGFT_512))
+    jobs = jobs_2048(net, 4)
+    sending = sum(len(j.nodes) for j in jobs)
+    rows: list[str] = []
+    doc: dict[str, object] = {}
+    for pol in ("one-vl", "ibqos"):
+        for buffers in (None, 0):
+            _, times = timed(partial(what_if, net, jobs, pol, buffers), rounds)
+            said = "8 (default)" if buffers is None else str(buffers)
+            rows.append(f"| `--policy {pol}` | {said} | {med(times)} | {min(times):.3f} |")
+            doc[f"{pol} {said}"] = times
+            _progress(f"512 nodes: what-if {pol} buffers {said} {med(times)} s")
+    head = [
+        f"{len(jobs)} jobs on {sending} hosts (per host: up to 512 sending hosts), 10"
+        " iterations; a what-if as for 2,048 nodes.",
+        "",
+        "| what-if | buffers (packets per lane per input) | wall s (median) | best |",
+        "|---|---:|---:|---:|",
+    ]
+    return head + rows, doc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=3, help="timings per stage")
@@ -425,13 +462,17 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     t64, d64 = bench_64(args.rounds, not args.no_packet)
     t2k, d2k = bench_2048(args.rounds, not args.no_cli)
+    t512, d512 = bench_512(args.rounds)
     print(f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after\n")
     print(f"## 64 nodes ({XGFT_64}), {ITERATIONS} iterations, one sharing run\n")
     print("\n".join(t64))
     print(f"\n## 2,048 nodes ({XGFT_2048}), 20 jobs, fluid, {ITERATIONS} iterations\n")
     print("\n".join(t2k))
+    print(f"\n## 512 nodes ({XGFT_512}), fluid per host, {ITERATIONS} iterations\n")
+    print("\n".join(t512))
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "64": d64, "2048": d2k}, indent=1))
+        doc = {"machine": machine(), "64": d64, "2048": d2k, "512": d512}
+        args.json.write_text(json.dumps(doc, indent=1))
     return 0
 
 
