@@ -75,6 +75,14 @@ def simulate(
         raise SimError(
             "--fluid-buffers: the fluid model's buffers are --buffers under --model fluid"
         )
+    names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
+    if not names and plan is None:
+        names = ["ibqos"]
+    if model != "fluid" and fluid_buffers is not None and not set(names) & set(PLANNED):
+        # a value that would change nothing is a mistake in the command, not a no-op
+        raise SimError(
+            f"--fluid-buffers: no policy asked plans with the fluid model ({', '.join(PLANNED)})"
+        )
     jobs = load_jobs(jobs_path, traffic=True)
     check_hosts(jobs, set(net.hosts), str(jobs_path))
     sim_jobs = prepare(net, jobs)
@@ -82,9 +90,6 @@ def simulate(
         buffer_packets = fluid_buffers = auto_buffers(sim_jobs, per, buffer_packets)
     else:
         fluid_buffers = auto_buffers(sim_jobs, per, fluid_buffers)
-    names = list(POLICIES) if "all" in policies else list(dict.fromkeys(policies))
-    if not names and plan is None:
-        names = ["ibqos"]
     base_arb = one_vl(sim_jobs, lanes)
     # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
     base_run = None

@@ -244,6 +244,12 @@ def test_the_packet_model_s_buffers_are_not_the_fluid_model_s(
         "--fluid-buffers", "4",
     )  # fmt: skip
     assert code != 0 and "--fluid-buffers" in err and "--model fluid" in err
+    code, _, err = invoke(
+        "simulate", "--jobs", str(path), "--xgft", "2;4,2;1,2", "--model", "packet",
+        "--policy", "equal", "--fluid-buffers", "4",
+    )  # fmt: skip
+    assert code != 0 and "--fluid-buffers: no policy asked plans with the fluid model" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_the_report_says_each_model_s_buffers(tmp_path: Path) -> None:
