@@ -97,10 +97,10 @@ def run(
     Raises:
         SimError: an unknown model, or a setup the model cannot run.
     """
+    buffers = buffers_of(model, buffer_packets)  # what the outcome reports, too
     if model == "fluid":
-        return simulate_fluid(net, jobs, arb, iterations, per, buffer_packets)
+        return simulate_fluid(net, jobs, arb, iterations, per, buffers)
     if model == "packet":
-        buffers = buffers_of(model, buffer_packets)
         return simulate_packets(net, jobs, arb, iterations, buffer_packets=buffers)
     raise SimError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
 
