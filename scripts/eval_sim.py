@@ -47,7 +47,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -63,6 +63,7 @@ from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import PACKET_BUFFER
 from ibqos.sim.qos import Arbitration
+from ibqos.sim.report import buffers_text
 from ibqos.sim.workload import SimJob, prepare
 
 #: evaluation fabrics: 64 hosts, 4 leaves of 16
@@ -90,6 +91,11 @@ VALIDATION_UNIT_S = 10e-6
 CLEAN_S = 1e-9
 #: totals closer than this share of the mix's one-vl total (or its largest) are a tie
 TIE = 0.01
+
+
+def clean(total_s: float) -> float:
+    """A total contention with round-off (under :data:`CLEAN_S`) as none."""
+    return 0.0 if abs(total_s) < CLEAN_S else total_s
 
 
 @dataclass(frozen=True)
@@ -292,8 +298,7 @@ class MixResult:
     wall_s: float = 0.0
 
     def total(self, policy: str) -> float:
-        t = self.outcomes[policy].total_contention_s
-        return 0.0 if abs(t) < CLEAN_S else t
+        return clean(self.outcomes[policy].total_contention_s)
 
     @property
     def contended(self) -> bool:
@@ -719,8 +724,7 @@ class Validation:
     fluid_searched: list[float] = field(default_factory=list)
 
     def total(self, model: str, policy: str) -> float:
-        t = (self.fluid if model == "fluid" else self.packet)[policy].total_contention_s
-        return 0.0 if abs(t) < CLEAN_S else t
+        return clean((self.fluid if model == "fluid" else self.packet)[policy].total_contention_s)
 
     def packet_gap(self, policy: str = "ibqos") -> float:
         """*policy*'s total over the packet model's optimum's, minus 1; totals closer than
@@ -739,8 +743,7 @@ class Validation:
         f, p = self.fluid_searched, self.packet_searched
         if not f or len(f) != len(p):
             return math.nan
-        f = [0.0 if abs(t) < CLEAN_S else t for t in f]  # round-off is no ranking
-        p = [0.0 if abs(t) < CLEAN_S else t for t in p]
+        f, p = [clean(t) for t in f], [clean(t) for t in p]
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
 
     def rho(self, tol: float = 0.0, own_optimum: bool = False) -> float:
@@ -749,8 +752,7 @@ class Validation:
         f, p = self.totals("fluid"), self.totals("packet")
         if own_optimum:
             assert self.packet_optimal is not None
-            best = self.packet_optimal.total_contention_s
-            p[MAIN.index("optimal")] = 0.0 if abs(best) < CLEAN_S else best
+            p[MAIN.index("optimal")] = clean(self.packet_optimal.total_contention_s)
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
 
 
@@ -789,17 +791,9 @@ def run_validation(
     return v
 
 
-def buffers_used(runs: Sequence[MixResult] | Sequence[Validation]) -> str:
-    """The fluid model's switch buffers in *runs*, as the reports say them."""
-    used = sorted(
-        {
-            o.buffer_packets
-            for r in runs
-            for o in (r.outcomes if isinstance(r, MixResult) else r.fluid).values()
-        }
-    )
-    said = [f"{n} packets of switch buffer per lane per input" if n else "no buffers" for n in used]
-    return ", ".join(said) or "-"
+def buffers_used(outcomes: Iterable[Outcome]) -> str:
+    """The switch buffers the runs of *outcomes* had, as the reports say them."""
+    return ", ".join(buffers_text(n) for n in sorted({o.buffer_packets for o in outcomes})) or "-"
 
 
 def quantiles(xs: Sequence[float]) -> str:
@@ -1283,10 +1277,11 @@ def main(argv: list[str] | None = None) -> int:
                 f" fluid {v.wall_fluid_s:.1f} s, packet {v.wall_packet_s:.1f} s"
             )
         link = host_link(network(todo[0].xgft)) if todo else 1.0
+        used = buffers_used(o for v in vals for o in v.fluid.values())
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
             f" {time.perf_counter() - start:.0f} s in all; packet model: {args.buffer_packets}"
-            f" packets of input buffer per VL; fluid model: {buffers_used(vals)}\n"
+            f" packets of input buffer per VL; fluid model: {used}\n"
         )
         print("\n".join(validation_report(vals, iterations, link, unit)))
         if args.packet_search:
@@ -1334,9 +1329,10 @@ def main(argv: list[str] | None = None) -> int:
                 f" ({pct(r.gap())}), {len(r.searched)} setups, {r.wall_s:.1f} s"
             )
         link = host_link(network(todo[0].xgft)) if todo else 1.0
+        used = buffers_used(o for r in results for o in r.outcomes.values())
         print(
             f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
-            f" {time.perf_counter() - start:.0f} s in all; fluid model: {buffers_used(results)}\n"
+            f" {time.perf_counter() - start:.0f} s in all; fluid model: {used}\n"
         )
         print("\n".join(eval_report(results, iterations, link)))
         if args.svg:

@@ -466,8 +466,10 @@ class Allocator:
         self._entry_sub = np.repeat(np.arange(len(self._sub_ptr) - 1), np.diff(self._sub_ptr))
         self._index_inputs(n_lanes)
         self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
+        #: the link of each column
+        self.column_link: IntArray = self._link[self._col_start]
         # the column of each (link, lane) kept, by the key of an input that comes over it
-        col_key = self._link[self._col_start] * n_lanes + self._col_lane
+        col_key = self.column_link * n_lanes + self._col_lane
         self._col_of_key = np.full(self._n_keys, -1, dtype=np.int64)
         self._col_of_key[col_key] = np.arange(len(col_key))
         self._row_entries = np.argsort(row, kind="stable")
@@ -500,12 +502,6 @@ class Allocator:
     def lane_of_row(self, row: int) -> int:
         """The lane (index among the lanes in use) of a sender."""
         return int(self._lane_of[row]) if len(self._lane_of) else 0
-
-    @property
-    def column_link(self) -> IntArray:
-        """The link of each column."""
-        got: IntArray = self._link[self._col_start]
-        return got
 
     @property
     def column_lane(self) -> IntArray:
