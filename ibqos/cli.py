@@ -457,7 +457,8 @@ def status_command(path: Path | None, fmt: str) -> None:
     "--fluid-buffers",
     type=click.IntRange(min=0),
     help="With --model packet: the fluid model's buffers (as --buffers) where ibqos and"
-    " optimal plan by simulating it (default as for --model fluid).",
+    " optimal plan by simulating it (default as for --model fluid; refused when neither"
+    " policy is asked for).",
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
 @_config_option
