@@ -804,6 +804,7 @@ class FluidSim:
         alloc = self.allocator
         active = self._sending()
         self._room = alloc.inputs(active) * self._buffer_bytes
+        self._full &= self._room > 0  # no one feeds it: nothing held, nothing full
         over = self._held > self._room  # fewer inputs than the bytes held had
         self._held[over] = self._room[over]
         self._full |= over & (self._room > 0)

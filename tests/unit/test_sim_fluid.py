@@ -496,6 +496,25 @@ def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -
     assert packet.jobs["A"].t_s == pytest.approx(200e-6, rel=0.01)
 
 
+def test_every_iteration_alone_starts_with_empty_buffers() -> None:
+    # The in-cast above with a 100 us compute phase before each 100 us of bytes.  When
+    # the hosts stop, nothing feeds the uplink: its buffers are empty, not full, so the
+    # next phase fills them again and every iteration alone lasts as long as the first.
+    # (Until session 16 a column stayed full with nothing held: from the second
+    # iteration on, the hosts were held at once and the phase ended with nothing to
+    # drain, two inputs' worth sooner.)
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
+    job = Job("A", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 0.5, 200e-6, matrix=incast)
+    jobs = prepare(net, [job])
+    one_lane = setup({"A": 0}, ((0, 32),))
+    run = simulate_fluid(net, jobs, one_lane, 3, buffer_packets=8)
+    ends = (0.0, *run.jobs["A"].iteration_ends_s)
+    lengths = np.diff(ends)
+    assert lengths[0] == pytest.approx(100e-6 + 200e-6 + 2 * 8 * one_lane.mtu / EDR4, rel=1e-9)
+    assert lengths == pytest.approx([lengths[0]] * 3, rel=1e-9)
+
+
 def test_a_light_lane_s_last_packets_wait_for_the_heavy_lane_s_turn() -> None:
     # A (0.9 of the link, always sending) and B (1.5 GB/s, half of its 1 ms) share leaf
     # 1's uplink on two lanes, A's with one VLArb entry of 4 packets, B's of 1.  B is well
