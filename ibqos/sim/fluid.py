@@ -54,12 +54,14 @@ the commands ask for :data:`AUTO_BUFFER_PACKETS` where the senders are per host,
 A *column* (one lane of one link) whose inputs' buffers have room limits no one: what
 comes in above the lane's share fills them.  Once full it limits its senders to the
 share as without buffers, until they bring less than it; then it drains, its lane asking
-for the whole link while it holds a backlog.  "Full" and "empty" are events.  A full
-column holds the switch inputs that feed it (head of line): the packets of the lane
-behind its own in an input's buffer, for any output, come in no faster than the held
-ones, so no host's traffic through the input moves more bytes than the fastest held
-host's; the buffers up the links that feed it back up in turn (the senders get caps and
-the rates are solved again).  A job's communication phase ends when its last bytes are
+for the whole link while it holds a backlog.  "Full" and "empty" are events, and a
+column that no sender feeds any more is empty (what it held counts as delivered, see
+below), so every phase fills the buffers afresh.  A full column holds the switch
+inputs that feed it (head of line): the packets of the lane behind its own in an input's
+buffer, for any output, come in no faster than the held ones, so no host's traffic
+through the input moves more bytes than the fastest held host's; the buffers up the
+links that feed it back up in turn (the senders get caps and the rates are solved
+again).  A job's communication phase ends when its last bytes are
 out of the buffers, not when its hosts have sent them: on each of its paths they wait
 behind what every column on it holds, at the rate it sends on, and for the other lanes'
 arbitration turns (:meth:`FluidSim._drain_s`).
@@ -102,7 +104,7 @@ AUTO_HOSTS = 512
 BUFFER_PACKETS = 0
 #: buffers of the commands' fluid runs with senders per host (:func:`auto_buffers`): with
 #: buffers, head of line and the drain, the fluid model ranks the policies as the packet
-#: model does far better (mean rho 0.78 against 0.41, docs/simulate-validation.md), at up
+#: model does far better (mean rho 0.73 against 0.41, docs/simulate-validation.md), at up
 #: to ten times the cost of a run without (docs/simulate-benchmark.md)
 AUTO_BUFFER_PACKETS = 8
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
