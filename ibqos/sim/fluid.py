@@ -109,6 +109,9 @@ BUFFER_PACKETS = 0
 AUTO_BUFFER_PACKETS = 8
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
 HEAD_OF_LINE = True
+HELD_NO_DRAIN = True
+REFILL_ROUNDS = 3
+QUEUE_WAIT = "max"
 #: with buffers, a job's last packets also wait at each hop for the other lanes' turns
 #: (FluidSim._drain_s)
 ARBITRATION_WAIT = True
@@ -377,7 +380,7 @@ class Allocator:
         self,
         active: npt.NDArray[np.bool_],
         col_open: npt.NDArray[np.bool_] | None = None,
-        col_backlog: npt.NDArray[np.bool_] | None = None,
+        col_ask: FloatArray | None = None,
         row_cap: FloatArray | None = None,
         slot: int = 0,
     ) -> FloatArray:
@@ -387,9 +390,10 @@ class Allocator:
         per group of senders linked through hot links, and a group's rates are kept: when
         one job changes phase, only its group is solved again (in the same state of the
         buffers and caps).  *col_open* and
-        *col_backlog* (per column, :attr:`columns`) are the switch buffers' state
-        (:class:`FluidSim`); without them every column limits its lane and none has a
-        backlog.  *row_cap*: the most (0..1] of its rate each sender may send (head of
+        *col_ask* (per column, :attr:`columns`) are the switch buffers' state
+        (:class:`FluidSim`): whether a column's buffers have room, and what its backlog
+        asks its lane for (bytes per second; 0: no backlog); without them every column
+        limits its lane and none has a backlog.  *row_cap*: the most (0..1] of its rate each sender may send (head of
         line, :class:`FluidSim`; default 1).  *slot* (0 or 1): which kept first round the
         solver starts from (speed only: the rates are the same).
         """
@@ -401,7 +405,7 @@ class Allocator:
         if not len(self._row):
             return alpha
         self._open = self._no_buffers if col_open is None else col_open
-        self._backlog = self._no_buffers if col_backlog is None else col_backlog
+        self._ask = self._no_ask if col_ask is None else col_ask
         self._cap = self._no_cap if row_cap is None else row_cap
         self._slot = slot
         # A group's rates hold for one state of the buffers and caps: the key has both.
@@ -409,9 +413,9 @@ class Allocator:
         # 2,048-node one-vl run), so the rates of every state are kept, not only the last.
         # Without buffers or caps there is one state: no digest to take.
         tag = b""
-        if col_open is not None or col_backlog is not None or row_cap is not None:
+        if col_open is not None or col_ask is not None or row_cap is not None:
             state = hashlib.blake2b(digest_size=16)
-            for part in (self._open, self._backlog, self._cap):
+            for part in (self._open, self._ask, self._cap):
                 state.update(part.tobytes())
             tag = state.digest()
         hot, label, order, bounds = hot_groups(
@@ -474,12 +478,17 @@ class Allocator:
         col_key = self.column_link * n_lanes + self._col_lane
         self._col_of_key = np.full(self._n_keys, -1, dtype=np.int64)
         self._col_of_key[col_key] = np.arange(len(col_key))
+        self._col_key = col_key
+        #: per column, whether the input its link feeds is held (head of line) at the last
+        #: :meth:`paces`: its backlog cannot leave faster than its senders bring bytes
+        self.held_below = np.full(len(col_key), np.inf)
         self._row_entries = np.argsort(row, kind="stable")
         self._row_ptr = np.searchsorted(row[self._row_entries], np.arange(n_rows + 1))
         n_cols = self.columns = len(self._col_ptr) - 1  # one lane of one kept link each
         self._no_buffers = np.zeros(n_cols, dtype=bool)
         # the buffers' state for the solver (open columns, backlogs, senders' caps; rates())
-        self._open, self._backlog = self._no_buffers, self._no_buffers
+        self._no_ask = np.zeros(n_cols)
+        self._open, self._ask = self._no_buffers, self._no_ask
         self._no_cap = np.ones(n_rows)
         self._cap = self._no_cap
         # The first round of the last solve in each slot (see solve_kept), filled for no
@@ -489,7 +498,7 @@ class Allocator:
             (
                 np.zeros((3, max(n_e, 1))),
                 np.zeros(n_e, dtype=bool),
-                np.zeros((2, n_cols), dtype=bool),
+                np.zeros((2, n_cols)),
                 self._no_cap.copy(),
             )
             for _ in range(2)
@@ -531,6 +540,7 @@ class Allocator:
         in_hosts = np.zeros(len(pair))
         np.maximum.at(in_hosts, pair_of, s.e_hosts[at_switch])
         self._in_per_host = np.bincount(pair_of, weights=s.e_load[at_switch]) / in_hosts
+        self._in_hosts = in_hosts
         code = self._row * self._n_keys + self._sub_key[self._entry_sub]
         at = np.minimum(np.searchsorted(pair, code), max(len(pair) - 1, 0))
         switch = self._sub_switch[self._entry_sub]
@@ -558,7 +568,7 @@ class Allocator:
             self._row_ptr,
             self._row_entries,
             self._open,
-            self._backlog,
+            self._ask,
             self._cap,
             self._lane_weight,
             self._lane_high,
@@ -624,7 +634,13 @@ class Allocator:
             self._in_per_host,
         )
         cap = np.ones(len(alpha))
-        through = active[self._in_row] & np.isfinite(pace[self._in_key])
+        on = active[self._in_row]
+        hosts = np.bincount(self._in_key[on], weights=self._in_hosts[on], minlength=self._n_keys)
+        with np.errstate(invalid="ignore"):  # inf x 0 hosts: not held
+            self.held_below = np.where(
+                hosts[self._col_key] > 0, pace[self._col_key] * hosts[self._col_key], np.inf
+            )
+        through = on & np.isfinite(pace[self._in_key])
         np.minimum.at(
             cap,
             self._in_row[through],
@@ -633,10 +649,11 @@ class Allocator:
         return cap
 
     def flows(
-        self, alpha: FloatArray, backlog: npt.NDArray[np.bool_]
+        self, alpha: FloatArray, ask: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
         """Per column, the bytes per second its senders bring at *alpha*, and what its
-        lane's share of the link lets on (a lane with a *backlog* asks for all of it)."""
+        lane's share of the link lets on, a column with a backlog asking its lane for at
+        least *ask* (bytes per second)."""
         from ibqos.sim.maxmin import lane_outputs
 
         if not len(self._row):
@@ -644,7 +661,7 @@ class Allocator:
         into = np.add.reduceat(self._load * alpha[self._row], self._col_start)
         out = lane_outputs(
             into,
-            backlog,
+            ask,
             self._col_lane,
             self._link_col_ptr,
             self._link_col,
@@ -810,19 +827,29 @@ class FluidSim:
         over = self._held > self._room  # fewer inputs than the bytes held had
         self._held[over] = self._room[over]
         self._full |= over & (self._room > 0)
-        alpha, into, out = self._solve_buffered(active)
-        release = self._full & (into < out * (1 - _TOL))
-        if release.any():  # held elsewhere now: a column drains if, open, it still would
-            self._full &= ~release
+        for _ in range(REFILL_ROUNDS):
             alpha, into, out = self._solve_buffered(active)
-            back = release & (into > out * (1 + _TOL))
-            if back.any():
-                self._full |= back
+            release = self._full & (into < out * (1 - _TOL))
+            if release.any():  # held elsewhere now: a column drains if, open, it still would
+                self._full &= ~release
                 alpha, into, out = self._solve_buffered(active)
-        if HEAD_OF_LINE and self._full.any():
-            caps = alloc.paces(alpha, active, self._full)
-            if (caps < 1).any():
-                alpha, into, out = self._solve_buffered(active, caps)
+                back = release & (into > out * (1 + _TOL))
+                if back.any():
+                    self._full |= back
+                    alpha, into, out = self._solve_buffered(active)
+            if HEAD_OF_LINE and self._full.any():
+                caps = alloc.paces(alpha, active, self._full)
+                if (caps < 1).any() or (HELD_NO_DRAIN and self._held_back().any()):
+                    alpha, into, out = self._solve_buffered(active, caps)
+            stuck = (
+                ~self._full
+                & (self._room > 0)
+                & (self._held >= self._room - _MIN_BYTES)
+                & (into > out * (1 + _TOL))
+            )
+            if not stuck.any():
+                break
+            self._full |= stuck
         self._out = out
         self._into = into
         self._inflow = np.where(self._full, 0.0, into - out)
@@ -837,12 +864,25 @@ class FluidSim:
         self, active: npt.NDArray[np.bool_], caps: FloatArray | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """The rates in the buffers' present state, and each column's inflow and output."""
-        backlog = self._held > 0
+        alloc = self.allocator
+        # a backlog asks for the whole link, or, where the input below holds it back (head
+        # of line, Allocator.paces), for what that input lets through
+        whole = alloc.capacity[alloc.column_link]
+        below = alloc.held_below if caps is not None and HELD_NO_DRAIN else whole
+        ask = np.where(self._held > 0, np.minimum(whole, below), 0.0)
         slot = 0 if caps is None else 1  # see Allocator._firsts
-        alpha = self.allocator.rates(active, ~self._full & (self._room > 0), backlog, caps, slot)
+        alpha = alloc.rates(active, ~self._full & (self._room > 0), ask, caps, slot)
         self.allocations += 1
-        into, out = self.allocator.flows(alpha, backlog)
+        into, out = alloc.flows(alpha, ask)
         return alpha, into, out
+
+    def _held_back(self) -> npt.NDArray[np.bool_]:
+        """Columns with a backlog whose link's next input holds them back (head of line)."""
+        alloc = self.allocator
+        held: npt.NDArray[np.bool_] = (self._held > 0) & (
+            alloc.held_below < alloc.capacity[alloc.column_link]
+        )
+        return held
 
     def _buffer_event_s(self) -> float:
         """Simulated seconds until a column's buffers fill up or run empty."""
@@ -885,7 +925,8 @@ class FluidSim:
         docs/simulate-validation.md, session 14."""
         alloc = self.allocator
         with np.errstate(divide="ignore", invalid="ignore"):
-            wait = np.where(self._out > 0, self._held / self._out, 0.0)
+            queue = np.where(self._out > 0, self._held / self._out, 0.0)
+        wait = np.zeros(len(queue))
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
             link = alloc.column_link
             cap = alloc.capacity[link]
@@ -898,7 +939,11 @@ class FluidSim:
             paths, path_row = self._job_paths(int(self.senders.job[r]))
             mine = paths[path_row == r]
             if mine.size:
-                out[k] = np.where(mine >= 0, wait[np.maximum(mine, 0)], 0.0).sum(axis=1).max()
+                at = np.maximum(mine, 0)
+                hops = mine >= 0
+                q = np.where(hops, queue[at], 0.0)
+                q = q.max(axis=1) if QUEUE_WAIT == "max" else q.sum(axis=1)
+                out[k] = (q + np.where(hops, wait[at], 0.0).sum(axis=1)).max()
         return out
 
     def _job_paths(self, i: int) -> tuple[IntArray, IntArray]:

@@ -159,7 +159,7 @@ def _refill(
     link_col_ptr: IntArray,
     link_col: IntArray,
     col_open: npt.NDArray[np.bool_],
-    col_backlog: npt.NDArray[np.bool_],
+    col_ask: FloatArray,
     lane_weight: FloatArray,
     hi_lanes: IntArray,
     lo_lanes: IntArray,
@@ -173,8 +173,9 @@ def _refill(
     members: IntArray,
 ) -> None:
     """Fill link *x* again: each lane's share, each input's share of its lane, each active
-    entry's grant within its input (as a share of its sender's rate).  A lane with a
-    backlog in its buffers (*col_backlog*) asks for the whole link; a column whose buffers
+    entry's grant within its input (as a share of its sender's rate).  A column with a
+    backlog in its buffers asks its lane for at least *col_ask* (bytes per second; the
+    whole link unless what is below holds it back); a column whose buffers
     still have room (*col_open*) grants every entry its offer."""
     n_lanes = len(lane_weight)
     lane_d = scratch[0, :n_lanes]
@@ -190,7 +191,7 @@ def _refill(
                     total += want[e]
             wanted[sub] = total
             total_c += total
-        lane_d[col_lane[c]] = total_c + (cap if col_backlog[c] else 0.0)
+        lane_d[col_lane[c]] = max(total_c, col_ask[c])
     _lane_shares(
         lane_d, lane_weight, hi_lanes, lo_lanes, cap, high_share, lane_s, scratch[2:6], order
     )
@@ -249,7 +250,7 @@ def solve_kept(
     row_ptr: IntArray,
     row_entries: IntArray,
     col_open: npt.NDArray[np.bool_],
-    col_backlog: npt.NDArray[np.bool_],
+    col_ask: FloatArray,
     row_cap: FloatArray,
     lane_weight: FloatArray,
     lane_high: npt.NDArray[np.bool_],
@@ -257,7 +258,7 @@ def solve_kept(
     high_share: float,
     first: FloatArray,
     first_act: npt.NDArray[np.bool_],
-    first_col: npt.NDArray[np.bool_],
+    first_col: FloatArray,
     first_cap: FloatArray,
 ) -> tuple[FloatArray, int]:
     """``alpha`` of every sender (1 for the ones not in *todo*), and the rounds it took.
@@ -285,8 +286,8 @@ def solve_kept(
             ``link_col[link_col_ptr[x]:link_col_ptr[x + 1]]``.
         row_ptr, row_entries: the entries of sender *r* are
             ``row_entries[row_ptr[r]:row_ptr[r + 1]]``.
-        col_open, col_backlog: per column, whether its buffers have room left (it limits
-            no one), and whether they hold a backlog (its lane asks for the whole link):
+        col_open, col_ask: per column, whether its buffers have room left (it limits
+            no one), and what its backlog asks its lane for (bytes per second, 0: none):
             :class:`ibqos.sim.fluid.FluidSim`.
         row_cap: the most (0..1] of its rate each sender may send (head of line, see
             :class:`ibqos.sim.fluid.FluidSim`): it asks for that much, not its full rate.
@@ -296,7 +297,7 @@ def solve_kept(
         first: the first round's state, updated: rows *wanted* (per input), *got* (per
             input) and *grant* (per entry), each as long as the longest of them.
         first_act: the active entries *first* was filled for, updated.
-        first_col: the *col_open* and *col_backlog* rows *first* was filled for, updated.
+        first_col: the *col_open* and *col_ask* rows *first* was filled for, updated.
         first_cap: the *row_cap* *first* was filled for, updated.
     """
     n_e = len(row)
@@ -318,7 +319,7 @@ def solve_kept(
             n_fill += 1
     for c in range(len(col_ptr) - 1):  # columns whose buffers changed state
         x = link[sub_ptr[col_ptr[c]]]
-        if (col_open[c] != first_col[0, c] or col_backlog[c] != first_col[1, c]) and not dirty[x]:
+        if (col_open[c] != first_col[0, c] or col_ask[c] != first_col[1, c]) and not dirty[x]:
             dirty[x] = True
             to_fill[n_fill] = x
             n_fill += 1
@@ -353,12 +354,12 @@ def solve_kept(
         dirty[x] = False
         _refill(
             x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane, link_col_ptr,
-            link_col, col_open, col_backlog, lane_weight, hi_lanes, lo_lanes, cap[x],
+            link_col, col_open, col_ask, lane_weight, hi_lanes, lo_lanes, cap[x],
             high_share, wanted, got, grant, scratch, order, members,
         )  # fmt: skip
     first_act[:] = act
     first_col[0, :] = col_open
-    first_col[1, :] = col_backlog
+    first_col[1, :] = col_ask
     first_cap[:] = row_cap
     wanted, got, grant = wanted.copy(), got.copy(), grant.copy()
     n_fill = 0
@@ -383,7 +384,7 @@ def solve_kept(
                 if unfixed_on[x] > 0:
                     _refill(
                         x, act, want, offer, load, hosts, sub_ptr, col_ptr, col_lane,
-                        link_col_ptr, link_col, col_open, col_backlog, lane_weight,
+                        link_col_ptr, link_col, col_open, col_ask, lane_weight,
                         hi_lanes, lo_lanes, cap[x], high_share, wanted, got, grant,
                         scratch, order, members,
                     )  # fmt: skip
@@ -457,7 +458,7 @@ def solve_kept(
 @njit
 def lane_outputs(
     into: FloatArray,
-    backlog: npt.NDArray[np.bool_],
+    ask: FloatArray,
     col_lane: IntArray,
     link_col_ptr: IntArray,
     link_col: IntArray,
@@ -468,7 +469,7 @@ def lane_outputs(
 ) -> FloatArray:
     """What each column (one lane of one link) sends on, in bytes per second: its lane's
     share of the link when *into* (bytes per second coming in, per column) is offered,
-    a lane with a *backlog* asking for the whole link."""
+    a column with a backlog asking its lane for at least *ask* (bytes per second)."""
     n_lanes = max(len(lane_weight), 1)
     hi_lanes = np.flatnonzero(lane_high)
     lo_lanes = np.flatnonzero(~lane_high)
@@ -484,7 +485,7 @@ def lane_outputs(
         demand[:] = 0.0
         for k in range(lo, hi):
             c = link_col[k]
-            demand[col_lane[c]] = into[c] + (cap[x] if backlog[c] else 0.0)
+            demand[col_lane[c]] = max(into[c], ask[c])
         _lane_shares(
             demand, lane_weight, hi_lanes, lo_lanes, cap[x], high_share, share, scratch, order
         )
