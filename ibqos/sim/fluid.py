@@ -112,6 +112,7 @@ HEAD_OF_LINE = True
 HELD_NO_DRAIN = True
 REFILL_ROUNDS = 3
 QUEUE_WAIT = "max"
+FILLED_ONLY = True
 #: with buffers, a job's last packets also wait at each hop for the other lanes' turns
 #: (FluidSim._drain_s)
 ARBITRATION_WAIT = True
@@ -472,6 +473,7 @@ class Allocator:
         self._entry_sub = np.repeat(np.arange(len(self._sub_ptr) - 1), np.diff(self._sub_ptr))
         self._index_inputs(n_lanes)
         self._col_start = self._sub_ptr[self._col_ptr[:-1]]  # each column's first entry
+        self._sub_col = np.repeat(np.arange(len(self._col_ptr) - 1), np.diff(self._col_ptr))
         #: the link of each column
         self.column_link: IntArray = self._link[self._col_start]
         # the column of each (link, lane) kept, by the key of an input that comes over it
@@ -591,7 +593,12 @@ class Allocator:
         return np.add.reduceat(bringing, self._col_ptr[:-1])
 
     def paces(
-        self, alpha: FloatArray, active: npt.NDArray[np.bool_], full: npt.NDArray[np.bool_]
+        self,
+        alpha: FloatArray,
+        active: npt.NDArray[np.bool_],
+        full: npt.NDArray[np.bool_],
+        wait_s: FloatArray | None = None,
+        buffer_bytes: float = 0.0,
     ) -> FloatArray:
         """Per sender, the most (0..1] of its rate the input buffers it passes through let
         it send (head of line).  A switch input whose buffer for a lane feeds a *full*
@@ -616,6 +623,17 @@ class Allocator:
             return np.ones(len(alpha))
         row = self._row
         on = active[row]
+        # Little's law: an input's packets in the switch are what it sends to each output
+        # times their wait there; it is held once they fill its buffer
+        filled = np.ones(self._n_keys, dtype=bool)
+        if wait_s is not None:
+            offered = np.add.reduceat(self._load * alpha[row] * on, self._sub_ptr[:-1])
+            waiting = offered * wait_s[self._sub_col]
+            sw = self._sub_switch
+            occupied = np.bincount(
+                self._sub_key[sw], weights=waiting[sw], minlength=self._n_keys
+            )
+            filled = occupied >= buffer_bytes * (1 - _TOL)
         held = np.zeros(len(self._sub_ptr) - 1)  # per input of a column: fastest host's
         np.maximum.at(held, self._entry_sub[on], self._through[on] * alpha[row[on]])
         pace = input_paces(
@@ -632,6 +650,7 @@ class Allocator:
             self._through,
             self._in_pair,
             self._in_per_host,
+            filled,
         )
         cap = np.ones(len(alpha))
         on = active[self._in_row]
@@ -838,7 +857,11 @@ class FluidSim:
                     self._full |= back
                     alpha, into, out = self._solve_buffered(active)
             if HEAD_OF_LINE and self._full.any():
-                caps = alloc.paces(alpha, active, self._full)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    wait_s = np.where(out > 0, self._held / out, 0.0)
+                caps = alloc.paces(
+                    alpha, active, self._full, wait_s if FILLED_ONLY else None, self._buffer_bytes
+                )
                 if (caps < 1).any() or (HELD_NO_DRAIN and self._held_back().any()):
                     alpha, into, out = self._solve_buffered(active, caps)
             stuck = (

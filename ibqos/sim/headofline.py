@@ -33,6 +33,7 @@ def input_paces(
     through: FloatArray,
     in_pair: IntArray,
     in_per_host: FloatArray,
+    filled: npt.NDArray[np.bool_],
 ) -> FloatArray:
     """Per input buffer key (input link x lanes + lane), the most bytes per second per
     host it lets any sender through (inf: not held).
@@ -50,6 +51,8 @@ def input_paces(
             through the entry's input at full rate.
         in_pair, in_per_host: sorted codes ``sender x keys + key`` of every sender at a
             switch input, and its bytes per second per host through it at full rate.
+        filled: per input buffer key, whether its packets waiting at the outputs fill it
+            (a full column holds only the inputs whose buffers its backlog fills).
     """
     n_keys = len(col_of_key)
     pace = np.full(n_keys, np.inf)
@@ -62,6 +65,8 @@ def input_paces(
         for s in range(col_ptr[c], col_ptr[c + 1]):
             if not sub_switch[s]:
                 continue
+            if below < 0 and not filled[sub_key[s]]:
+                continue  # its packets wait too short a time to fill its buffer
             p = held[s]
             if below >= 0:  # the column's link feeds input *below*, which holds it too
                 p = 0.0
