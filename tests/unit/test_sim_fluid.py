@@ -471,11 +471,12 @@ def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -
     # link's rate.  The uplink is busy from the first byte to the last: 2.5 MB at 12.5
     # GB/s, 200 us (packet model: 200.8, store and forward).  With buffers the hosts are
     # done sooner, by what the buffers hold then, and the phase ends when the bytes are
-    # out: behind everything held on the path, at the rate each column sends on.  The
+    # out: behind what the queues on the path hold, at the rate each column sends on.  The
     # links after the uplink see the hosts' rate while it fills (a simplification,
     # docs/simulate-validation.md session 14): their buffers (one input each) fill first
-    # and hold the hosts to the link's rate, the uplink's half full, so the phase ends
-    # two inputs' worth after 200 us.
+    # and hold the hosts to the link's rate, the uplink's half full.  The queues drain
+    # together, so the last bytes wait for the longest one (one input's worth), not for
+    # their sum (session 17), and the phase ends at 200 us, as in the packet model.
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
     job = Job("A", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 1.0, 100e-6, matrix=incast)
@@ -489,8 +490,7 @@ def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -
     assert sim.time == pytest.approx(200e-6 - per_input / EDR4, rel=1e-9)
     assert sim.buffered_bytes == pytest.approx(3 * per_input)  # one input's worth each
     run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=packets)
-    over = 2 * per_input / EDR4
-    assert run.jobs["A"].t_s == pytest.approx(200e-6 + over, rel=1e-9), "see the comment"
+    assert run.jobs["A"].t_s == pytest.approx(200e-6, rel=1e-9), "see the comment"
     assert run.sim_time_s == run.jobs["A"].t_s  # the run lasts until the bytes are out
     packet = simulate_packets(net, jobs, one_lane, 1, buffer_packets=packets)
     assert packet.jobs["A"].t_s == pytest.approx(200e-6, rel=0.01)
@@ -501,18 +501,27 @@ def test_every_iteration_alone_starts_with_empty_buffers() -> None:
     # the hosts stop, nothing feeds the uplink: its buffers are empty, not full, so the
     # next phase fills them again and every iteration alone lasts as long as the first.
     # (Until session 16 a column stayed full with nothing held: from the second
-    # iteration on, the hosts were held at once and the phase ended with nothing to
-    # drain, two inputs' worth sooner.)
+    # iteration on, the hosts were held at once: they sent their last bytes only at the
+    # end, with nothing left to drain.)
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
     job = Job("A", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 0.5, 200e-6, matrix=incast)
     jobs = prepare(net, [job])
     one_lane = setup({"A": 0}, ((0, 32),))
+    sim = FluidSim(net, jobs, one_lane, buffer_packets=8)
+    sent: list[float] = []  # when the hosts have sent their bytes, from the phase's start
+    for _ in range(100):
+        had = bool(sim.bytes_left.any())
+        sim.advance(sim.next_event_s())
+        if had and not sim.bytes_left.any():
+            sent.append(sim.time - (len(sent) * 300e-6 + 100e-6))
+        if len(sent) == 3:
+            break
+    # the buffers take one input's worth of each phase (above)
+    assert sent == pytest.approx([200e-6 - 8 * one_lane.mtu / EDR4] * 3, rel=1e-9)
     run = simulate_fluid(net, jobs, one_lane, 3, buffer_packets=8)
-    ends = (0.0, *run.jobs["A"].iteration_ends_s)
-    lengths = np.diff(ends)
-    assert lengths[0] == pytest.approx(100e-6 + 200e-6 + 2 * 8 * one_lane.mtu / EDR4, rel=1e-9)
-    assert lengths == pytest.approx([lengths[0]] * 3, rel=1e-9)
+    lengths = np.diff((0.0, *run.jobs["A"].iteration_ends_s))
+    assert lengths == pytest.approx([100e-6 + 200e-6] * 3, rel=1e-9)
 
 
 def test_a_light_lane_s_last_packets_wait_for_the_heavy_lane_s_turn() -> None:
