@@ -255,6 +255,55 @@ def test_an_in_cast_downstream_leaves_its_lane_s_other_senders_alone(
     assert buffered.jobs["H"].t_s > 1.5e-4  # H itself is held at the in-cast
 
 
+def test_a_full_column_holds_only_the_inputs_whose_buffers_it_fills() -> None:
+    # Three leaves of three hosts under one spine.  H: cn1 and cn2 -> cn7 (an in-cast on
+    # the spine's port down to leaf 3, fed by leaf 1's uplink); M: cn4 -> cn8 at 1 GB/s
+    # into the same port over leaf 2's uplink; N: cn5 -> cn3 at 10 GB/s over leaf 2's
+    # uplink too, down to leaf 1, a port with room.  All on one lane.  Leaf 2's input at
+    # the spine brings the in-cast far less than its share: its packets for it leave as
+    # they come (1 GB/s for the 2.6 us they wait there is 2.6 kB of its 16 kB), so that
+    # buffer never fills and N is not held behind them (Little's law).  Until session 17
+    # every switch input of a full column was held at its fastest host's bytes: N at
+    # M's 1 GB/s, 847 us for 100.
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    incast = pairs(3, {(0, 2), (1, 2)})
+    h = Job("H", ("cn0001", "cn0002", "cn0007"), "matrix", EDR4, 1.0, 2e-4, matrix=incast)
+    m = replace(flow("M", 4, 8, 1e9), period_s=1e-4)
+    n = replace(flow("N", 5, 3, 10e9), period_s=1e-4)
+    jobs = prepare(net, [h, m, n])
+    one_lane = setup({"H": 0, "M": 0, "N": 0}, ((0, 32),))
+    run = simulate_fluid(net, jobs, one_lane, 1, buffer_packets=8)
+    packet = simulate_packets(net, jobs, one_lane, 1, buffer_packets=8)
+    assert packet.jobs["N"].t_s == pytest.approx(1e-4, rel=0.01)
+    assert run.jobs["N"].t_s == pytest.approx(1e-4, rel=0.15)
+    assert run.jobs["H"].t_s == pytest.approx(packet.jobs["H"].t_s, rel=0.01)
+
+
+def test_a_backlog_held_back_below_leaves_its_link_to_the_other_lanes() -> None:
+    # H: cn1 -> cn7 and cn2 -> cn8 up leaf 1's uplink (25 GB/s into 12.5) on lane 0,
+    # weight 4; M: cn4 -> cn9 on lane 0 too, so the spine's port down to leaf 3 splits
+    # 6.25 : 6.25 between its inputs; L: cn3 -> cn6 up the same uplink on lane 1, weight
+    # 1.  H's lane on the uplink fills and holds a backlog, but the spine's input below
+    # it is held at 6.25 GB/s by the full port down to leaf 3: the backlog cannot leave
+    # faster, so it asks the uplink for no more, and L gets the other 6.25, not the 2.5
+    # of its weight (packet model: L ends at 202.65 us for 200).  Until session 17 the
+    # backlog drained into the held input at 10 GB/s and L ran at 2.5 meanwhile.
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    nodes = ("cn0001", "cn0002", "cn0007", "cn0008")
+    h = Job("H", nodes, "matrix", EDR4, 1.0, 4e-4, matrix=pairs(4, {(0, 2), (1, 3)}))
+    m = replace(flow("M", 4, 9, EDR4), period_s=4e-4)
+    low = replace(flow("L", 3, 6, EDR4), period_s=1e-4)
+    jobs = prepare(net, [h, m, low])
+    two_lanes = setup({"H": 0, "M": 0, "L": 1}, ((0, 128), (1, 32)))
+    sim = FluidSim(net, jobs, two_lanes, buffer_packets=8)
+    sim.advance(2e-6)  # the uplink's lanes are full, H's with a backlog
+    assert sim.buffered_bytes > 0
+    assert sim.alpha[2] == pytest.approx(0.5)
+    run = simulate_fluid(net, jobs, two_lanes, 1, buffer_packets=8)
+    packet = simulate_packets(net, jobs, two_lanes, 1, buffer_packets=8)
+    assert run.jobs["L"].t_s == pytest.approx(packet.jobs["L"].t_s, rel=0.01)
+
+
 def test_a_per_job_sender_weighs_as_its_hosts_within_an_input() -> None:
     # Three leaves of four hosts under one spine.  A: cn1 -> cn5 and cn2 -> cn6, B: cn3 ->
     # cn7, C: cn9 -> cn8, all at 10 GB/s per host.  Leaf 1's uplink gives its three host
