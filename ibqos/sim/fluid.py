@@ -493,9 +493,8 @@ class Allocator:
         self._col_of_key = np.full(self._n_keys, -1, dtype=np.int64)
         self._col_of_key[col_key] = np.arange(len(col_key))
         self._col_key = col_key
-        #: per column, the most bytes per second the input its link feeds lets through at
-        #: the last :meth:`paces` (inf: not held): its backlog cannot leave faster
-        self.held_below = np.full(len(col_key), np.inf)
+        #: the capacity of each column's link (bytes per second)
+        self.column_capacity: FloatArray = self.capacity[self.column_link]
         self._row_entries = np.argsort(row, kind="stable")
         self._row_ptr = np.searchsorted(row[self._row_entries], np.arange(n_rows + 1))
         n_cols = self.columns = len(self._col_ptr) - 1  # one lane of one kept link each
@@ -611,9 +610,11 @@ class Allocator:
         full: npt.NDArray[np.bool_],
         wait_s: FloatArray | None = None,
         buffer_bytes: float = 0.0,
-    ) -> FloatArray:
+    ) -> tuple[FloatArray, FloatArray]:
         """Per sender, the most (0..1] of its rate the input buffers it passes through let
-        it send (head of line).  A switch input whose buffer for a lane feeds a *full*
+        it send (head of line); and per column, the most bytes per second the input its
+        link feeds lets through (inf: not held), which its backlog cannot leave faster
+        than.  A switch input whose buffer for a lane feeds a *full*
         column holds packets for that column that leave only as fast as the column lets
         its senders through (at *alpha*).  Upstream, the link the input comes over serves
         its own inputs in turn, so the packets of the others come in no faster than the
@@ -624,7 +625,7 @@ class Allocator:
         wait in its buffers), only the inputs whose packets waiting at the full columns
         fill their *buffer_bytes* are held (Little's law: what an input brings a column
         times that wait); an input that brings a column less has its packets taken as
-        they come.  Sets :attr:`held_below`.  The link it comes over then backs up too (its
+        they come.  The link it comes over then backs up too (its
         receiver's buffer gives no credits), so the buffers feeding that link's lane are
         held to the bytes its senders get through the input below, and so on up to the
         hosts (:func:`ibqos.sim.headofline.input_paces`).
@@ -638,7 +639,7 @@ class Allocator:
         from ibqos.sim.headofline import input_paces  # compiled: see rates()
 
         if not len(self._row):
-            return np.ones(len(alpha))
+            return np.ones(len(alpha)), np.full(self.columns, np.inf)
         row = self._row
         on = active[row]
         # Little's law: an input's packets in the switch are what it sends to each output
@@ -669,19 +670,19 @@ class Allocator:
             filled,
         )
         cap = np.ones(len(alpha))
-        on = active[self._in_row]
-        hosts = np.bincount(self._in_key[on], weights=self._in_hosts[on], minlength=self._n_keys)
+        sending = active[self._in_row]
+        hosts = np.bincount(
+            self._in_key[sending], weights=self._in_hosts[sending], minlength=self._n_keys
+        )[self._col_key]
         with np.errstate(invalid="ignore"):  # inf x 0 hosts: not held
-            self.held_below = np.where(
-                hosts[self._col_key] > 0, pace[self._col_key] * hosts[self._col_key], np.inf
-            )
-        through = on & np.isfinite(pace[self._in_key])
+            below = np.where(hosts > 0, pace[self._col_key] * hosts, np.inf)
+        through = sending & np.isfinite(pace[self._in_key])
         np.minimum.at(
             cap,
             self._in_row[through],
             pace[self._in_key[through]] / self._in_per_host[through],
         )
-        return cap
+        return cap, below
 
     def flows(self, alpha: FloatArray, ask: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Per column, the bytes per second its senders bring at *alpha*, and what its
@@ -875,13 +876,15 @@ class FluidSim:
                     self._full |= back
                     alpha, into, out = self._solve_buffered(active)
             if HEAD_OF_LINE and self._full.any():
-                caps = self._paces(alpha, active, out)
-                below = BACKLOG_HELD_BELOW and bool(self._held_back().any())
-                if below:  # the other lanes take what a held-back backlog cannot use
-                    alpha, into, out = self._solve_buffered(active, below=True)
-                    caps = self._paces(alpha, active, out)
-                if (caps < 1).any() or below:
+                caps, below = self._paces(alpha, active, out)
+                held_back = (self._held > 0) & (below < self.allocator.column_capacity)
+                if BACKLOG_HELD_BELOW and held_back.any():
+                    # the other lanes take what a held-back backlog cannot use
+                    alpha, into, out = self._solve_buffered(active, below=below)
+                    caps, below = self._paces(alpha, active, out)
                     alpha, into, out = self._solve_buffered(active, caps, below)
+                elif (caps < 1).any():
+                    alpha, into, out = self._solve_buffered(active, caps)
             stuck = (
                 ~self._full
                 & (self._room > 0)
@@ -903,40 +906,35 @@ class FluidSim:
 
     def _paces(
         self, alpha: FloatArray, active: npt.NDArray[np.bool_], out: FloatArray
-    ) -> FloatArray:
-        """The senders' head-of-line caps (Allocator.paces) at *alpha*, the columns
-        sending *out* (bytes per second)."""
+    ) -> tuple[FloatArray, FloatArray]:
+        """Allocator.paces at *alpha*, the columns sending *out* (bytes per second)."""
+        wait_s = self._queue_s(out) if HOLD_FILLED_ONLY else None
+        return self.allocator.paces(alpha, active, self._full, wait_s, self._buffer_bytes)
+
+    def _queue_s(self, out: FloatArray) -> FloatArray:
+        """Seconds each column's buffers take to send what they hold at *out* (bytes per
+        second; 0 where it sends nothing)."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            wait_s = np.where(out > 0, self._held / out, 0.0)
-        return self.allocator.paces(
-            alpha, active, self._full, wait_s if HOLD_FILLED_ONLY else None, self._buffer_bytes
-        )
+            queue: FloatArray = np.where(out > 0, self._held / out, 0.0)
+        return queue
 
     def _solve_buffered(
         self,
         active: npt.NDArray[np.bool_],
         caps: FloatArray | None = None,
-        below: bool = False,
+        below: FloatArray | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """The rates in the buffers' present state, and each column's inflow and output."""
         alloc = self.allocator
-        # a backlog asks for the whole link, or, with *below*, where the input below holds
+        # a backlog asks for the whole link, or, given *below*, where the input below holds
         # it back (head of line, Allocator.paces), for what that input lets through
-        whole = alloc.capacity[alloc.column_link]
-        ask = np.where(self._held > 0, np.minimum(whole, alloc.held_below) if below else whole, 0.0)
+        whole = alloc.column_capacity
+        ask = np.where(self._held > 0, whole if below is None else np.minimum(whole, below), 0.0)
         slot = 0 if caps is None else 1  # see Allocator._firsts
         alpha = alloc.rates(active, ~self._full & (self._room > 0), ask, caps, slot)
         self.allocations += 1
         into, out = alloc.flows(alpha, ask)
         return alpha, into, out
-
-    def _held_back(self) -> npt.NDArray[np.bool_]:
-        """Columns with a backlog whose link's next input holds them back (head of line)."""
-        alloc = self.allocator
-        held: npt.NDArray[np.bool_] = (self._held > 0) & (
-            alloc.held_below < alloc.capacity[alloc.column_link]
-        )
-        return held
 
     def _buffer_event_s(self) -> float:
         """Simulated seconds until a column's buffers fill up or run empty."""
@@ -981,12 +979,11 @@ class FluidSim:
         one up to the high limit).  Measured against the packet model:
         docs/simulate-validation.md, session 14."""
         alloc = self.allocator
-        with np.errstate(divide="ignore", invalid="ignore"):
-            queue = np.where(self._out > 0, self._held / self._out, 0.0)
+        queue = self._queue_s(self._out)
         wait = np.zeros(len(queue))
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
             link = alloc.column_link
-            cap = alloc.capacity[link]
+            cap = alloc.column_capacity
             moving = np.where(self._held > 0, self._out, np.minimum(self._into, self._out))
             turn_s = moving / cap * alloc.lane_turn_bytes[alloc.column_lane] / cap / 2
             at_link = np.bincount(link, weights=turn_s, minlength=len(alloc.capacity))
