@@ -127,6 +127,9 @@ _SETTLE_ROUNDS = 3
 #: with buffers, a job's last packets also wait at each hop for the other lanes' turns
 #: (FluidSim._drain_s)
 ARBITRATION_WAIT = True
+#: with buffers, the bytes ahead of a sender's last ones drain at each column's rate as it
+#: changes after the sender is done, not at the rate of that moment (FluidSim._drains)
+TRACK_DRAIN = True
 _TOL = 1e-7
 _EPS = 1e-12
 _MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
@@ -708,6 +711,51 @@ class Allocator:
 
 
 @dataclass
+class _Drains:
+    """Senders' last bytes of a phase on their way out of the switch buffers, one row per
+    path (:meth:`FluidSim._drain_s`)."""
+
+    row: IntArray  # the sender
+    col: IntArray  # (paths, hops): the columns on the path, -1 where none stands for a hop
+    left: FloatArray  # (paths, hops): bytes ahead of the last bytes in each column
+    wait_s: FloatArray  # the other lanes' turns still to wait along the path (s)
+
+    @classmethod
+    def empty(cls) -> _Drains:
+        none = np.zeros((0, 0))
+        return cls(np.zeros(0, dtype=np.int64), none.astype(np.int64), none, np.zeros(0))
+
+    def queue_s(self, rate: FloatArray) -> FloatArray:
+        """Seconds until each path's last bytes are through its queues at the columns'
+        *rate* (bytes per second; a column that sends nothing holds no one up)."""
+        if not self.row.size:
+            return np.zeros(0)
+        r = np.where(self.col >= 0, rate[np.maximum(self.col, 0)], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q: FloatArray = np.where(r > 0, self.left / r, 0.0)
+        out: FloatArray = q.max(axis=1) if QUEUE_WAIT == "max" else q.sum(axis=1)
+        return out
+
+    def advance(self, rate: FloatArray, dt: float) -> None:
+        """*dt* seconds at *rate*: the queues drain, then the turns pass."""
+        if not self.row.size:
+            return
+        beyond = np.maximum(dt - self.queue_s(rate), 0.0)
+        r = np.where(self.col >= 0, rate[np.maximum(self.col, 0)], 0.0)
+        self.left = np.maximum(self.left - r * dt, 0.0)
+        self.wait_s = np.maximum(self.wait_s - beyond, 0.0)
+
+
+def _widen(d: _Drains, width: int) -> _Drains:
+    """*d* with its paths padded to *width* hops."""
+    pad = width - d.col.shape[1]
+    if not pad:
+        return d
+    col = np.pad(d.col, ((0, 0), (0, pad)), constant_values=-1)
+    return _Drains(d.row, col, np.pad(d.left, ((0, 0), (0, pad))), d.wait_s)
+
+
+@dataclass
 class JobPhase:
     """Where a job is in its iteration, to carry it into another simulator.
 
@@ -777,6 +825,9 @@ class FluidSim:
         self._moved = np.zeros(s.rows)  # full-rate seconds each sender has sent so far
         # with buffers, when each sender's last bytes of its phase are out of them (s)
         self._out_at = np.zeros(s.rows)
+        # when each job's last iteration ended or will end (s; moves while its bytes drain)
+        self._done_at = np.zeros(len(self.jobs))
+        self._sent_at = np.zeros(len(self.jobs))  # when its senders were done (s)
         self.sent = np.zeros(len(self.jobs))
         self.events = 0
         self.buffer_events = 0
@@ -798,6 +849,12 @@ class FluidSim:
         self._out = np.zeros(self.allocator.columns)  # what each column sends on (B/s)
         self._into = np.zeros(self.allocator.columns)  # what comes into it (B/s)
         self._paths: dict[int, tuple[IntArray, IntArray]] = {}  # per job (_job_paths)
+        # the paths of senders whose last bytes are still in the buffers: sender, columns
+        # (-1: none), bytes ahead of those last bytes in each, fixed turn wait (s); and how
+        # fast each column sends them on (B/s).  A new setup keeps the ends predicted so far.
+        self._drains = _Drains.empty()
+        self._drain_rate = np.zeros(self.allocator.columns)
+        self._last_out = np.zeros(self.allocator.columns)
 
     def phase(self, i: int) -> JobPhase:
         """Job *i*'s place in its iteration."""
@@ -902,6 +959,16 @@ class FluidSim:
         # ibqos.sim.maxmin), so a column the last solve opened may still come out above
         # its share with full buffers: it holds at full until the next event.
         self._inflow[(self._held >= self._room - _MIN_BYTES) & (self._inflow > 0)] = 0.0
+        if TRACK_DRAIN:
+            # a column nothing feeds any more still sends what it held: at least as fast as
+            # when it was last fed, or what the link's other lanes leave (work conserving)
+            live = self._room > 0
+            self._last_out = np.where(live, out, self._last_out)
+            link = alloc.column_link
+            others = np.bincount(link, weights=out, minlength=len(alloc.capacity))[link] - out
+            spare = np.maximum(alloc.column_capacity - others, 0.0)
+            self._drain_rate = np.where(live, out, np.maximum(self._last_out, spare))
+            self._drain_ends()
         return alpha
 
     def _paces(
@@ -948,6 +1015,8 @@ class FluidSim:
     def _move_buffers(self, dt: float) -> None:
         """Fill and drain the buffers for *dt* seconds; solve again where one filled up or
         ran empty."""
+        if TRACK_DRAIN:
+            self._drains.advance(self._drain_rate, dt)
         held = self._held + self._inflow * dt
         full = (self._inflow > 0) & (held >= self._room * (1 - _TOL) - _MIN_BYTES)
         empty = (self._inflow < 0) & (held <= _MIN_BYTES)
@@ -979,8 +1048,7 @@ class FluidSim:
         one up to the high limit).  Measured against the packet model:
         docs/simulate-validation.md, session 14."""
         alloc = self.allocator
-        queue = self._queue_s(self._out)
-        wait = np.zeros(len(queue))
+        wait = np.zeros(alloc.columns)
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
             link = alloc.column_link
             cap = alloc.column_capacity
@@ -988,17 +1056,66 @@ class FluidSim:
             turn_s = moving / cap * alloc.lane_turn_bytes[alloc.column_lane] / cap / 2
             at_link = np.bincount(link, weights=turn_s, minlength=len(alloc.capacity))
             wait += at_link[link] - turn_s
-        out = np.zeros(len(rows))
-        for k, r in enumerate(rows.tolist()):
+        parts = []
+        for r in rows.tolist():
             paths, path_row = self._job_paths(int(self.senders.job[r]))
             mine = paths[path_row == r]
             if mine.size:
-                at = np.maximum(mine, 0)
                 hops = mine >= 0
-                q = np.where(hops, queue[at], 0.0)
-                q = q.max(axis=1) if QUEUE_WAIT == "max" else q.sum(axis=1)
-                out[k] = (q + np.where(hops, wait[at], 0.0).sum(axis=1)).max()
+                at = np.maximum(mine, 0)
+                left = np.where(hops, self._held[at], 0.0)
+                turns = np.where(hops, wait[at], 0.0).sum(axis=1)
+                parts.append(_Drains(np.full(len(mine), r), mine, left, turns))
+        new = (
+            _Drains(
+                np.concatenate([d.row for d in parts]),
+                np.concatenate([d.col for d in parts]),
+                np.concatenate([d.left for d in parts]),
+                np.concatenate([d.wait_s for d in parts]),
+            )
+            if parts
+            else _Drains.empty()
+        )
+        rate = self._out if not TRACK_DRAIN else self._drain_rate
+        path_s = new.queue_s(rate) + new.wait_s
+        out = np.zeros(len(rows))
+        if path_s.size:
+            at_row = np.searchsorted(rows, new.row)
+            np.maximum.at(out, at_row, path_s)
+        if TRACK_DRAIN:
+            d = self._drains
+            keep = ~np.isin(d.row, rows)
+            if d.row.size and new.row.size and d.col.shape[1] != new.col.shape[1]:
+                width = max(d.col.shape[1], new.col.shape[1])
+                d, new = _widen(d, width), _widen(new, width)
+            if not d.row.size:
+                self._drains = new
+            elif new.row.size:
+                self._drains = _Drains(
+                    np.concatenate([d.row[keep], new.row]),
+                    np.concatenate([d.col[keep], new.col]),
+                    np.concatenate([d.left[keep], new.left]),
+                    np.concatenate([d.wait_s[keep], new.wait_s]),
+                )
+            else:
+                self._drains = _Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep])
         return out
+
+    def _drain_ends(self) -> None:
+        """Move the end of each job's last iteration to when its last bytes are out at the
+        columns' present rates (while it is still to come)."""
+        d = self._drains
+        if not d.row.size:
+            return
+        path_s = d.queue_s(self._drain_rate) + d.wait_s
+        self._out_at[:] = 0.0
+        np.maximum.at(self._out_at, d.row, self.time + path_s)
+        first = self.senders.first
+        for i in np.flatnonzero(~self.comm & (self._done_at > self.time)).tolist():
+            end = max(self._sent_at[i], float(self._out_at[first[i] : first[i + 1]].max()))
+            self.compute_left[i] = max(self.compute_left[i] + end - self._done_at[i], 0.0)
+            self._done_at[i] = end
+            self.ends[i][-1] = end
 
     def _job_paths(self, i: int) -> tuple[IntArray, IntArray]:
         """Job *i*'s distinct paths as columns (-1: a hop no column stands for), and the
@@ -1052,6 +1169,8 @@ class FluidSim:
         """Advance until every job has finished *iterations* iterations."""
         while (self.iterations < iterations).any():
             self._step(math.inf)
+        if TRACK_DRAIN and self._buffer_bytes > 0:
+            _ = self.sender_alpha  # the last event's rates: bytes still draining go at them
 
     def advance(self, dt: float) -> None:
         """Advance *dt* simulated seconds."""
@@ -1100,6 +1219,7 @@ class FluidSim:
                 end = self.time
                 if was_sending is not None:  # the iteration ends once its bytes are out
                     end = max(end, float(self._out_at[s.first[i] : s.first[i + 1]].max()))
+                    self._sent_at[i], self._done_at[i] = self.time, end
                 self.compute_left[i] += end - self.time
                 self.ends[i].append(end)
             self.events += changed

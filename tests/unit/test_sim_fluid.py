@@ -573,6 +573,29 @@ def test_every_iteration_alone_starts_with_empty_buffers() -> None:
     assert lengths == pytest.approx([100e-6 + 200e-6] * 3, rel=1e-9)
 
 
+def test_the_last_bytes_drain_at_the_rate_their_queue_gets_after_the_senders_stop() -> None:
+    # The in-cast above (H, both hosts at the link's rate for 100 us) shares the spine's
+    # link down to leaf 2 with M (cn3 to cn5, half the link for 398 us, on its own lane,
+    # equal weights), so H gets half of it too.  H's hosts are done at 697.4 us with a
+    # full buffer ahead of their last bytes, which leaves at half the link until M stops at
+    # 698 us and at the whole link after.  So H ends about 1 us after M, as in the packet
+    # model; at the rate of the moment the hosts were done it would be 2.1 us (session 17).
+    net = xgft_network(parse_xgft("2;3,3;1,1"))
+    incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
+    h = Job("H", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 0.25, 400e-6, matrix=incast)
+    m_matrix = ((0.0, 1.0), (0.0, 0.0))
+    m = Job("M", ("cn0003", "cn0005"), "matrix", EDR4 / 2, 398 / 698, 698e-6, matrix=m_matrix)
+    jobs = prepare(net, [h, m])
+    two_lanes = setup({"H": 1, "M": 2}, ((1, 32), (2, 32)))
+    fluid = simulate_fluid(net, jobs, two_lanes, 1, buffer_packets=8)
+    packet = simulate_packets(net, jobs, two_lanes, 1, buffer_packets=8)
+    assert fluid.jobs["M"].t_s == pytest.approx(698e-6)
+    after_fluid = fluid.jobs["H"].t_s - fluid.jobs["M"].t_s
+    after_packet = packet.jobs["H"].t_s - packet.jobs["M"].t_s
+    assert after_packet == pytest.approx(1.0e-6, abs=0.1e-6)
+    assert after_fluid == pytest.approx(after_packet, abs=0.2e-6)
+
+
 def test_a_light_lane_s_last_packets_wait_for_the_heavy_lane_s_turn() -> None:
     # A (0.9 of the link, always sending) and B (1.5 GB/s, half of its 1 ms) share leaf
     # 1's uplink on two lanes, A's with one VLArb entry of 4 packets, B's of 1.  B is well
