@@ -86,7 +86,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ibqos.sim.network import Network
-from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.qos import SWITCH_LATENCY_S, Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
 FloatArray = npt.NDArray[np.float64]
@@ -130,6 +130,9 @@ ARBITRATION_WAIT = True
 #: with buffers, the bytes ahead of a sender's last ones drain at each column's rate as it
 #: changes after the sender is done, not at the rate of that moment (FluidSim._drains)
 TRACK_DRAIN = True
+#: with buffers, a phase also ends no sooner than its last packet has crossed the links
+#: after its host's (store and forward, as the packet model; FluidSim._pipeline_s)
+LAST_PACKET_TRIP = True
 _TOL = 1e-7
 _EPS = 1e-12
 _MIN_FLOW = 1.0  # bytes per second: a column's buffers fill or drain no slower than this
@@ -725,12 +728,34 @@ class _Drains:
         none = np.zeros((0, 0))
         return cls(np.zeros(0, dtype=np.int64), none.astype(np.int64), none, np.zeros(0))
 
+    @staticmethod
+    def join(parts: Sequence[_Drains]) -> _Drains:
+        """The paths of all *parts*, padded to the longest."""
+        parts = [d for d in parts if d.row.size]
+        if not parts:
+            return _Drains.empty()
+        width = max(d.col.shape[1] for d in parts)
+        parts = [_widen(d, width) for d in parts]
+        return _Drains(
+            np.concatenate([d.row for d in parts]),
+            np.concatenate([d.col for d in parts]),
+            np.concatenate([d.left for d in parts]),
+            np.concatenate([d.wait_s for d in parts]),
+        )
+
+    def _at(self, rate: FloatArray) -> FloatArray:
+        """*rate* (per column) at each hop of each path, 0 where no column stands."""
+        if not rate.size:
+            return np.zeros(self.col.shape)
+        got: FloatArray = np.where(self.col >= 0, rate[np.maximum(self.col, 0)], 0.0)
+        return got
+
     def queue_s(self, rate: FloatArray) -> FloatArray:
         """Seconds until each path's last bytes are through its queues at the columns'
         *rate* (bytes per second; a column that sends nothing holds no one up)."""
         if not self.row.size:
             return np.zeros(0)
-        r = np.where(self.col >= 0, rate[np.maximum(self.col, 0)], 0.0)
+        r = self._at(rate)
         with np.errstate(divide="ignore", invalid="ignore"):
             q: FloatArray = np.where(r > 0, self.left / r, 0.0)
         out: FloatArray = q.max(axis=1) if QUEUE_WAIT == "max" else q.sum(axis=1)
@@ -741,7 +766,7 @@ class _Drains:
         if not self.row.size:
             return
         beyond = np.maximum(dt - self.queue_s(rate), 0.0)
-        r = np.where(self.col >= 0, rate[np.maximum(self.col, 0)], 0.0)
+        r = self._at(rate)
         self.left = np.maximum(self.left - r * dt, 0.0)
         self.wait_s = np.maximum(self.wait_s - beyond, 0.0)
 
@@ -855,6 +880,36 @@ class FluidSim:
         self._drains = _Drains.empty()
         self._drain_rate = np.zeros(self.allocator.columns)
         self._last_out = np.zeros(self.allocator.columns)
+        self._latency_s = self._pipeline_s(arb.mtu)
+
+    def _pipeline_s(self, mtu: int) -> FloatArray:
+        """Seconds from when each sender is done to when its last packet (of *mtu* bytes)
+        is at the end of its longest path, queues aside: store and forward, its time on
+        each link after the first and :data:`SWITCH_LATENCY_S` in each switch.  Less what
+        it gained on the first link: the packet model's host sends its packets at most
+        its pace apart, so its last one starts a packet at that pace before the fluid
+        model's host is done and is on the wire at the link's rate (0 at the link's
+        pace).  Measured against the packet model: docs/simulate-validation.md, session
+        18."""
+        s = self.senders
+        out = np.zeros(s.rows)
+        if not LAST_PACKET_TRIP:
+            return out
+        for i, job in enumerate(self.jobs):
+            lo, hi = int(s.first[i]), int(s.first[i + 1])
+            flows = job.flows
+            if hi == lo or not len(flows.src):
+                continue
+            hops = self.net.hops(flows)
+            cap = self.net.capacity[hops[:, 0]]
+            host = np.unique(flows.src_host, return_inverse=True)[1].astype(np.int64)
+            pace = np.bincount(host, weights=flows.rate)[host]  # the flow's host's, B/s
+            with np.errstate(divide="ignore"):
+                gained = np.maximum(mtu / pace - mtu / cap, 0.0)
+            trip = ((hops >= 0).sum(axis=1) - 1) * (mtu / cap + SWITCH_LATENCY_S)
+            row = host if hi - lo > 1 else np.zeros(len(hops), dtype=np.int64)
+            np.maximum.at(out, lo + row, np.maximum(trip - gained, 0.0))
+        return out
 
     def phase(self, i: int) -> JobPhase:
         """Job *i*'s place in its iteration."""
@@ -1057,6 +1112,7 @@ class FluidSim:
             at_link = np.bincount(link, weights=turn_s, minlength=len(alloc.capacity))
             wait += at_link[link] - turn_s
         parts = []
+        lat = self._latency_s
         for r in rows.tolist():
             paths, path_row = self._job_paths(int(self.senders.job[r]))
             mine = paths[path_row == r]
@@ -1064,41 +1120,26 @@ class FluidSim:
                 hops = mine >= 0
                 at = np.maximum(mine, 0)
                 left = np.where(hops, self._held[at], 0.0)
-                turns = np.where(hops, wait[at], 0.0).sum(axis=1)
+                turns = np.where(hops, wait[at], 0.0).sum(axis=1) + lat[r]
                 parts.append(_Drains(np.full(len(mine), r), mine, left, turns))
-        new = (
-            _Drains(
-                np.concatenate([d.row for d in parts]),
-                np.concatenate([d.col for d in parts]),
-                np.concatenate([d.left for d in parts]),
-                np.concatenate([d.wait_s for d in parts]),
-            )
-            if parts
-            else _Drains.empty()
-        )
+            elif lat[r] > 0:  # no queue on the way, but the last packet's trip
+                parts.append(
+                    _Drains(
+                        np.array([r]), -np.ones((1, 1), np.int64), np.zeros((1, 1)), lat[r : r + 1]
+                    )
+                )
+        new = _Drains.join(parts)
         rate = self._out if not TRACK_DRAIN else self._drain_rate
         path_s = new.queue_s(rate) + new.wait_s
         out = np.zeros(len(rows))
         if path_s.size:
-            at_row = np.searchsorted(rows, new.row)
-            np.maximum.at(out, at_row, path_s)
+            np.maximum.at(out, np.searchsorted(rows, new.row), path_s)
         if TRACK_DRAIN:
             d = self._drains
             keep = ~np.isin(d.row, rows)
-            if d.row.size and new.row.size and d.col.shape[1] != new.col.shape[1]:
-                width = max(d.col.shape[1], new.col.shape[1])
-                d, new = _widen(d, width), _widen(new, width)
-            if not d.row.size:
-                self._drains = new
-            elif new.row.size:
-                self._drains = _Drains(
-                    np.concatenate([d.row[keep], new.row]),
-                    np.concatenate([d.col[keep], new.col]),
-                    np.concatenate([d.left[keep], new.left]),
-                    np.concatenate([d.wait_s[keep], new.wait_s]),
-                )
-            else:
-                self._drains = _Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep])
+            self._drains = _Drains.join(
+                [_Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep]), new]
+            )
         return out
 
     def _drain_ends(self) -> None:

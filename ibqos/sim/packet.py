@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from ibqos.sim.network import Network
-from ibqos.sim.qos import VL_COUNT, Arbitration, SimError
+from ibqos.sim.qos import SWITCH_LATENCY_S, VL_COUNT, Arbitration, SimError
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
 #: packet slots per VL at the receiving end of a link, by default
@@ -483,7 +483,7 @@ def simulate_packets(
     iterations: int,
     *,
     buffer_packets: int = PACKET_BUFFER,
-    switch_latency_s: float = 100e-9,
+    switch_latency_s: float = SWITCH_LATENCY_S,
     max_events: int = 50_000_000,
 ) -> RunResult:
     """Run the jobs packet by packet until each has ended *iterations* iterations.

@@ -28,6 +28,9 @@ from ibqos.weights import CREDIT_BYTES
 
 Entry = tuple[int, int]  # (VL, weight in 64-byte units)
 VL_COUNT = 16
+#: seconds from a packet's arrival in a switch (its last byte) to when it may leave: the
+#: packet model's default, and what the buffered fluid model charges a phase's last packet
+SWITCH_LATENCY_S = 100e-9
 HIGH_LIMIT_UNIT_BYTES = 4096
 UNLIMITED_HIGH = 255
 
