@@ -65,9 +65,11 @@ any output, come in no faster than the held ones, so no host's traffic through t
 moves more bytes than the fastest held host's; the buffers up the links that feed it
 back up in turn (the senders get caps and the rates are solved again).  A job's
 communication phase ends when its last bytes are out of the buffers, not when its hosts
-have sent them: on each of its paths they wait behind what the columns on it hold, at
-the rate each sends on (the queues drain together, so the longest counts), and for the
-other lanes' arbitration turns at each hop (:meth:`FluidSim._drain_s`).
+have sent them: on each of its paths they wait behind what the columns on it held then,
+which drains at the rate each column sends on from then on, event by event (the queues
+drain together, so the longest counts), then for the other lanes' arbitration turns at
+each hop and for the last packet's trip, store and forward, over the links after the
+host's (:meth:`FluidSim._drain_s`).
 What it still leaves out: that an input's one buffer is counted whole in every column it
 feeds, the lower rate downstream of a filling column (later links see the senders' own
 rate), and, for the others, the bytes a buffer holds when its input's senders stop
@@ -1085,7 +1087,12 @@ class FluidSim:
 
     def _drain_s(self, rows: IntArray) -> FloatArray:
         """Seconds until the last bytes of each of *rows* (senders that just sent them) are
-        out of the switch buffers.
+        out of the switch buffers, at the present rates.  With :data:`TRACK_DRAIN` their
+        paths are kept, and each event moves the job's end to the columns' new rates
+        (:meth:`_drain_ends`): the bytes ahead of the last ones leave a column at what it
+        sends on from then on, not at what it sent when the senders were done (session
+        18: a low-weight lane's backlog that a busy lane held to its share was charged at
+        that share after the busy lane stopped).
 
         At each column (one lane of one link) of a path they wait behind what its buffers
         hold, at the rate it sends on (FIFOs), and with :data:`ARBITRATION_WAIT` for the
@@ -1100,8 +1107,10 @@ class FluidSim:
         nothing; a column that holds bytes but sends nothing (a low lane under strict high
         priority) adds nothing either, as its bytes go only once the high lanes stop; and
         high and low lanes wait alike (a high packet waits at most one low packet, a low
-        one up to the high limit).  Measured against the packet model:
-        docs/simulate-validation.md, session 14."""
+        one up to the high limit).  After the queues and the turns, the last packet's trip
+        (:meth:`_pipeline_s`, with :data:`LAST_PACKET_TRIP`), counted from the host: an
+        upper bound where it waited in a queue further on.  Measured against the packet
+        model: docs/simulate-validation.md, sessions 14 and 18."""
         alloc = self.allocator
         wait = np.zeros(alloc.columns)
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
