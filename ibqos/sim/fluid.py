@@ -763,14 +763,26 @@ class _Drains:
         out: FloatArray = q.max(axis=1) if QUEUE_WAIT == "max" else q.sum(axis=1)
         return out
 
-    def advance(self, rate: FloatArray, dt: float) -> None:
-        """*dt* seconds at *rate*: the queues drain, then the turns pass."""
+    def advance(self, rate: FloatArray, dt: float) -> _Drains:
+        """The paths still on their way after *dt* seconds at *rate*: the queues drain,
+        then the turns pass."""
         if not self.row.size:
-            return
+            return self
         beyond = np.maximum(dt - self.queue_s(rate), 0.0)
-        r = self._at(rate)
-        self.left = np.maximum(self.left - r * dt, 0.0)
-        self.wait_s = np.maximum(self.wait_s - beyond, 0.0)
+        left = np.maximum(self.left - self._at(rate) * dt, 0.0)
+        wait_s = np.maximum(self.wait_s - beyond, 0.0)
+        on = (left > _MIN_BYTES).any(axis=1) | (wait_s > 0)
+        return _Drains(self.row[on], self.col[on], left[on], wait_s[on])
+
+    def out_s(self, rate: FloatArray, rows: npt.NDArray[np.bool_]) -> FloatArray:
+        """Seconds until the last bytes of each path of the senders *rows* marks are at
+        their end, at *rate*; the other paths' entries 0."""
+        out = np.zeros(len(self.row))
+        mine = rows[self.row]
+        if mine.any():
+            sub = _Drains(self.row[mine], self.col[mine], self.left[mine], self.wait_s[mine])
+            out[mine] = sub.queue_s(rate) + sub.wait_s
+        return out
 
 
 def _widen(d: _Drains, width: int) -> _Drains:
@@ -1073,7 +1085,7 @@ class FluidSim:
         """Fill and drain the buffers for *dt* seconds; solve again where one filled up or
         ran empty."""
         if TRACK_DRAIN:
-            self._drains.advance(self._drain_rate, dt)
+            self._drains = self._drains.advance(self._drain_rate, dt)
         held = self._held + self._inflow * dt
         full = (self._inflow > 0) & (held >= self._room * (1 - _TOL) - _MIN_BYTES)
         empty = (self._inflow < 0) & (held <= _MIN_BYTES)
@@ -1154,18 +1166,27 @@ class FluidSim:
     def _drain_ends(self) -> None:
         """Move the end of each job's last iteration to when its last bytes are out at the
         columns' present rates (while it is still to come)."""
-        d = self._drains
-        if not d.row.size:
+        pending = np.flatnonzero(~self.comm & (self._done_at > self.time))
+        if not pending.size:
             return
-        path_s = d.queue_s(self._drain_rate) + d.wait_s
-        self._out_at[:] = 0.0
-        np.maximum.at(self._out_at, d.row, self.time + path_s)
-        first = self.senders.first
-        for i in np.flatnonzero(~self.comm & (self._done_at > self.time)).tolist():
-            end = max(self._sent_at[i], float(self._out_at[first[i] : first[i + 1]].max()))
+        out = self.time + self._out_s(pending)
+        for i, o in zip(pending.tolist(), out.tolist(), strict=True):
+            end = max(self._sent_at[i], o)
             self.compute_left[i] = max(self.compute_left[i] + end - self._done_at[i], 0.0)
             self._done_at[i] = end
             self.ends[i][-1] = end
+
+    def _out_s(self, jobs: IntArray) -> FloatArray:
+        """Seconds until the last bytes of each of *jobs* are out, at the present rates (0:
+        they are)."""
+        d = self._drains
+        out = np.zeros(len(self.jobs))
+        if d.row.size:
+            job = self.senders.job
+            path_s = d.out_s(self._drain_rate, np.isin(job, jobs))
+            np.maximum.at(out, job[d.row], path_s)
+        got: FloatArray = out[jobs]
+        return got
 
     def _job_paths(self, i: int) -> tuple[IntArray, IntArray]:
         """Job *i*'s distinct paths as columns (-1: a hop no column stands for), and the
@@ -1267,9 +1288,11 @@ class FluidSim:
             for i in np.flatnonzero(done_comm):
                 self.iterations[i] += 1
                 end = self.time
-                if was_sending is not None:  # the iteration ends once its bytes are out
-                    end = max(end, float(self._out_at[s.first[i] : s.first[i + 1]].max()))
+                if TRACK_DRAIN and was_sending is not None:  # once its bytes are out
+                    end = self.time + float(self._out_s(np.array([i]))[0])
                     self._sent_at[i], self._done_at[i] = self.time, end
+                elif was_sending is not None:  # the iteration ends once its bytes are out
+                    end = max(end, float(self._out_at[s.first[i] : s.first[i + 1]].max()))
                 self.compute_left[i] += end - self.time
                 self.ends[i].append(end)
             self.events += changed
