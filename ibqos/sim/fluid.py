@@ -718,7 +718,7 @@ class Allocator:
 @dataclass
 class _Drains:
     """Senders' last bytes of a phase on their way out of the switch buffers, one row per
-    path (:meth:`FluidSim._drain_s`)."""
+    path (:meth:`FluidSim._new_drains`)."""
 
     row: IntArray  # the sender
     col: IntArray  # (paths, hops): the columns on the path, -1 where none stands for a hop
@@ -894,7 +894,10 @@ class FluidSim:
         self._drains = _Drains.empty()
         self._drain_rate = np.zeros(self.allocator.columns)
         self._last_out = np.zeros(self.allocator.columns)
-        self._latency_s = self._pipeline_s(arb.mtu)
+        # only buffered runs count it: no second routing of every flow without buffers
+        self._latency_s = (
+            self._pipeline_s(arb.mtu) if self._buffer_bytes > 0 else np.zeros(self.senders.rows)
+        )
 
     def _pipeline_s(self, mtu: int) -> FloatArray:
         """Seconds from when each sender is done to when its last packet (of *mtu* bytes)
@@ -1099,12 +1102,11 @@ class FluidSim:
 
     def _drain_s(self, rows: IntArray) -> FloatArray:
         """Seconds until the last bytes of each of *rows* (senders that just sent them) are
-        out of the switch buffers, at the present rates.  With :data:`TRACK_DRAIN` their
-        paths are kept, and each event moves the job's end to the columns' new rates
-        (:meth:`_drain_ends`): the bytes ahead of the last ones leave a column at what it
-        sends on from then on, not at what it sent when the senders were done (session
-        18: a low-weight lane's backlog that a busy lane held to its share was charged at
-        that share after the busy lane stopped).
+        out of the switch buffers, at the rates of the moment (without
+        :data:`TRACK_DRAIN`; with it, :meth:`_keep_drains` keeps their paths instead, and
+        each event moves the job's end to the columns' new rates, :meth:`_drain_ends`:
+        session 18, a low-weight lane's backlog that a busy lane held to its share was
+        charged at that share after the busy lane stopped).
 
         At each column (one lane of one link) of a path they wait behind what its buffers
         hold, at the rate it sends on (FIFOs), and with :data:`ARBITRATION_WAIT` for the
@@ -1123,6 +1125,28 @@ class FluidSim:
         (:meth:`_pipeline_s`, with :data:`LAST_PACKET_TRIP`), counted from the host: an
         upper bound where it waited in a queue further on.  Measured against the packet
         model: docs/simulate-validation.md, sessions 14 and 18."""
+        new = self._new_drains(rows)
+        path_s = new.queue_s(self._out) + new.wait_s
+        out = np.zeros(len(rows))
+        if path_s.size:
+            np.maximum.at(out, np.searchsorted(rows, new.row), path_s)
+        return out
+
+    def _keep_drains(self, rows: IntArray) -> None:
+        """Keep the paths of *rows* (senders that just sent their last bytes) until those
+        bytes are out, in place of what they kept from an earlier phase."""
+        d = self._drains
+        keep = ~np.isin(d.row, rows)
+        self._drains = _Drains.join(
+            [
+                _Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep]),
+                self._new_drains(rows),
+            ]
+        )
+
+    def _new_drains(self, rows: IntArray) -> _Drains:
+        """The paths of *rows* from now: the bytes each column on them holds ahead of their
+        last ones, the other lanes' turns along them and the last packet's trip (s)."""
         alloc = self.allocator
         wait = np.zeros(alloc.columns)
         if ARBITRATION_WAIT:  # the other lanes' turns at each link, as far as they send
@@ -1149,19 +1173,7 @@ class FluidSim:
                         np.array([r]), -np.ones((1, 1), np.int64), np.zeros((1, 1)), lat[r : r + 1]
                     )
                 )
-        new = _Drains.join(parts)
-        rate = self._out if not TRACK_DRAIN else self._drain_rate
-        path_s = new.queue_s(rate) + new.wait_s
-        out = np.zeros(len(rows))
-        if path_s.size:
-            np.maximum.at(out, np.searchsorted(rows, new.row), path_s)
-        if TRACK_DRAIN:
-            d = self._drains
-            keep = ~np.isin(d.row, rows)
-            self._drains = _Drains.join(
-                [_Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep]), new]
-            )
-        return out
+        return _Drains.join(parts)
 
     def _drain_ends(self) -> None:
         """Move the end of each job's last iteration to when its last bytes are out at the
@@ -1282,7 +1294,9 @@ class FluidSim:
         if was_sending is not None:
             self._move_buffers(dt)
             sent = np.flatnonzero(was_sending & (self.bytes_left <= 0))
-            if len(sent):
+            if len(sent) and TRACK_DRAIN:
+                self._keep_drains(sent)
+            elif len(sent):
                 self._out_at[sent] = self.time + self._drain_s(sent)
         if changed or done_comm.any():
             for i in np.flatnonzero(done_comm):
