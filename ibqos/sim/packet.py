@@ -28,7 +28,9 @@ What is modelled:
   declared bytes per second, the sum of its flows' rates): a token bucket one packet deep,
   so a host that the fabric held back does not burst to catch up.  Which flow goes next is
   weighted fair queueing on the flows' rates (equal rates: round robin), so all flows of a
-  host progress together and finish together.  The pacer starts afresh every phase.
+  host progress together and finish together; ties go to the peers in the job's node order
+  from the host's successor on (as MPICH's pairwise all-to-all sends to rank + i at step
+  i), so hosts do not all send to the same peer at once.  The pacer starts afresh every phase.
 - Jobs: as :mod:`ibqos.sim.workload` says.  A communication phase ends when the job's last
   packet of the iteration is delivered.  ``iteration_ends_s`` lists every iteration a job
   ended by the time the last job ended its N-th (jobs done early keep iterating), and
@@ -306,7 +308,14 @@ class _PacketSim:
         flows = sim.flows
         sl = arb.job_sl.get(sim.id, 0)
         hosts: dict[int, _Host] = {}
-        for k, path in enumerate(net.paths(flows)):
+        paths = net.paths(flows)
+        # Each host takes its peers from the next one in the job's node order on (MPICH's
+        # pairwise all-to-all: rank + i at step i), so every round of the round robin is a
+        # permutation; in node order every host started at the same peer, an in-cast.
+        n = max(len(sim.job.nodes), 1)
+        shift = (flows.dst_host - flows.src_host) % n
+        for k in np.lexsort((shift, flows.src_host)).tolist():
+            path = paths[k]
             size = round(float(flows.rate[k]) * sim.comm_s)
             if size <= 0:
                 continue

@@ -116,6 +116,21 @@ def test_flow_above_capacity_runs_at_link_speed(net: Network) -> None:
     assert result.jobs["a"].iteration_ends_s == pytest.approx([comm, 2 * comm], rel=1e-9)
 
 
+def test_all_to_all_hosts_start_at_different_peers(net: Network) -> None:
+    """Eight hosts of one leaf, all-to-all at 0.8 of the link: each host takes its peers
+    from the next one on, so every round of the round robin is a permutation and no
+    leaf link gets two packets at once.  The phase ends as one paced flow's would: the
+    last packet leaves its host after 7k - 1 others, then two links and a switch.  With
+    every host starting at the same peer, each round was an in-cast of seven packets on
+    one link, and the phase took 8 % longer."""
+    k = 8  # packets per flow
+    rate = 0.8 * CAP
+    nodes = tuple(f"cn{i:04d}" for i in range(1, 9))
+    job = Job("a", nodes, "all-to-all", rate, 1.0, 7 * k * MTU / rate)
+    result = run(net, [job], arbitration({}, ((0, ONE_PACKET),)))
+    assert result.jobs["a"].t_s == pytest.approx((7 * k - 1) * MTU / rate + 2 * S + LAT, rel=1e-9)
+
+
 def test_zero_switch_latency_and_short_last_packet(net: Network) -> None:
     """The last packet is shorter (bytes not a multiple of the MTU); every byte is counted
     once per link; with no switch latency a packet may leave as soon as it is in."""
