@@ -109,8 +109,9 @@ AUTO_HOSTS = 512
 BUFFER_PACKETS = 0
 #: buffers of the commands' fluid runs with senders per host (:func:`auto_buffers`): with
 #: buffers, head of line and the drain, the fluid model ranks the policies as the packet
-#: model does far better (mean rho 0.84 against 0.41, docs/simulate-validation.md), at up
-#: to thirty times the cost of a run without (docs/simulate-benchmark.md)
+#: model does far better (mean rho 0.86 in session 19; 0.41 without, in session 8:
+#: docs/simulate-validation.md), at up to thirty times the cost of a run without
+#: (docs/simulate-benchmark.md)
 AUTO_BUFFER_PACKETS = 8
 #: with buffers, a full one holds its input's other traffic of the lane too (head of line)
 HEAD_OF_LINE = True
