@@ -1123,8 +1123,9 @@ class FluidSim:
         priority) adds nothing either, as its bytes go only once the high lanes stop; and
         high and low lanes wait alike (a high packet waits at most one low packet, a low
         one up to the high limit).  After the queues and the turns, the last packet's trip
-        (:meth:`_pipeline_s`, with :data:`LAST_PACKET_TRIP`), counted from the host: an
-        upper bound where it waited in a queue further on.  Measured against the packet
+        (:meth:`_pipeline_s`, with :data:`LAST_PACKET_TRIP`), counted from the host even
+        where it waited in a queue further on: a queue busy since its phase began started
+        late by the same hops (session 19).  Measured against the packet
         model: docs/simulate-validation.md, sessions 14 and 18."""
         new = self._new_drains(rows)
         path_s = new.queue_s(self._out) + new.wait_s
