@@ -1161,7 +1161,7 @@ class FluidSim:
         parts = []
         lat = self._latency_s
         job_of = self.senders.job[rows]
-        for i in np.unique(job_of).tolist():  # a job's paths at once: per row was 1/6 of a run
+        for i in np.unique(job_of).tolist():  # a job's paths at once, not a row's
             mine = rows[job_of == i]
             paths, path_row = self._job_paths(int(i))
             on = np.isin(path_row, mine)

@@ -311,7 +311,7 @@ class _PacketSim:
         paths = net.paths(flows)
         # Each host takes its peers from the next one in the job's node order on (MPICH's
         # pairwise all-to-all: rank + i at step i), so every round of the round robin is a
-        # permutation; in node order every host started at the same peer, an in-cast.
+        # permutation; in node order all hosts but the first started at peer 0, in-casts.
         n = max(len(sim.job.nodes), 1)
         shift = (flows.dst_host - flows.src_host) % n
         for k in np.lexsort((shift, flows.src_host)).tolist():

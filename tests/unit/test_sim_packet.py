@@ -120,9 +120,9 @@ def test_all_to_all_hosts_start_at_different_peers(net: Network) -> None:
     """Eight hosts of one leaf, all-to-all at 0.8 of the link: each host takes its peers
     from the next one on, so every round of the round robin is a permutation and no
     leaf link gets two packets at once.  The phase ends as one paced flow's would: the
-    last packet leaves its host after 7k - 1 others, then two links and a switch.  With
-    every host starting at the same peer, each round was an in-cast of seven packets on
-    one link, and the phase took 8 % longer."""
+    last packet leaves its host after 7k - 1 others, then two links and a switch.  In
+    node order (host 0 starting at peer 1, the others at peer 0), round j was an in-cast
+    of 7 - j packets on one link and j + 1 on another, and the phase took 8 % longer."""
     k = 8  # packets per flow
     rate = 0.8 * CAP
     nodes = tuple(f"cn{i:04d}" for i in range(1, 9))
