@@ -177,6 +177,8 @@ class Senders:
             port whose buffer they wait in), -1 at the first hop (the host's own queue).
         e_hosts: the source hosts behind each entry (1 per host; a per-job row stands for
             all its hosts that come in over that input, each served in turn upstream).
+        hops: per job, the links each of its flows crosses (:meth:`Network.hops`), kept
+            so the buffered model's paths need no second routing.
     """
 
     job: IntArray
@@ -187,6 +189,7 @@ class Senders:
     e_in: IntArray
     e_load: FloatArray
     e_hosts: FloatArray
+    hops: tuple[IntArray, ...]
 
     @classmethod
     def of(cls, net: Network, jobs: Sequence[SimJob], per: Granularity = "auto") -> Senders:
@@ -202,6 +205,7 @@ class Senders:
             raise SimError(f"{rows_max} senders on {n} links: too large for the fluid model")
         job_of, rates, firsts = [], [], []
         keys, loads, srcs = [], [], []
+        tables: list[IntArray] = []
         row0 = 0
         for j, sim_job in enumerate(jobs):
             firsts.append(row0)
@@ -213,9 +217,10 @@ class Senders:
             job_of.append(np.full(count, j, dtype=np.int64))
             rate = np.bincount(host_row, weights=flows.rate, minlength=count)
             rates.append(rate.astype(float))
+            table = net.hops(flows) if len(hosts) else np.zeros((0, 0), dtype=np.int64)
+            tables.append(table)
             if len(hosts):
                 row = row0 + host_row.astype(np.int64)
-                table = net.hops(flows)
                 for h in range(table.shape[1]):
                     on = table[:, h] >= 0
                     came = table[on, h - 1] if h else -1
@@ -244,6 +249,7 @@ class Senders:
             e_in=e_in,
             e_load=load.astype(float),
             e_hosts=hosts_of,
+            hops=tuple(tables),
         )
 
     @property
@@ -265,6 +271,7 @@ class Senders:
             e_in=self.e_in[a:b].copy(),
             e_load=self.e_load[a:b].copy(),
             e_hosts=self.e_hosts[a:b].copy(),
+            hops=(self.hops[j],),
         )
 
 
@@ -731,6 +738,10 @@ class _Drains:
         none = np.zeros((0, 0))
         return cls(np.zeros(0, dtype=np.int64), none.astype(np.int64), none, np.zeros(0))
 
+    def take(self, on: npt.NDArray[np.bool_]) -> _Drains:
+        """The paths *on* marks."""
+        return _Drains(self.row[on], self.col[on], self.left[on], self.wait_s[on])
+
     @staticmethod
     def join(parts: Sequence[_Drains]) -> _Drains:
         """The paths of all *parts*, padded to the longest."""
@@ -773,7 +784,7 @@ class _Drains:
         left = np.maximum(self.left - self._at(rate) * dt, 0.0)
         wait_s = np.maximum(self.wait_s - beyond, 0.0)
         on = (left > _MIN_BYTES).any(axis=1) | (wait_s > 0)
-        return _Drains(self.row[on], self.col[on], left[on], wait_s[on])
+        return _Drains(self.row, self.col, left, wait_s).take(on)
 
     def out_s(self, rate: FloatArray, rows: npt.NDArray[np.bool_]) -> FloatArray:
         """Seconds until the last bytes of each path of the senders *rows* marks are at
@@ -781,7 +792,7 @@ class _Drains:
         out = np.zeros(len(self.row))
         mine = rows[self.row]
         if mine.any():
-            sub = _Drains(self.row[mine], self.col[mine], self.left[mine], self.wait_s[mine])
+            sub = self.take(mine)
             out[mine] = sub.queue_s(rate) + sub.wait_s
         return out
 
@@ -918,7 +929,7 @@ class FluidSim:
             flows = job.flows
             if hi == lo or not len(flows.src):
                 continue
-            hops = self.net.hops(flows)
+            hops = s.hops[i]
             cap = self.net.capacity[hops[:, 0]]
             host = np.unique(flows.src_host, return_inverse=True)[1].astype(np.int64)
             pace = np.bincount(host, weights=flows.rate)[host]  # the flow's host's, B/s
@@ -1141,7 +1152,7 @@ class FluidSim:
         keep = ~np.isin(d.row, rows)
         self._drains = _Drains.join(
             [
-                _Drains(d.row[keep], d.col[keep], d.left[keep], d.wait_s[keep]),
+                d.take(keep),
                 self._new_drains(rows),
             ]
         )
@@ -1213,7 +1224,7 @@ class FluidSim:
             alloc = self.allocator
             lo, hi = int(self.senders.first[i]), int(self.senders.first[i + 1])
             flows = self.jobs[i].flows
-            hops = self.net.hops(flows)
+            hops = self.senders.hops[i]
             paths, path_row = np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
             if hops.size and alloc.columns:
                 # the rows of Senders.of: one per source host, or one for the whole job
