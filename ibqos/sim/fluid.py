@@ -906,7 +906,7 @@ class FluidSim:
         self._drains = _Drains.empty()
         self._drain_rate = np.zeros(self.allocator.columns)
         self._last_out = np.zeros(self.allocator.columns)
-        # only buffered runs count it (its last packet waits on no queue without buffers)
+        # only buffered runs count it: runs without buffers keep their model as it was
         self._latency_s = (
             self._pipeline_s(arb.mtu) if self._buffer_bytes > 0 else np.zeros(self.senders.rows)
         )
