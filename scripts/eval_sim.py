@@ -17,7 +17,9 @@ random order on consecutive hosts) and ``fragmented`` (every leaf's hosts shuffl
 dealt out leaf by leaf, so every job has hosts on every leaf, interleaved with the other
 jobs').  Every policy of :mod:`ibqos.sim.policies` runs on every mix; ``optimal`` is its
 exhaustive search (the same candidates as :func:`ibqos.sim.policies.optimal`, evaluated
-here so the spread of the whole search space can be reported too).  Prints the mixes, a
+here so the spread of the whole search space can be reported too).  ibqos's variants run
+too: other weight laws, and ``ibqos tuned``, the best by observation of ibqos's law at
+ratios 2, 1 and 4 (:func:`tuned`; each model tunes on what it shows).  Prints the mixes, a
 table of total contention and E per mix, ibqos's gap to the optimum, summaries, and the
 setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG charts
 (``sim-eval-contention.svg``, ``sim-eval-gap.svg``; hand-written SVG, no plotting
@@ -81,7 +83,16 @@ VARIANTS: dict[str, Callable[[LaneConfig], LaneConfig]] = {
     "ibqos ratio 1.5": lambda lanes: replace(lanes, weight_ratio=1.5),
     "ibqos linear": lambda lanes: replace(lanes, weight_law="linear"),
     "ibqos equal": lambda lanes: replace(lanes, weight_law="equal"),
+    "ibqos ratio 4": lambda lanes: replace(lanes, weight_ratio=4.0),
 }
+#: ibqos tuning its weight ratio by observation (DESIGN section 1; docs/simulate-evaluation.md,
+#: "What would fix it" 4): each of these setups tried on the fabric (here: in the model at
+#: hand), the one the jobs progress best under kept.  ibqos's own law comes first, so it is
+#: kept unless another does better.  Not in the agent (yet): a measure of what it would gain.
+TUNE_CANDIDATES = ("ibqos", "ibqos equal", "ibqos ratio 4")
+TUNED = "ibqos tuned"
+#: the variants the reports show
+SHOWN = (*VARIANTS, TUNED)
 GAP_TARGET = 0.05
 #: item 3's target for the rank correlation between the models
 RHO_TARGET = 0.9
@@ -313,6 +324,30 @@ class MixResult:
         return ib / opt - 1.0
 
 
+def tuned(outcomes: dict[str, Outcome]) -> Outcome:
+    """The candidate of :data:`TUNE_CANDIDATES` an agent tuning by observation would keep.
+
+    What an agent sees of a job is its injected bytes per second (its hosts' own counters),
+    so it sees slowdowns, not contention: a job's time under a candidate over its least
+    time under any of them (its rate at best over its rate then).  The pick has the least
+    node-weighted sum of those slowdowns (wasted node-time per unit of time, with the best
+    seen standing in for alone); ties keep the earlier candidate.
+    """
+    tried = [outcomes[name] for name in TUNE_CANDIDATES]
+    best_s = [min(ts) for ts in zip(*([j.t_sharing_s for j in o.jobs] for o in tried), strict=True)]
+
+    def slowdown(o: Outcome) -> float:
+        return math.fsum(j.nodes * j.t_sharing_s / b for j, b in zip(o.jobs, best_s, strict=True))
+
+    return replace(min(tried, key=slowdown), policy=TUNED)
+
+
+def picks(outcomes: Iterable[Outcome]) -> str:
+    """How often :func:`tuned` kept each candidate, over *outcomes* (its picks)."""
+    names = [o.setup.name for o in outcomes]
+    return ", ".join(f"{c} {names.count(c)}" for c in TUNE_CANDIDATES)
+
+
 def search(
     net: Network,
     jobs: Sequence[SimJob],
@@ -359,6 +394,7 @@ def run_fluid(
         outcomes[name] = evaluate(
             "fluid", net, jobs, setups[name], iterations, t_alone, buffer_packets=bp
         )
+    outcomes[TUNED] = tuned(outcomes)
     result = MixResult(mix, outcomes)
     if with_optimal:
         others = [setups[p] for p in EVAL_POLICIES]
@@ -423,8 +459,8 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
     out += [
         "Total contention in ms (sum over the jobs of T_sharing - T_alone), E = one-vl's total"
         " over the policy's in brackets; gap = ibqos over optimal - 1; rank = share of the"
-        " searched setups strictly better than ibqos's; the last two gaps are ibqos's variants"
-        f" ({', '.join(VARIANTS)}).",
+        " searched setups strictly better than ibqos's; the last gaps are ibqos's variants"
+        f" ({', '.join(SHOWN)}).",
         "",
     ]
     rows = []
@@ -435,7 +471,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
             row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
         better = sum(1 for t in r.searched if t < r.total("ibqos") * (1 - 1e-9) - CLEAN_S)
         row += [pct(r.gap()), f"{better / len(r.searched):.0%} of {len(r.searched)}"]
-        row += [pct(r.gap(v)) for v in VARIANTS]
+        row += [pct(r.gap(v)) for v in SHOWN]
         row.append(f"{r.wall_s:.1f}")
         rows.append(row)
     out += table(
@@ -448,13 +484,19 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
             "optimal (E)",
             "gap",
             "rank",
-            *(f"gap {v.removeprefix('ibqos ')}" for v in VARIANTS),
+            *(f"gap {v.removeprefix('ibqos ')}" for v in SHOWN),
             "wall s",
         ],
         rows,
     )
     out += ["", "## Summary", ""]
     out += summary(results)
+    live = [r for r in results if r.contended]
+    out += [
+        "",
+        f"{TUNED} kept, on the {len(live)} mixes with contention: "
+        f"{picks(r.outcomes[TUNED] for r in live)}.",
+    ]
     out += ["", "## Where ibqos is more than 5 % from the optimum", ""]
     far = [r for r in results if r.gap() > GAP_TARGET]
     if not far:
@@ -463,7 +505,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
         out += [f"### {r.mix.name}: gap {pct(r.gap())}", ""]
         jobs = r.mix.jobs
         rows = []
-        for p in [*MAIN, *VARIANTS]:
+        for p in [*MAIN, *SHOWN]:
             o = r.outcomes[p]
             per = {j.id: j.contention_s for j in o.jobs}
             rows.append(
@@ -500,7 +542,7 @@ def versus(rs: Sequence[MixResult], policy: str, other: str) -> str:
 
 
 def summary(results: list[MixResult]) -> list[str]:
-    pols = [*MAIN[1:], *VARIANTS]
+    pols = [*MAIN[1:], *SHOWN]
     out = [
         "Per group of mixes, over those with contention under one-vl: the mean of each"
         " policy's total relative to one-vl's (lower is better; 1/E) and the geometric mean"
@@ -530,18 +572,18 @@ def summary(results: list[MixResult]) -> list[str]:
     rows = []
     for key, rs in groups(results).items():
         row = [key]
-        for p in ("ibqos", *VARIANTS):
+        for p in ("ibqos", *SHOWN):
             within = sum(1 for r in rs if r.gap(p) <= GAP_TARGET)
             row.append(
                 f"{within}/{len(rs)}; {versus(rs, p, 'equal')}; {versus(rs, p, 'bandwidth')}"
             )
         rows.append(row)
     out += table(
-        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos", *VARIANTS))], rows
+        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos", *SHOWN))], rows
     )
     out += ["", "Over all mixes:", ""]
     rows = []
-    for p in ("ibqos", *VARIANTS, "equal", "bandwidth", "one-vl"):
+    for p in ("ibqos", *SHOWN, "equal", "bandwidth", "one-vl"):
         gaps = [r.gap(p) for r in results if r.contended]
         rows.append(
             [
@@ -780,7 +822,9 @@ def run_validation(
             "packet", net, jobs, o.setup, iterations, t_alone, buffer_packets=buffer_packets
         )
         for p, o in fluid.outcomes.items()
+        if p != TUNED
     }
+    packet[TUNED] = tuned(packet)  # tuned on what the packet model shows
     v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0, fluid_searched=fluid.searched)
     if packet_search:
         others = [fluid.outcomes[p].setup for p in EVAL_POLICIES]
@@ -851,7 +895,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     """ibqos (and equal, bandwidth, the fluid model's pick) against the packet model's own
     exhaustive optimum, per mix and per shape (``--packet-search``)."""
     done = [v for v in vals if v.packet_optimal is not None]
-    pols = ("equal", "bandwidth", "ibqos", "optimal")
+    pols = ("equal", "bandwidth", "ibqos", TUNED, "optimal")
     out = [
         "## Against the packet model's own optimum (--packet-search)",
         "",
@@ -943,7 +987,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
 def validation_report(
     vals: list[Validation], iterations: int, link: float, unit: float
 ) -> list[str]:
-    pols = [*MAIN, *VARIANTS]
+    pols = [*MAIN, *SHOWN]
     out = ["## Mixes", ""]
     out += table(
         ["mix", "jobs: id pattern hosts rate duty period"],
@@ -1059,10 +1103,20 @@ def validation_report(
         ],
         rows,
     )
+    both = [v for v in vals if v.total("packet", "one-vl") > CLEAN_S]
+    out += [
+        "",
+        f"{TUNED}: each model tunes on what it shows. Kept, on the {len(both)} mixes the"
+        f" packet model sees contention on: fluid {picks(v.fluid[TUNED] for v in both)};"
+        f" packet {picks(v.packet[TUNED] for v in both)}; the same pick on"
+        f" {sum(v.fluid[TUNED].setup.name == v.packet[TUNED].setup.name for v in both)}.",
+    ]
     out += ["", "## Per-job contention error (fluid - packet)", ""]
-    errs: dict[str, list[tuple[float, float]]] = {p: [] for p in pols}
+    # the tuned pick may differ between the models: no per-job comparison for it
+    same = [*MAIN, *VARIANTS]
+    errs: dict[str, list[tuple[float, float]]] = {p: [] for p in same}
     for v in vals:
-        for p in pols:
+        for p in same:
             for jf, jp in zip(v.fluid[p].jobs, v.packet[p].jobs, strict=True):
                 errs[p].append((jf.contention_s - jp.contention_s, jp.t_alone_s))
     rows = []
@@ -1295,6 +1349,9 @@ def main(argv: list[str] | None = None) -> int:
                 "fluid_buffer_packets": v.fluid["one-vl"].buffer_packets,
                 "fluid": {p: v.total("fluid", p) for p in v.fluid},
                 "packet": {p: v.total("packet", p) for p in v.packet},
+                "tuned": {
+                    m: o[TUNED].setup.name for m, o in (("fluid", v.fluid), ("packet", v.packet))
+                },
                 "packet_optimal": (
                     {
                         "total_contention_s": v.packet_optimal.total_contention_s,
