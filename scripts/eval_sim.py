@@ -18,8 +18,9 @@ dealt out leaf by leaf, so every job has hosts on every leaf, interleaved with t
 jobs').  Every policy of :mod:`ibqos.sim.policies` runs on every mix; ``optimal`` is its
 exhaustive search (the same candidates as :func:`ibqos.sim.policies.optimal`, evaluated
 here so the spread of the whole search space can be reported too).  ibqos's variants run
-too: other weight laws, and ``ibqos tuned``, the best by observation of ibqos's law at
-ratios 2, 1 and 4 (:func:`tuned`; each model tunes on what it shows).  Prints the mixes, a
+too: other weight laws, ibqos's lanes with the weights reversed (``ibqos ratio 1/2``), and
+``ibqos tuned``, the best by observation of ibqos's law at ratios 2, 1, 4 and 1/2
+(:func:`tuned`; each model tunes on what it shows).  Prints the mixes, a
 table of total contention and E per mix, ibqos's gap to the optimum, summaries, and the
 setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG charts
 (``sim-eval-contention.svg``, ``sim-eval-gap.svg``; hand-written SVG, no plotting
@@ -85,14 +86,17 @@ VARIANTS: dict[str, Callable[[LaneConfig], LaneConfig]] = {
     "ibqos equal": lambda lanes: replace(lanes, weight_law="equal"),
     "ibqos ratio 4": lambda lanes: replace(lanes, weight_ratio=4.0),
 }
+#: ibqos's lanes with their weights reversed, the most intense lane's the largest: ratio 1/2,
+#: against the method (DESIGN section 1), which ibqos's configuration does not allow
+REVERSED = "ibqos ratio 1/2"
 #: ibqos tuning its weight ratio by observation (DESIGN section 1; docs/simulate-evaluation.md,
 #: "What would fix it" 4): each of these setups tried on the fabric (here: in the model at
 #: hand), the one the jobs progress best under kept.  ibqos's own law comes first, so it is
 #: kept unless another does better.  Not in the agent (yet): a measure of what it would gain.
-TUNE_CANDIDATES = ("ibqos", "ibqos equal", "ibqos ratio 4")
+TUNE_CANDIDATES = ("ibqos", "ibqos equal", "ibqos ratio 4", REVERSED)
 TUNED = "ibqos tuned"
 #: the variants the reports show
-SHOWN = (*VARIANTS, TUNED)
+SHOWN = (*VARIANTS, REVERSED, TUNED)
 GAP_TARGET = 0.05
 #: item 3's target for the rank correlation between the models
 RHO_TARGET = 0.9
@@ -324,6 +328,19 @@ class MixResult:
         return ib / opt - 1.0
 
 
+def reversed_weights(arb: Arbitration, lanes: LaneConfig) -> Arbitration:
+    """*arb*'s job lanes with their packets per round reversed: a lane of k packets gets
+    ``most / k`` (rounded as :func:`ibqos.sim.policies.grouped` does), where *most* is the
+    largest lane's.  Of a geometric law's weights, the same law with the inverse ratio."""
+    packets: dict[int, int] = {}
+    for vl, weight in arb.vlarb_low:
+        packets[vl] = packets.get(vl, 0) + arb.packets(weight)
+    vls = sorted({arb.vl_of(jid) for jid in arb.job_sl})
+    groups = [[jid for jid in arb.job_sl if arb.vl_of(jid) == vl] for vl in vls]
+    most = max(packets[vl] for vl in vls)
+    return policies.grouped(groups, [most / packets[vl] for vl in vls], lanes, REVERSED)
+
+
 def tuned(outcomes: dict[str, Outcome]) -> Outcome:
     """The candidate of :data:`TUNE_CANDIDATES` an agent tuning by observation would keep.
 
@@ -394,6 +411,10 @@ def run_fluid(
         outcomes[name] = evaluate(
             "fluid", net, jobs, setups[name], iterations, t_alone, buffer_packets=bp
         )
+    setups[REVERSED] = reversed_weights(setups["ibqos"], mix.lanes)
+    outcomes[REVERSED] = evaluate(
+        "fluid", net, jobs, setups[REVERSED], iterations, t_alone, buffer_packets=bp
+    )
     outcomes[TUNED] = tuned(outcomes)
     result = MixResult(mix, outcomes)
     if with_optimal:
