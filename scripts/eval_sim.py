@@ -20,7 +20,8 @@ exhaustive search (the same candidates as :func:`ibqos.sim.policies.optimal`, ev
 here so the spread of the whole search space can be reported too).  ibqos's variants run
 too: other weight laws, ibqos's lanes with the weights reversed (``ibqos ratio 1/2``), and
 ``ibqos tuned``, the best by observation of ibqos's law at ratios 2, 1, 4 and 1/2
-(:func:`tuned`; each model tunes on what it shows).  Prints the mixes, a
+(:func:`tuned`; each model tunes on what it shows), and ``ibqos best ratio``, the best of
+the same by total contention.  Prints the mixes, a
 table of total contention and E per mix, ibqos's gap to the optimum, summaries, and the
 setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG charts
 (``sim-eval-contention.svg``, ``sim-eval-gap.svg``; hand-written SVG, no plotting
@@ -357,12 +358,12 @@ def tuned(outcomes: dict[str, Outcome], by_total: bool = False) -> Outcome:
     tried = [outcomes[name] for name in TUNE_CANDIDATES]
     best_s = [min(ts) for ts in zip(*([j.t_sharing_s for j in o.jobs] for o in tried), strict=True)]
 
-    def slowdown(o: Outcome) -> float:
+    def score(o: Outcome) -> float:
         if by_total:
             return o.total_contention_s
         return math.fsum(j.nodes * j.t_sharing_s / b for j, b in zip(o.jobs, best_s, strict=True))
 
-    return replace(min(tried, key=slowdown), policy=BEST_RATIO if by_total else TUNED)
+    return replace(min(tried, key=score), policy=BEST_RATIO if by_total else TUNED)
 
 
 def picks(outcomes: Iterable[Outcome]) -> str:
