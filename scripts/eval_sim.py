@@ -356,14 +356,14 @@ def tuned(outcomes: dict[str, Outcome], by_total: bool = False) -> Outcome:
     total contention instead (:data:`BEST_RATIO`).
     """
     tried = [outcomes[name] for name in TUNE_CANDIDATES]
+    if by_total:
+        return replace(min(tried, key=lambda o: o.total_contention_s), policy=BEST_RATIO)
     best_s = [min(ts) for ts in zip(*([j.t_sharing_s for j in o.jobs] for o in tried), strict=True)]
 
-    def score(o: Outcome) -> float:
-        if by_total:
-            return o.total_contention_s
+    def slowdowns(o: Outcome) -> float:
         return math.fsum(j.nodes * j.t_sharing_s / b for j, b in zip(o.jobs, best_s, strict=True))
 
-    return replace(min(tried, key=score), policy=BEST_RATIO if by_total else TUNED)
+    return replace(min(tried, key=slowdowns), policy=TUNED)
 
 
 def picks(outcomes: Iterable[Outcome]) -> str:
@@ -1379,8 +1379,11 @@ def main(argv: list[str] | None = None) -> int:
                 "fluid_buffer_packets": v.fluid["one-vl"].buffer_packets,
                 "fluid": {p: v.total("fluid", p) for p in v.fluid},
                 "packet": {p: v.total("packet", p) for p in v.packet},
-                "tuned": {
-                    m: o[TUNED].setup.name for m, o in (("fluid", v.fluid), ("packet", v.packet))
+                # which candidate each model kept: the two picks' "jobs" rows below may
+                # pair different setups
+                "picks": {
+                    p: {m: o[p].setup.name for m, o in (("fluid", v.fluid), ("packet", v.packet))}
+                    for p in (TUNED, BEST_RATIO)
                 },
                 "packet_optimal": (
                     {
