@@ -16,6 +16,7 @@ test: setup lint typecheck
 lint:
 	$(VENV)/ruff check ibqos tests scripts
 	$(VENV)/ruff format --check ibqos tests scripts
+	$(VENV)/lint-imports --no-cache
 
 typecheck:
 	$(VENV)/mypy --strict

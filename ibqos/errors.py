@@ -2,7 +2,7 @@
 
 Every error names the input it is about (a file, a key path, a lab, a node) so that
 the CLI can print one line that tells an admin what to fix.  The core raises these;
-only :mod:`ibqos.cli` turns them into messages and exit codes.
+only :mod:`ibqos.cli.main` turns them into messages and exit codes.
 """
 
 from __future__ import annotations
@@ -87,3 +87,83 @@ class ProfileError(IbqosError):
     """A job profile file is invalid, or the profile store cannot be read or written."""
 
     category = "profile"
+
+
+class StateError(IbqosError):
+    """The state file cannot be read or written."""
+
+    category = "state"
+
+
+class SimError(IbqosError):
+    """A simulation input that cannot be run (names the input and what is wrong)."""
+
+    category = "simulate"
+
+
+class ApplyError(IbqosError):
+    """OpenSM could not be signalled, or its files could not be written or restored.
+
+    Attributes:
+        maybe_signalled: the signal's command was cut short (killed, timed out) after it
+            started, so OpenSM may have been told to re-read all the same.
+    """
+
+    category = "apply"
+
+    def __init__(self, message: str, *, maybe_signalled: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_signalled = maybe_signalled
+
+
+class SlurmError(IbqosError):
+    """Slurm cannot be read: squeue fails, slurmctld is unreachable, or the output is not
+    what this release of squeue prints."""
+
+    category = "slurm"
+
+
+class PortInfoError(IbqosError):
+    """PortInfo could not be read: smpquery is missing, failed, or no sampled port answered."""
+
+    category = "portinfo"
+
+
+class ExporterError(IbqosError):
+    """The exporter could not start (address in use, bad certificate)."""
+
+    category = "metrics"
+
+
+class AgentLockError(IbqosError):
+    """Another agent runs on the state directory, or the lock file cannot be used."""
+
+    category = "agent"
+
+
+class InstallError(IbqosError):
+    """The files cannot be found or installed, or an option is unusable."""
+
+    category = "install"
+
+
+class HandoffError(IbqosError):
+    """A job's SL cannot be had: ibqos not running, the job unknown, no answer in time."""
+
+    category = "job-sl"
+
+
+class PrometheusQueryError(LabError):
+    """The Prometheus HTTP API answered ``"status": "error"`` (or not at all).
+
+    Attributes:
+        expr: the query (or endpoint) that failed.
+        error_type: Prometheus's ``errorType`` ("bad_data", "execution", ...), or "".
+        error: Prometheus's error text.
+    """
+
+    def __init__(self, expr: str, error_type: str, error: str) -> None:
+        super().__init__(f"prometheus: {expr!r}: {error_type + ': ' if error_type else ''}{error}")
+        self.expr = expr
+        self.error_type = error_type
+        self.error = error

@@ -61,11 +61,13 @@ from typing import Any
 import ibqos
 from ibqos.collect.native import NativeBackend, max_dgram_qlen, under_umad2sim
 from ibqos.collect.perfquery import PerfqueryBackend, parse_perfquery
-from ibqos.collect.sweep import Target
 from ibqos.errors import IbqosError, MadError
-from ibqos.fabric import fabric_from_file
+from ibqos.fabric.model import fabric_from_file
+from ibqos.fabric.targets import (
+    Target,
+)
+from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.lab import Lab
-from ibqos.lab.xgft import build_xgft, parse_xgft
 from ibqos.mad import pma
 from ibqos.mad.umad import UmadPort
 

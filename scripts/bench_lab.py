@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from ibqos.errors import IbqosError
-from ibqos.jobs import dump_jobs, parse_jobs
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import dump_jobs, parse_jobs
 from ibqos.lab.lab import Lab
-from ibqos.lab.xgft import build_xgft, parse_xgft
 
 DEFAULT = ["2;8,4;1,2", "2;16,16;1,8", "3;16,16,8;1,8,8", "3;16,16,16;1,8,8"]
 TICKS = 5

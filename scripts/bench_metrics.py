@@ -32,13 +32,17 @@ import numpy as np
 from bench_plan import SEED, SHAPES, build_fabric, hosts_of, machine, rates_tables, workload
 from prometheus_client import generate_latest
 
-from ibqos.classify import Thresholds
-from ibqos.config import MetricsConfig
-from ibqos.decide import Decider
-from ibqos.lab.xgft import build_xgft, parse_xgft
+from ibqos.config.classes import (
+    Thresholds,
+)
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.config.schema import MetricsConfig
+from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app
-from ibqos.planner import LaneConfig
+from ibqos.plan.decide import Decider
 
 CASES = (("1k", 100), ("10k", 1000), ("50k", 5000))
 CYCLE_S = 10.0  # the agent's default interval: what a scrape must stay well under

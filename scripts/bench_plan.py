@@ -65,13 +65,17 @@ import numpy as np
 import pandas as pd
 
 import ibqos
-from ibqos.classify import Thresholds
-from ibqos.decide import Decider
-from ibqos.fabric import Fabric
-from ibqos.jobs import PATTERNS, Job
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.planner import LaneConfig
-from ibqos.topology import Port, Topology
+from ibqos.config.classes import (
+    Thresholds,
+)
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.topology import Port, Topology
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import PATTERNS, Job
+from ibqos.plan.decide import Decider
 
 #: fabric sizes: three-level XGFTs with 1058, 10754 and 50178 ports
 SHAPES: dict[str, str] = {

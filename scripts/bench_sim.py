@@ -67,8 +67,8 @@ from typing import TypeVar
 import numpy as np
 from bench_plan import machine
 
-from ibqos.jobs import Job, dump_jobs
-from ibqos.lab.xgft import parse_xgft
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job, dump_jobs
 from ibqos.sim import policies
 from ibqos.sim.evaluate import alone
 from ibqos.sim.fluid import auto_buffers, forget_mix, simulate_fluid

@@ -201,10 +201,10 @@ lines = log.read_text().splitlines()
 seen = int(seen_file.read_text()) if seen_file.exists() else 0
 seen_file.write_text(str(len(lines)))
 new = lines[seen:]
-sweeps = sum("ibqos.collect: sweep:" in line for line in new)
+sweeps = sum("ibqos.collect.loop: sweep:" in line for line in new)
 print(f"agent log since the last round ({sweeps} sweep line{'s' if sweeps != 1 else ''} left out):")
 for line in new:
-    if "ibqos.collect: sweep:" in line or "umad2sim" in line:
+    if "ibqos.collect.loop: sweep:" in line or "umad2sim" in line:
         continue
     print("   " + line.replace("INFO ibqos.", ""))
 PY

@@ -58,9 +58,11 @@ from pathlib import Path
 import numpy as np
 from bench_plan import machine
 
-from ibqos.jobs import Job
-from ibqos.lab.xgft import parse_xgft
-from ibqos.planner import LaneConfig
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job
 from ibqos.sim import fluid as fluid_model
 from ibqos.sim import policies
 from ibqos.sim.evaluate import Outcome, alone, evaluate

@@ -11,7 +11,7 @@ The pipeline, one module a stage::
     sharing.py: how running jobs share the tree (scheduler advice, exported metrics)
     command.py: what ``ibqos characterize`` does below the CLI
 
-Submodules are imported by name (``from ibqos.characterize.levels import ...``): the
+Submodules are imported by name (``from ibqos.classify.levels import ...``): the
 agent's decision cycle needs only ``prior`` and ``sharing``, not the plotting.
 """
 

@@ -1,6 +1,6 @@
 """What ``ibqos characterize`` does, below the CLI: fabric, placements, outputs, profiles.
 
-The CLI (:mod:`ibqos.cli_characterize`) parses options and prints; these functions build
+The CLI (:mod:`ibqos.cli.characterize`) parses options and prints; these functions build
 the characterization, render its files in memory and update the profile store.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ibqos.characterize import report
-from ibqos.characterize.levels import Characterization, Characterizer, NodeTraffic
-from ibqos.characterize.profiles import (
+from ibqos.classify.levels import Characterization, Characterizer, NodeTraffic
+from ibqos.classify.profiles import (
     MAX_MATRIX_NODES,
     Model,
     Observation,
@@ -23,11 +23,11 @@ from ibqos.characterize.profiles import (
     check_name,
 )
 from ibqos.errors import TopologyError
-from ibqos.fabric import Fabric, fabric_from_file
-from ibqos.hostnames import LAB_SM_HOSTNAME
-from ibqos.jobs import Job
-from ibqos.lab.xgft import SM_HOSTNAME, build_xgft, parse_xgft
-from ibqos.topology import Port
+from ibqos.fabric.hostnames import LAB_SM_HOSTNAME
+from ibqos.fabric.model import Fabric, fabric_from_file
+from ibqos.fabric.topology import Port
+from ibqos.fabric.xgft import SM_HOSTNAME, build_xgft, parse_xgft
+from ibqos.jobs.jobfile import Job
 
 #: placements characterized when none are asked for: compact, every other fragmentation
 #: the tree allows (added by :func:`characterize`), and one random draw
@@ -60,7 +60,7 @@ def fabric_of(
 ) -> tuple[Fabric, str, tuple[str, ...]]:
     """The fabric to characterize on, its name, and hosts that run no jobs.
 
-    An XGFT is built as the lab builds it (:func:`ibqos.lab.xgft.build_xgft`); its
+    An XGFT is built as the lab builds it (:func:`ibqos.fabric.xgft.build_xgft`); its
     OpenSM host runs no jobs.  On either, neither do *exclude_hosts*
     (``jobs.exclude_hosts``): no rank is placed on the subnet manager's host.
 
@@ -134,7 +134,7 @@ def model_of_trace(traffic: NodeTraffic) -> Model:
     matrix, and the mean bytes per second over all nodes as the rate (up to
     :data:`MAX_MATRIX_NODES` nodes; bigger ones keep only the rate, with all-to-all).
 
-    :func:`ibqos.characterize.prior.model_traffic` scales the weights back by that rate,
+    :func:`ibqos.classify.prior.model_traffic` scales the weights back by that rate,
     so the model predicts the trace's own traffic, nodes that send nothing included.
     """
     rate = traffic.mean_injection_bytes_per_s()

@@ -26,7 +26,14 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.classify import Class, Thresholds, class_of, intensity
+from ibqos.classify.classifier import (
+    class_of,
+    intensity,
+)
+from ibqos.config.classes import (
+    Class,
+    Thresholds,
+)
 from ibqos.errors import TraceError
 
 #: the per-level series of a job, by what they measure
@@ -82,7 +89,7 @@ class JobHistory:
         start_s, end_s: first and last sample, seconds since the epoch.
         levels: by level.
         intensity: the largest mean utilization over levels >= 1
-            (:func:`ibqos.classify.intensity`).
+            (:func:`ibqos.classify.classifier.intensity`).
         level: the level that gave it (None when no level has a utilization).
         cls: the class of that intensity.
     """

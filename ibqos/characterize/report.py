@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ibqos.characterize.levels import Characterization
+from ibqos.classify.levels import Characterization
 from ibqos.fsio import atomic_write_bytes
-from ibqos.plan_output import align, pct_text, rate_text  # as `ibqos plan` prints them
+from ibqos.plan.output import align, pct_text, rate_text  # as `ibqos plan` prints them
 
 COLUMNS = (
     "placement",

@@ -12,8 +12,14 @@ Backends: ``native`` (libibumad MADs, many in flight; the default), ``perfquery`
 from __future__ import annotations
 
 from ibqos.collect.rates import RateTracker, rows_for_json
-from ibqos.collect.sweep import Backend, Sweep, Target
-from ibqos.config import CollectConfig
+from ibqos.collect.sweep import (
+    Backend,
+    Sweep,
+)
+from ibqos.config.schema import CollectConfig
+from ibqos.fabric.targets import (
+    Target,
+)
 
 __all__ = ["Backend", "RateTracker", "Sweep", "Target", "make_backend", "rows_for_json"]
 

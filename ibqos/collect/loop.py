@@ -17,12 +17,12 @@ from ibqos.collect import make_backend
 from ibqos.collect.rates import RateTracker
 from ibqos.collect.replay import RecordingExhausted, SweepRecorder
 from ibqos.collect.sweep import Sweep
-from ibqos.config import CollectConfig
+from ibqos.config.schema import CollectConfig
 from ibqos.errors import IbqosError
-from ibqos.fabric import Fabric
-from ibqos.fabric_diff import diff_fabrics
+from ibqos.fabric.diff import diff_fabrics
+from ibqos.fabric.model import Fabric
 
-log = logging.getLogger("ibqos.collect")
+log = logging.getLogger(__name__)
 
 
 class Collector:

@@ -44,11 +44,18 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from ibqos.collect.sweep import VL_COUNT, VL_WAIT_COLUMNS, Sweep, Target
+from ibqos.collect.sweep import (
+    VL_COUNT,
+    VL_WAIT_COLUMNS,
+    Sweep,
+)
 from ibqos.errors import CollectError
+from ibqos.fabric.targets import (
+    Target,
+)
 from ibqos.mad import pma
 
-log = logging.getLogger("ibqos.collect")
+log = logging.getLogger(__name__)
 
 #: sweeps between two tries of a node whose ClassPortInfo (or PortVLXmitWaitCounters
 #: probe) did not answer

@@ -76,13 +76,15 @@ from ibqos.collect.sweep import (
     VL_COUNT,
     VL_WAIT_COLUMNS,
     Sweep,
-    Target,
     empty_table,
     sweep_dtypes,
 )
 from ibqos.errors import CollectError, MadError
+from ibqos.fabric.targets import (
+    Target,
+)
 
-logger = logging.getLogger("ibqos.collect")
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CounterBlock",
@@ -494,7 +496,7 @@ class PerfqueryBackend:
             if verdict == "lost":  # nothing came back: maybe lost, so not final
                 self._vl_due[guid] = self._sweeps + REPROBE_SWEEPS
                 later = f"; asked again in {REPROBE_SWEEPS} sweeps"
-            logger.info(
+            log.info(
                 "node 0x%016x (lid %d): no PortVLXmitWaitCounters (%s): its per-VL columns "
                 "stay empty%s",
                 guid,
@@ -573,7 +575,7 @@ class PerfqueryBackend:
     ) -> tuple[dict[int, CounterBlock], str]:
         result.failed += 1
         result.message = msg
-        logger.warning("%s: %s", what, msg)
+        log.warning("%s: %s", what, msg)
         return blocks, msg
 
 

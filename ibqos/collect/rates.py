@@ -68,7 +68,7 @@ import pandas as pd
 
 from ibqos.collect.sweep import COUNTERS, VL_COUNT, VL_WAIT_COLUMNS, Sweep, has_vl_wait
 
-log = logging.getLogger("ibqos.collect")
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RATES_DTYPES",

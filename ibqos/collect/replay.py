@@ -75,12 +75,14 @@ from ibqos.collect.sweep import (
     SWEEP_DTYPES,
     VL_WAIT_COLUMNS,
     Sweep,
-    Target,
     empty_table,
     has_vl_wait,
     sweep_dtypes,
 )
 from ibqos.errors import CollectError
+from ibqos.fabric.targets import (
+    Target,
+)
 from ibqos.fsio import atomic_write
 
 __all__ = [

@@ -43,11 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 import pandas as pd
 
-Role = Literal["host", "down", "up"]
+from ibqos.fabric.targets import Target
 
 SWEEP_DTYPES: dict[str, str] = {
     "node_guid": "uint64",
@@ -79,30 +79,6 @@ def sweep_dtypes(vl_wait: bool = False) -> dict[str, str]:
 def has_vl_wait(table: pd.DataFrame) -> bool:
     """The sweep table carries the per-VL transmit-wait columns."""
     return VL_WAIT_COLUMNS[0] in table.columns
-
-
-@dataclass(frozen=True)
-class Target:
-    """One port whose PMA counters are read.
-
-    Attributes:
-        node_guid: node GUID.
-        node_desc: NodeDescription of the node.
-        port: port number.
-        lid: LID to send the PMA query to: the CA port's LID, or the switch's (port 0) LID.
-        level: fat-tree level of the node: 0 for a CA, 1 for a leaf switch, then upward.
-        role: "host" (a CA port), "down" (a switch port towards a lower level or a CA) or
-            "up" (a switch port towards a higher level).
-        is_switch: the node is a switch (PortSelect selects the port; AllPortSelect may work).
-    """
-
-    node_guid: int
-    node_desc: str
-    port: int
-    lid: int
-    level: int
-    role: Role
-    is_switch: bool
 
 
 @dataclass

@@ -3,9 +3,14 @@
 ``Lab`` runs one in-process; ``ibqos lab up`` runs one in a background supervisor.
 """
 
+from ibqos.errors import (
+    PrometheusQueryError,
+)
+from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
 from ibqos.lab.lab import Lab, LabPaths, default_root
-from ibqos.lab.prometheus import PrometheusQueryError, PrometheusServer
-from ibqos.lab.xgft import XgftSpec, build_xgft, parse_xgft
+from ibqos.lab.prometheus import (
+    PrometheusServer,
+)
 
 __all__ = [
     "Lab",

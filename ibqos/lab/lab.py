@@ -32,9 +32,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ibqos import jobs as jobsmod
+from ibqos.config.schema import LAB_DISCOVERED_FILE
 from ibqos.errors import LabError, TopologyError
+from ibqos.fabric.routes import Router, parse_lft_dump
+from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
 from ibqos.fsio import atomic_write
+from ibqos.jobs import jobfile as jobsmod
 from ibqos.lab import procs
 from ibqos.lab.ibsim import IbSim, client_env
 from ibqos.lab.opensm import (
@@ -46,9 +49,7 @@ from ibqos.lab.opensm import (
 )
 from ibqos.lab.progress import WINDOW_S
 from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
-from ibqos.lab.routes import Router, parse_lft_dump
 from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
-from ibqos.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
 
 #: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
 LAB_SPEEDS = ("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR")
@@ -88,7 +89,7 @@ class LabPaths:
             "spec": "lab.json",
             "state": "state.json",
             "net": "fabric.net",
-            "discovered": "ibnetdiscover.txt",
+            "discovered": LAB_DISCOVERED_FILE,
             "jobs": "jobs.yaml",
             "truth": "truth.json",
             "config": "ibqos.yaml",

@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
-from ibqos import jobs as jobsmod
 from ibqos.errors import LabError
+from ibqos.fabric.topology import Topology
 from ibqos.fsio import atomic_write
+from ibqos.jobs import jobfile as jobsmod
 from ibqos.lab import procs
 from ibqos.lab.lab import READBACK_S, Lab, LabPaths, check_name, hostnames, load_state
 from ibqos.lab.progress import WINDOW_S
-from ibqos.topology import Topology
 
 
 def up(

@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 #: seconds of lab time the iteration rate is averaged over, by default
 WINDOW_S = 10.0
@@ -142,7 +142,7 @@ class MetricsServer:
         self._server, self._thread = start_http_server(0, addr=host, registry=self.registry)
         port = self._server.server_port
         self.url = f"http://{host}:{port}/metrics"
-        logger.info("lab metrics on %s", self.url)
+        log.info("lab metrics on %s", self.url)
 
     def close(self) -> None:
         """Stop serving."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from ibqos.errors import LabError
+from ibqos.errors import LabError, PrometheusQueryError
 from ibqos.lab import procs
 
 #: Samples older than this are dropped; a lab server lives for minutes, not days.
@@ -41,22 +41,6 @@ OWN_SCRAPE_KEYS = frozenset({"job_name", "static_configs"})
 _ADDR_IN_USE = "address already in use"
 
 Result = list[dict[str, Any]]
-
-
-class PrometheusQueryError(LabError):
-    """The Prometheus HTTP API answered ``"status": "error"`` (or not at all).
-
-    Attributes:
-        expr: the query (or endpoint) that failed.
-        error_type: Prometheus's ``errorType`` ("bad_data", "execution", ...), or "".
-        error: Prometheus's error text.
-    """
-
-    def __init__(self, expr: str, error_type: str, error: str) -> None:
-        super().__init__(f"prometheus: {expr!r}: {error_type + ': ' if error_type else ''}{error}")
-        self.expr = expr
-        self.error_type = error_type
-        self.error = error
 
 
 def duration(seconds: float) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.lab import Lab
-from ibqos.lab.xgft import build_xgft, parse_xgft
 
 MakeLab = Callable[..., Lab]
 

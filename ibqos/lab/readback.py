@@ -19,7 +19,7 @@ The port read is a leaf switch's uplink, where jobs meet (DESIGN.md section 1): 
 one of its host ports to that uplink, VLArb of the uplink.  ibqos and OpenSM program one
 table for all switch external ports (``qos_swe_*``), so one port stands for all of them.
 
-A reply is parsed with :mod:`ibqos.verify`'s parsers.  Reads are spaced (:class:`ReadBack`,
+A reply is parsed with :mod:`ibqos.opensm.verify`'s parsers.  Reads are spaced (:class:`ReadBack`,
 every ``interval_s``, default 2 s); a read that fails keeps the last setup and is logged
 once.  A setup that differs from the one in force is taken only when the next read (at the
 next poll, not an interval later) gives it again: the SA answers from OpenSM's cached
@@ -40,14 +40,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ibqos.collect.portinfo import parse_portinfo
+from ibqos.config.lanes import (
+    NUM_SLS,
+    Entry,
+)
 from ibqos.errors import IbqosError, LabError
-from ibqos.planner import NUM_SLS, Entry
-from ibqos.portinfo import parse_portinfo
+from ibqos.fabric.topology import Port, Topology
+from ibqos.opensm.verify import parse_path_sl, parse_rows
 from ibqos.sim.qos import Arbitration
-from ibqos.topology import Port, Topology
-from ibqos.verify import parse_path_sl, parse_rows
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 #: Runs a diag (argv) attached to a node (None: OpenSM's host) and returns its stdout;
 #: raises IbqosError when it fails.
@@ -316,15 +319,15 @@ class ReadBack:
             return False
         self._pending = None
         self.setup = new
-        logger.info("QoS read back from the fabric: %s", new.describe())
+        log.info("QoS read back from the fabric: %s", new.describe())
         return True
 
     def _failed(self, what: str, message: str) -> None:
         self.failures += 1
         if what not in self._failing:
-            logger.warning("%s", message)
+            log.warning("%s", message)
         self._failing[what] = message
 
     def _ok(self, what: str) -> None:
         if self._failing.pop(what, None) is not None:
-            logger.info("%s: read again", what)
+            log.info("%s: read again", what)

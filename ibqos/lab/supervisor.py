@@ -27,7 +27,7 @@ from ibqos.lab.lab import Lab, LabPaths, load_state
 from ibqos.lab.progress import MetricsServer
 from ibqos.lab.progress import serve as serve_metrics
 
-logger = logging.getLogger("ibqos.lab.supervisor")
+log = logging.getLogger(__name__)
 
 
 def serve(lab: Lab, ready_fd: int, timeout: float, stop: threading.Event) -> int:
@@ -64,7 +64,7 @@ def _record(paths: LabPaths, key: str, value: str) -> None:
 
 def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
     tick_s = float(lab.spec.get("tick_s", 1.0))
-    logger.info(
+    log.info(
         "lab %s up in %.1f s (%s contention); ticking every %.2f s; metrics on %s",
         lab.paths.name,
         lab.timings.get("up_s", 0.0),
@@ -78,16 +78,16 @@ def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
         now = time.monotonic()
         try:
             if lab.reload_jobs():
-                logger.info("job file changed: %d jobs", len(lab.model.jobs if lab.model else {}))
+                log.info("job file changed: %d jobs", len(lab.model.jobs if lab.model else {}))
             bad_jobs = ""
         except JobsError as err:
             if str(err) != bad_jobs:  # say it once, keep the previous mix
-                logger.warning("job file rejected, keeping the previous jobs: %s", err)
+                log.warning("job file rejected, keeping the previous jobs: %s", err)
                 bad_jobs = str(err)
         try:
             lab.tick(now - last)
         except IbqosError as err:
-            logger.error("tick failed: %s", err)
+            log.error("tick failed: %s", err)
         last = now
         dead = [
             name
@@ -95,14 +95,14 @@ def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
             if child is None or child.proc is None or child.proc.poll() is not None
         ]
         if dead:
-            logger.error("%s exited; stopping the lab", " and ".join(dead))
+            log.error("%s exited; stopping the lab", " and ".join(dead))
             lab.stop("failed")
             return 1
         next_at += tick_s
         if next_at < now:  # skip missed slots instead of bursting to catch up
             next_at = now + tick_s
     lab.stop()
-    logger.info("lab %s stopped", lab.paths.name)
+    log.info("lab %s stopped", lab.paths.name)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 ibsim moves no data, so the lab computes it.  For each job the pattern gives a traffic
 matrix between its hosts (bytes per second while communicating); the flows are walked over
-OpenSM's forwarding tables once (:class:`~ibqos.lab.routes.Router`), giving the job's load
+OpenSM's forwarding tables once (:class:`~ibqos.fabric.routes.Router`), giving the job's load
 on every port.  A tick of *dt* seconds then adds, per job, its load times the time it spent
 communicating in that window (bulk-synchronous iterations: the first ``duty * period_s`` of
 every period), and the lab writes the resulting 64-bit counters into ibsim.
@@ -84,18 +84,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ibqos.jobs import Job
+from ibqos.attribute.patterns import traffic_matrix
+from ibqos.fabric.routes import FloatArray, IntArray, Router
+from ibqos.fabric.topology import Port, Topology
+from ibqos.jobs.jobfile import Job
 from ibqos.lab.progress import WINDOW_S, Window
-from ibqos.lab.routes import FloatArray, IntArray, Router
-from ibqos.patterns import traffic_matrix
 from ibqos.sim.qos import Arbitration
-from ibqos.topology import Port, Topology
 
 if TYPE_CHECKING:  # at run time imported where used: ibqos.sim.network imports ibqos.lab
     from ibqos.sim.fluid import FluidSim, JobPhase
     from ibqos.sim.network import Network
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 CONTENTION_MODELS = ("crude", "fluid")
 
@@ -344,10 +344,10 @@ class TrafficModel:
                 out.append(jid)
                 if jid in self._stalled:
                     self._stalled.discard(jid)
-                    logger.info("job %s: VL %d is served again, it runs", jid, vl)
+                    log.info("job %s: VL %d is served again, it runs", jid, vl)
             elif jid not in self._stalled:
                 self._stalled.add(jid)
-                logger.warning(
+                log.warning(
                     "job %s: SL %d maps to VL %d, which no VLArb entry serves: it stalls",
                     jid,
                     arb.job_sl.get(jid, 0),

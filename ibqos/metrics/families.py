@@ -27,9 +27,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ibqos.classify import CLASSES
+from ibqos.config.classes import (
+    CLASSES,
+)
 from ibqos.metrics.snapshot import Snapshot
-from ibqos.plan_output import lane_weights
+from ibqos.plan.output import lane_weights
 
 __all__ = ["SnapshotCollector", "exposition"]
 
@@ -322,7 +324,7 @@ def _jobs(snap: Snapshot) -> list[Metric]:
 
 
 def _sharing(snap: Snapshot) -> list[Metric]:
-    """How jobs share the fat tree (``ibqos.characterize.sharing``): scheduler advice."""
+    """How jobs share the fat tree (``ibqos.attribute.sharing``): scheduler advice."""
     others = _gauge(
         "ibqos_job_sharing_jobs",
         "Other running jobs with nodes in the level's subtrees holding the job (level 1:"

@@ -96,7 +96,7 @@ class HealthCollector(Collector):
             the agent updates it when a reload switches the mode.
 
     Attributes:
-        sl_answers: job SL questions answered, by result (``ibqos.handoff.RESULTS``); the
+        sl_answers: job SL questions answered, by result (``ibqos.agent.handoff.RESULTS``); the
             agent points it at its board's counts.
         job_source_up: whether the job source answers (Slurm's squeue); None: a source
             that cannot fail that way (a job file), and no metric.

@@ -28,23 +28,17 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from ibqos.config import MetricsConfig
-from ibqos.errors import IbqosError
+from ibqos.config.schema import MetricsConfig
+from ibqos.errors import ExporterError
 from ibqos.metrics.health import AgentMetrics
 
 __all__ = ["Exporter", "ExporterError", "metrics_app"]
 
-log = logging.getLogger("ibqos.metrics")
+log = logging.getLogger(__name__)
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
-
-
-class ExporterError(IbqosError):
-    """The exporter could not start (address in use, bad certificate)."""
-
-    category = "metrics"
 
 
 #: seconds a client may take for its TLS handshake or its request

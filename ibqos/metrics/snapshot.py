@@ -5,7 +5,7 @@ the exporter's thread only ever reads a complete one.  The sums over ports (a fe
 milliseconds at 50k ports) are done here rather than at scrape time, so a scrape formats
 what is already known.
 
-Levels follow :meth:`ibqos.fabric.Fabric.uplinks`: level 0 is the CA ports (injection),
+Levels follow :meth:`ibqos.fabric.model.Fabric.uplinks`: level 0 is the CA ports (injection),
 level *l* >= 1 the up ports of the level-*l* switches.  Units: bytes per second, XmitWait
 ticks per second, seconds since the epoch.
 """
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
-from ibqos.decide import Decision
-from ibqos.fabric import Fabric
+from ibqos.fabric.model import Fabric
+from ibqos.plan.decide import Decision
 
 __all__ = ["Snapshot", "build_snapshot", "level_capacities"]
 #: rates columns the per-port series are made of

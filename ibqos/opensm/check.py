@@ -30,6 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ibqos.config.lanes import (
+    MAX_VLARB_ENTRIES,
+    NUM_SLS,
+    SL_OWNING_ENGINES,
+    VL15,
+)
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
@@ -41,8 +47,6 @@ from ibqos.opensm.conf import (
     strtoul,
 )
 from ibqos.opensm.policy import fold, parse_policy
-from ibqos.planner import NUM_SLS, SL_OWNING_ENGINES, VL15
-from ibqos.weights import MAX_VLARB_ENTRIES
 
 __all__ = ["Finding", "Kind", "check_conf", "check_file", "check_policy", "detect_kind"]
 

@@ -50,8 +50,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from ibqos.config.lanes import (
+    NUM_SLS,
+)
 from ibqos.opensm.conf import RenderError, find_blocks, split_lines, strtoul
-from ibqos.planner import NUM_SLS
 
 __all__ = [
     "BEGIN_MARK",

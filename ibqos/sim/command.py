@@ -6,18 +6,25 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ibqos.jobs import check_hosts, load_jobs
-from ibqos.lab.routes import parse_lft_dump
-from ibqos.lab.xgft import parse_xgft
-from ibqos.planner import LaneConfig
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.errors import (
+    SimError,
+)
+from ibqos.fabric.routes import parse_lft_dump
+from ibqos.fabric.topology import parse_ibnetdiscover
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import check_hosts, load_jobs
 from ibqos.sim.evaluate import Outcome, alone, evaluate, run
 from ibqos.sim.fluid import Granularity, auto_buffers
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, build, one_vl
-from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.qos import (
+    Arbitration,
+)
 from ibqos.sim.report import BASELINE, load_plan, render
 from ibqos.sim.workload import prepare
-from ibqos.topology import parse_ibnetdiscover
 
 #: the policies that plan by simulating the fluid model
 PLANNED = ("ibqos", "optimal")

@@ -14,10 +14,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ibqos.errors import (
+    SimError,
+)
 from ibqos.sim.fluid import BUFFER_PACKETS, Granularity, granularity, simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
-from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.qos import (
+    Arbitration,
+)
 from ibqos.sim.workload import RunResult, SimJob
 
 MODELS = ("fluid", "packet")

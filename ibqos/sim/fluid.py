@@ -87,8 +87,14 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from ibqos.errors import (
+    SimError,
+)
 from ibqos.sim.network import Network
-from ibqos.sim.qos import SWITCH_LATENCY_S, Arbitration, SimError
+from ibqos.sim.qos import (
+    SWITCH_LATENCY_S,
+    Arbitration,
+)
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
 FloatArray = npt.NDArray[np.float64]

@@ -1,7 +1,7 @@
 """The simulated network: a fat tree's ports, their capacities, and the routes flows take.
 
 Routes come from forwarding tables, either OpenSM's (read from a lab, see
-:mod:`ibqos.lab.routes`) or computed here for an XGFT the way OpenSM's ftree/updn engines
+:mod:`ibqos.fabric.routes`) or computed here for an XGFT the way OpenSM's ftree/updn engines
 spread destinations over the uplinks: D-mod-K (Zahavi), where a level-*i* switch sends
 traffic for destination host *d* (0-based, in host order) up through its uplink number
 ``(d // (u_1 x .. x u_{i-1})) mod u_i``, *u_k* being the number of uplinks of a level-*k*
@@ -10,7 +10,7 @@ destination then has one root switch per up-path, and flows to different destina
 spread evenly over the uplinks.
 
 A link is named by its transmitting port: the dense port index of
-:class:`~ibqos.lab.routes.Router`.  Capacities are bytes per second per direction.
+:class:`~ibqos.fabric.routes.Router`.  Capacities are bytes per second per direction.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from ibqos.attribute.patterns import traffic_matrix
 from ibqos.errors import TopologyError
-from ibqos.jobs import Job
-from ibqos.lab.routes import Router
-from ibqos.lab.xgft import XgftSpec, build_xgft
-from ibqos.patterns import traffic_matrix
-from ibqos.topology import Port, Topology
+from ibqos.fabric.routes import Router
+from ibqos.fabric.topology import Port, Topology
+from ibqos.fabric.xgft import XgftSpec, build_xgft
+from ibqos.jobs.jobfile import Job
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -120,7 +120,7 @@ class Network:
 
     def hops(self, flows: Flows) -> IntArray:
         """The links each flow crosses, in order, as a table padded with -1
-        (:meth:`~ibqos.lab.routes.Router.hops`)."""
+        (:meth:`~ibqos.fabric.routes.Router.hops`)."""
         return self.router.hops(flows.src, flows.dlid, flows.dst)
 
     def paths(self, flows: Flows) -> list[list[int]]:

@@ -9,7 +9,7 @@ nothing but the default lane.
   the lanes when there are more jobs), every lane one MTU packet per round.
 - ``bandwidth``: the lanes of ``equal``, weighted in proportion to their jobs' average
   injected bandwidth (hosts x rate x duty): more weight to more demanding lanes.
-- ``ibqos``: the plan of :mod:`ibqos.decide`, fed with the counters the mix produces under
+- ``ibqos``: the plan of :mod:`ibqos.plan.decide`, fed with the counters the mix produces under
   ``one-vl`` (each link's bytes over the run, as a sweep would read them), i.e. what the
   agent would program after watching the fabric.
 - ``optimal``: exhaustive search over the groupings of the jobs onto the lanes and a grid of
@@ -28,16 +28,25 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ibqos.decide import Decider
-from ibqos.fabric import Fabric
-from ibqos.planner import NUM_SLS, LaneConfig
+from ibqos.config.lanes import (
+    NUM_SLS,
+    LaneConfig,
+)
+from ibqos.errors import (
+    SimError,
+)
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.topology import Port
+from ibqos.plan.decide import Decider
+from ibqos.plan.weights import interleave, lane_entries, quantize
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.fluid import Granularity, simulate_fluid
 from ibqos.sim.network import Network
-from ibqos.sim.qos import Arbitration, SimError, from_tables
+from ibqos.sim.qos import (
+    Arbitration,
+    from_tables,
+)
 from ibqos.sim.workload import RunResult, SimJob
-from ibqos.topology import Port
-from ibqos.weights import interleave, lane_entries, quantize
 
 POLICIES = ("one-vl", "equal", "bandwidth", "ibqos", "optimal")
 #: MTU packets per arbitration round a lane may get in the exhaustive search

@@ -1,6 +1,6 @@
 """What the simulators take of a QoS setup: jobs' SLs, SL->VL, and the VL arbitration tables.
 
-The same fields OpenSM programs (:class:`ibqos.planner.Tables`), with the IBA semantics the
+The same fields OpenSM programs (:class:`ibqos.plan.planner.Tables`), with the IBA semantics the
 models implement:
 
 - SL2VL: a packet of SL *s* leaving a port travels on VL ``sl_to_vl[s]``.  ibqos (and
@@ -22,9 +22,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.errors import IbqosError
-from ibqos.planner import NUM_SLS, Tables
-from ibqos.weights import CREDIT_BYTES
+from ibqos.config.lanes import (
+    CREDIT_BYTES,
+    NUM_SLS,
+)
+from ibqos.errors import SimError
+from ibqos.plan.planner import (
+    Tables,
+)
 
 Entry = tuple[int, int]  # (VL, weight in 64-byte units)
 VL_COUNT = 16
@@ -33,12 +38,6 @@ VL_COUNT = 16
 SWITCH_LATENCY_S = 100e-9
 HIGH_LIMIT_UNIT_BYTES = 4096
 UNLIMITED_HIGH = 255
-
-
-class SimError(IbqosError):
-    """A simulation input that cannot be run (names the input and what is wrong)."""
-
-    category = "simulate"
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from ibqos.decide import Decision
-from ibqos.jobs import Job
-from ibqos.planner import LaneConfig
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.jobs.jobfile import Job
+from ibqos.plan.decide import Decision
 from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.fluid import auto_buffers
 from ibqos.sim.network import Network

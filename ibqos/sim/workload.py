@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.jobs import Job
+from ibqos.errors import (
+    SimError,
+)
+from ibqos.jobs.jobfile import Job
 from ibqos.sim.network import Flows, Network
-from ibqos.sim.qos import SimError
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -4,11 +4,17 @@
 - :mod:`~ibqos.slurm.source`: the job source (polling, notifications, grace time);
 - :mod:`~ibqos.slurm.notify`: the PrologSlurmctld/EpilogSlurmctld spool directory.
 
-The hand-off of each job's SL to its tasks is :mod:`ibqos.handoff` (any job source);
+The hand-off of each job's SL to its tasks is :mod:`ibqos.agent.handoff` (any job source);
 the scripts Slurm runs are in ``contrib/slurm/``; see ``docs/slurm.md``.
 """
 
+from ibqos.errors import (
+    SlurmError,
+)
 from ibqos.slurm.source import SlurmJobSource
-from ibqos.slurm.squeue import SlurmError, parse_json, parse_text
+from ibqos.slurm.squeue import (
+    parse_json,
+    parse_text,
+)
 
 __all__ = ["SlurmError", "SlurmJobSource", "parse_json", "parse_text"]

@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger("ibqos.slurm")
+log = logging.getLogger(__name__)
 
 __all__ = ["NotifyDir"]
 

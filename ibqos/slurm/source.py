@@ -22,19 +22,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ibqos.config import SlurmConfig
-from ibqos.jobs import Job
+from ibqos.config.schema import SlurmConfig
+from ibqos.errors import (
+    SlurmError,
+)
+from ibqos.jobs.jobfile import Job
 from ibqos.slurm.notify import NotifyDir
 from ibqos.slurm.squeue import (
     JSON_SINCE,
-    SlurmError,
     parse_json,
     parse_text,
     parse_version,
     squeue_argv,
 )
 
-log = logging.getLogger("ibqos.slurm")
+log = logging.getLogger(__name__)
 
 #: seconds between two polls that a notification or a question forces: a flood of
 #: questions for job ids Slurm does not know must not become a flood of squeue calls
@@ -87,7 +89,7 @@ def _first_line(text: str) -> str:
 
 
 class SlurmJobSource:
-    """Running jobs from Slurm (a :class:`~ibqos.jobmap.JobSource`).
+    """Running jobs from Slurm (a :class:`~ibqos.attribute.jobmap.JobSource`).
 
     Args:
         config: the ``slurm`` section.

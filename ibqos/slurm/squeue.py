@@ -16,7 +16,7 @@ job that is COMPLETING has ended for ibqos: its tasks are gone or being killed.
 
 The job id is Slurm's unique ``job_id`` (``%A``), which is what ``SLURM_JOB_ID`` holds in a
 job's prolog and tasks; for an array task it is not the ``123_4`` form.  Node lists are
-expanded by :func:`ibqos.jobs.expand_hosts`, the code the job files use.
+expanded by :func:`ibqos.jobs.jobfile.expand_hosts`, the code the job files use.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from ibqos.errors import IbqosError, JobsError
-from ibqos.jobs import Job, expand_hosts
+from ibqos.errors import JobsError, SlurmError
+from ibqos.jobs.jobfile import Job, expand_hosts
 
 __all__ = ["JSON_ARGS", "RUNNING_STATES", "TEXT_ARGS", "TEXT_FORMAT", "SlurmError"]
 __all__ += ["is_running", "parse_json", "parse_text", "parse_version"]
@@ -45,13 +45,6 @@ TEXT_FORMAT = "%A|%u|%T|%S|%N|%j"
 TEXT_ARGS = ("--all", "--noheader", f"--format={TEXT_FORMAT}")
 #: the first release whose squeue has --json
 JSON_SINCE = (21, 8)
-
-
-class SlurmError(IbqosError):
-    """Slurm cannot be read: squeue fails, slurmctld is unreachable, or the output is not
-    what this release of squeue prints."""
-
-    category = "slurm"
 
 
 def is_running(states: Iterable[str]) -> bool:

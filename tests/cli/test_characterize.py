@@ -12,9 +12,16 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from ibqos.cli import cli
-from ibqos.jobs import Job
-from ibqos.state import AgentState, FinishedJob, load_state, save_state
+from ibqos.agent.state import (
+    AgentState,
+    load_state,
+    save_state,
+)
+from ibqos.classify.prior import (
+    FinishedJob,
+)
+from ibqos.cli.main import cli
+from ibqos.jobs.jobfile import Job
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FABRIC = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"  # 4 leaves of 8 hosts, 2 spines

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli import cli
+from ibqos.cli.main import cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -140,7 +140,7 @@ def test_check_config(run, tmp_path) -> None:
 
 
 def test_status_reads_the_state_dir(run, tmp_path) -> None:
-    from ibqos.state import AgentState, save_state
+    from ibqos.agent.state import AgentState, save_state
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"agent:\n  state_dir: {tmp_path / 'state'}\n")

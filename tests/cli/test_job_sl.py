@@ -7,8 +7,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli import cli
-from ibqos.handoff import SlBoard, SlServer
+from ibqos.agent.handoff import SlBoard, SlServer
+from ibqos.cli.main import cli
 
 
 def invoke(*args):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ibqos.collect.sweep import Target
-from ibqos.topology import Port, Topology
+from ibqos.fabric.targets import (
+    Target,
+)
+from ibqos.fabric.topology import Port, Topology
 
 QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps moving the counters
 MAD_BYTES = 288
@@ -24,7 +26,7 @@ HOLD_SLOT = (
 
 def targets_from_topology(topo: Topology) -> list[Target]:
     """PMA targets of every linked port: switch ports at the switch's LID, CA ports at
-    their own.  (ibqos.fabric.Fabric.targets() is the real thing; this stays independent
+    their own.  (ibqos.fabric.model.Fabric.targets() is the real thing; this stays independent
     of it.)"""
     levels = topo.switch_levels()
     out: list[Target] = []

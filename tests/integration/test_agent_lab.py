@@ -17,8 +17,10 @@ from pathlib import Path
 import yaml
 from labcheck import QUIET
 
-from ibqos.fabric import fabric_from_lab
 from ibqos.fsio import atomic_write
+from ibqos.lab.fabric import (
+    fabric_from_lab,
+)
 from ibqos.opensm.conf import managed_keys, parse_conf
 
 LIGHT_A = {"id": "A", "name": "ft", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}
@@ -208,11 +210,11 @@ def test_the_agent_plans_applies_and_follows_jobs(make_lab, tmp_path):
         drive(lab, lambda: "ibqos_job_C" not in lab.paths.opensm.policy.read_text(), 10, proc)
         # ten cycles and more, then the admin's lines are checked
         agent_log = tmp_path / "agent.log"
-        drive(lab, lambda: agent_log.read_text().count("ibqos.collect: sweep:") >= 11, 30, proc)
+        drive(lab, lambda: agent_log.read_text().count("ibqos.collect.loop: sweep:") >= 11, 30, proc)
     finally:
         assert stop_agent(proc) == 0  # SIGTERM: the cycle ends, exit 0
     log = (tmp_path / "agent.log").read_text()
-    cycles = log.count("ibqos.collect: sweep:")
+    cycles = log.count("ibqos.collect.loop: sweep:")
     assert cycles >= 10, log[-2000:]
     # the admin's lines survived every one of those cycles, byte for byte
     assert admin_lines(conf.read_text()) == before

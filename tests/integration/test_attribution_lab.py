@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from labcheck import QUIET
 
-from ibqos.attribution import Attributor
+from ibqos.attribute.attribution import Attributor
+from ibqos.attribute.jobmap import MappedJob, map_jobs
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import RateTracker
-from ibqos.fabric import fabric_from_lab
-from ibqos.jobmap import MappedJob, map_jobs
+from ibqos.lab.fabric import (
+    fabric_from_lab,
+)
 
 JOBS_2 = """jobs:
   - {id: a2a, nodes: "cn[0001-0003,0009-0011]", pattern: all-to-all,

@@ -23,7 +23,7 @@ from test_agent_lab import agent_config, drive, start_agent, state, stop_agent, 
 from test_metrics_lab import metrics_url
 
 from ibqos.characterize import history
-from ibqos.characterize.profiles import Profile, ProfileStore
+from ibqos.classify.profiles import Profile, ProfileStore
 from ibqos.lab.prometheus import PrometheusServer
 
 # a light job (1e8 B/s a node: low) and a job of an application profiled as high

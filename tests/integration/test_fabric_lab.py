@@ -8,8 +8,13 @@ from collections import Counter
 
 import pytest
 
-from ibqos.fabric import fabric_from_ibnetdiscover, fabric_from_lab
-from ibqos.fabric_diff import FabricChange, diff_fabrics
+from ibqos.fabric.diff import FabricChange, diff_fabrics
+from ibqos.fabric.model import (
+    fabric_from_ibnetdiscover,
+)
+from ibqos.lab.fabric import (
+    fabric_from_lab,
+)
 from ibqos.lab.lab import Lab
 
 QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps while the test looks

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from ibqos.fabric.topology import Port, parse_ibnetdiscover
+from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
 from ibqos.lab.lab import FIELDS, MIRRORS, Lab, normalize_for_ibsim
 from ibqos.lab.procs import ProcRef, alive
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.topology import Port, parse_ibnetdiscover
 
 EXAMPLE_JOBS = Path(__file__).resolve().parents[2] / "examples" / "lab-jobs.yaml"
 # OpenSM's light sweeps send SMPs across links, and ibsim counts every MAD hop in the

@@ -27,7 +27,9 @@ from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import ReplayBackend
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
-from ibqos.fabric import fabric_from_lab
+from ibqos.lab.fabric import (
+    fabric_from_lab,
+)
 
 JSON_KEYS = {
     "node_guid",

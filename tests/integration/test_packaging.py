@@ -106,7 +106,7 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
     run(venv / "bin/pip", "check")
     exe = venv / "bin/ibqos"
     assert run(exe, "--version").stdout.strip() == f"ibqos, version {__version__}"
-    code = "import ibqos.install as i; print(i.data_root())"
+    code = "import ibqos.deploy.install as i; print(i.data_root())"
     where = run(venv / "bin/python", "-c", code, cwd=tmp_path)  # not the tree's ibqos/
     assert where.stdout.strip() == str(venv / "share/ibqos")  # the wheel's, not the tree's
 

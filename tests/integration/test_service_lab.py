@@ -30,8 +30,8 @@ from labcheck import QUIET
 from systemdunit import Unit, exec_argv, parse_unit, seconds, unit_environment
 from test_agent_lab import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
 
+from ibqos.agent.state import load_state
 from ibqos.opensm.check import check_file
-from ibqos.state import load_state
 
 IBQOS = Path(sys.executable).parent / "ibqos"
 #: WatchdogSec= of the test's drop-in (the shipped 2min would make the test take minutes)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ibqos.fabric import Fabric, PortKey, fabric_from_file
-from ibqos.jobmap import host_ports
-from ibqos.jobs import Job
+from ibqos.attribute.jobmap import host_ports
+from ibqos.fabric.model import Fabric, PortKey, fabric_from_file
+from ibqos.jobs.jobfile import Job
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 

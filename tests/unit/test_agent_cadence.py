@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from ibqos.agent import next_tick
+from ibqos.agent.daemon import next_tick
 
 
 @pytest.mark.parametrize(

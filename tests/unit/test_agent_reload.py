@@ -12,12 +12,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from ibqos.agent import Agent
-from ibqos.agentlock import AgentLock
-from ibqos.apply import CommandSignaller
-from ibqos.cli import cli
+from ibqos.agent.daemon import Agent
+from ibqos.agent.lock import AgentLock
+from ibqos.cli.main import cli
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
-from ibqos.config import load_config
+from ibqos.config.schema import load_config
+from ibqos.opensm.apply import CommandSignaller
 
 TOPOLOGY = Path(__file__).parents[1] / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
 
@@ -86,7 +86,7 @@ def test_a_new_state_dir_is_refused_whole(
     doc["agent"]["state_dir"] = str(tmp_path / "elsewhere")
     doc["opensm"]["log"] = str(tmp_path / "other.log")  # not taken either: all or nothing
     write_config(path, doc)
-    with caplog.at_level(logging.WARNING, "ibqos.agent"):
+    with caplog.at_level(logging.WARNING, "ibqos.agent.daemon"):
         agent.reload()
     assert agent.config is old
     assert agent.applier.log_path == tmp_path / "opensm.log"

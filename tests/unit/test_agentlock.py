@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.agentlock import AgentLock, AgentLockError, holder
+from ibqos.agent.lock import (
+    AgentLock,
+    holder,
+)
+from ibqos.errors import (
+    AgentLockError,
+)
 
 HOLD = (
-    "import sys; from pathlib import Path; from ibqos.agentlock import AgentLock;"
+    "import sys; from pathlib import Path; from ibqos.agent.lock import AgentLock;"
     " lock = AgentLock(Path(sys.argv[1]), 'enforce'); print('held', flush=True);"
     " sys.stdin.read()"
 )

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-import ibqos.apply as apply_module
-from ibqos.apply import Applier, ApplyError, CommandSignaller, PidFileSignaller
+import ibqos.opensm.apply as apply_module
+from ibqos.errors import (
+    ApplyError,
+)
 from ibqos.fsio import atomic_remove
+from ibqos.opensm.apply import (
+    Applier,
+    CommandSignaller,
+    PidFileSignaller,
+)
 
 
 class FakeOpenSM:

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from fabric_rates import leaf_up_ports, random_jobs, random_rates, rates, setup
 
-from ibqos.attribution import Attribution, Attributor
-from ibqos.fabric import Fabric
-from ibqos.jobmap import MappedJob, map_jobs
-from ibqos.jobs import Job
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.patterns import traffic_matrix
+from ibqos.attribute.attribution import Attribution, Attributor
+from ibqos.attribute.jobmap import MappedJob, map_jobs
+from ibqos.attribute.patterns import traffic_matrix
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import Job
 
 
 def job(jid: str, nodes: list[str], pattern: str = "") -> Job:
@@ -249,7 +249,7 @@ def test_no_jobs() -> None:
 
 
 def test_the_measured_share_is_of_the_upper_levels_only() -> None:
-    from ibqos.attribution import JobTraffic
+    from ibqos.attribute.attribution import JobTraffic
 
     # level 0 is always measured; counting it would make an all-estimated job look half known
     t = JobTraffic("j", {0: 100.0, 1: 100.0, 2: 300.0}, {0: 1.0, 1: 0.0, 2: 0.5})

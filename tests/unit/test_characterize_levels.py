@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from ibqos.characterize.command import fabric_of
-from ibqos.characterize.levels import Characterizer, NodeTraffic, Placement
 from ibqos.characterize.trace import format_csv_trace, load_csv_trace, parse_csv_trace
+from ibqos.classify.levels import Characterizer, NodeTraffic, Placement
 from ibqos.errors import JobsError, TopologyError, TraceError
-from ibqos.jobs import Job
+from ibqos.jobs.jobfile import Job
 
 LINK = 12.5e9
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -6,14 +6,16 @@ from fabric_rates import setup
 from prometheus_client import generate_latest
 from test_metrics import full_rates, metrics
 
-from ibqos.characterize.sharing import SharingTables
-from ibqos.config import parse_config
-from ibqos.decide import Decider
-from ibqos.hostnames import HostMatcher
-from ibqos.jobmap import JobMapper
-from ibqos.jobs import Job
+from ibqos.attribute.jobmap import JobMapper
+from ibqos.attribute.sharing import SharingTables
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.config.schema import parse_config
+from ibqos.fabric.hostnames import HostMatcher
+from ibqos.jobs.jobfile import Job
 from ibqos.metrics import build_snapshot, level_capacities
-from ibqos.planner import LaneConfig
+from ibqos.plan.decide import Decider
 
 SHARED = [
     Job("A", ("cn0001", "cn0002", "cn0009"), name="a"),  # leaves 1, 2

@@ -1,4 +1,4 @@
-"""Per-job available bandwidth, utilization, intensity and classes (ibqos.classify)."""
+"""Per-job available bandwidth, utilization, intensity and classes (ibqos.classify.classifier)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ibqos.classify import (
-    CLASSES,
+from ibqos.attribute.jobmap import MappedJob
+from ibqos.classify.classifier import (
     Capacities,
     Classifier,
-    Thresholds,
     available,
     class_of,
     intensity,
     next_class,
     utilization,
 )
-from ibqos.fabric import Fabric, fabric_from_file
-from ibqos.jobmap import MappedJob
-from ibqos.jobs import Job
+from ibqos.config.classes import (
+    CLASSES,
+    Thresholds,
+)
+from ibqos.fabric.model import Fabric, fabric_from_file
+from ibqos.jobs.jobfile import Job
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"  # 4 leaves x 8 hosts, 2 spines

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli import cli
+from ibqos.cli.main import cli
 from ibqos.collect.loop import Collector
 from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep, empty_table
-from ibqos.config import CollectConfig
-from ibqos.fabric import Fabric, fabric_from_text
+from ibqos.config.schema import CollectConfig
+from ibqos.fabric.model import Fabric, fabric_from_text
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 CN0001_LINK = '"H-0c42a10301000000"'

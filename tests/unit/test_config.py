@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.config import CollectConfig, FabricConfig, parse_config
+from ibqos.config.schema import CollectConfig, FabricConfig, parse_config
 from ibqos.errors import ConfigError
 
 
@@ -78,7 +78,7 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
 
 
 def test_the_slurm_source_and_the_sl_hand_off() -> None:
-    from ibqos.config import AgentConfig, SlurmConfig
+    from ibqos.config.schema import AgentConfig, SlurmConfig
 
     cfg = parse_config(
         {

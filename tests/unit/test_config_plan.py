@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ibqos.classify import Thresholds
-from ibqos.config import AUTO_LANE_KEYS, parse_config
+from ibqos.config.classes import (
+    Thresholds,
+)
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.config.schema import AUTO_LANE_KEYS, parse_config
 from ibqos.errors import ConfigError
-from ibqos.planner import LaneConfig
 
 
 def test_defaults() -> None:
@@ -94,7 +98,7 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
 def test_the_shipped_example_is_valid() -> None:
     from pathlib import Path
 
-    from ibqos.config import load_config
+    from ibqos.config.schema import load_config
 
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
     cfg = load_config(example)
@@ -106,7 +110,7 @@ def test_the_shipped_example_names_every_key(monkeypatch: pytest.MonkeyPatch) ->
     import re
     from pathlib import Path
 
-    from ibqos import config
+    from ibqos.config import schema as config
 
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
     accepted: dict[str, tuple[str, ...]] = {}

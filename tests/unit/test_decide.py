@@ -10,15 +10,24 @@ import numpy as np
 import pytest
 from fabric_rates import leaf_up_ports, random_jobs, random_rates, rates, setup
 
-from ibqos.attribution import Attributor
-from ibqos.classify import Capacities, Classifier, Thresholds, utilization
-from ibqos.decide import Decider
-from ibqos.fabric import Fabric
-from ibqos.jobmap import map_jobs
-from ibqos.jobs import Job
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.plan_output import lane_weights, render, to_json
-from ibqos.planner import LaneConfig
+from ibqos.attribute.attribution import Attributor
+from ibqos.attribute.jobmap import map_jobs
+from ibqos.classify.classifier import (
+    Capacities,
+    Classifier,
+    utilization,
+)
+from ibqos.config.classes import (
+    Thresholds,
+)
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import Job
+from ibqos.plan.decide import Decider
+from ibqos.plan.output import lane_weights, render, to_json
 
 NO_EWMA = Thresholds(tau_s=0.0)
 LANES = LaneConfig(min_hold_s=60.0, min_interval_s=0.0)

@@ -15,18 +15,22 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.collect.sweep import Target
 from ibqos.errors import TopologyError
-from ibqos.fabric import (
+from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
+from ibqos.fabric.model import (
     Fabric,
     fabric_from_file,
     fabric_from_ibnetdiscover,
-    fabric_from_lab,
     fabric_from_text,
 )
-from ibqos.fabric_diff import FabricChange, PortChange, diff_fabrics
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.topology import Link, Node, Port, Topology, format_ibnetdiscover
+from ibqos.fabric.targets import (
+    Target,
+)
+from ibqos.fabric.topology import Link, Node, Port, Topology, format_ibnetdiscover
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.lab.fabric import (
+    fabric_from_lab,
+)
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
@@ -62,7 +66,7 @@ def mixed() -> Fabric:
 
 
 def fabric_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ibqos.fabric"]
+    return [r.getMessage() for r in caplog.records if r.name == "ibqos.fabric.model"]
 
 
 def copy_without(topo: Topology, drop=lambda link: False, drop_nodes=()) -> Topology:

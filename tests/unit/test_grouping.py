@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibqos.grouping import lane_cost, optimal_grouping
+from ibqos.plan.grouping import lane_cost, optimal_grouping
 
 
 def _set_partitions(items: list[int], k: int):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Tests for ibqos.jobmap: job sources and mapping jobs to fabric ports."""
+"""Tests for ibqos.attribute.jobmap: job sources and mapping jobs to fabric ports."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import time
 
 import pytest
 
-from ibqos.errors import ConfigError, JobsError
-from ibqos.fabric import Fabric, fabric_from_file, fabric_from_text
-from ibqos.jobmap import (
+from ibqos.attribute.jobmap import (
     FileJobSource,
     HostMatcher,
     JobMapper,
@@ -21,9 +19,11 @@ from ibqos.jobmap import (
     host_ports,
     map_jobs,
 )
-from ibqos.jobs import Job
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.topology import Link, Port
+from ibqos.errors import ConfigError, JobsError
+from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_text
+from ibqos.fabric.topology import Link, Port
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import Job
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 LAB = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
@@ -53,7 +53,7 @@ def lab() -> Fabric:
 
 
 def job_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ibqos.jobs"]
+    return [r.getMessage() for r in caplog.records if r.name == "ibqos.attribute.jobmap"]
 
 
 # --- mapping on the recorded lab fabric -------------------------------------------------------
@@ -341,7 +341,7 @@ def test_file_source_not_reread_when_unchanged(
         reads.append(p)
         return ()
 
-    monkeypatch.setattr("ibqos.jobmap.load_jobs", load)
+    monkeypatch.setattr("ibqos.attribute.jobmap.load_jobs", load)
     for _ in range(3):
         source.jobs()
     assert reads == []

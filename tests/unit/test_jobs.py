@@ -1,4 +1,4 @@
-"""Tests for ibqos.jobs: the job file schema."""
+"""Tests for ibqos.jobs.jobfile: the job file schema."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ibqos.errors import JobsError
-from ibqos.jobs import (
+from ibqos.jobs.jobfile import (
     PATTERNS,
     Job,
     check_hosts,

@@ -18,7 +18,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.errors import IbqosError, LabError
-from ibqos.jobs import Job
+from ibqos.fabric.topology import Port, parse_ibnetdiscover
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job
 from ibqos.lab.progress import LabCollector, Window, serve
 from ibqos.lab.readback import (
     OPENSM_DEFAULT,
@@ -32,12 +34,10 @@ from ibqos.lab.readback import (
     read_tables,
 )
 from ibqos.lab.traffic import XMIT_WAIT_TICKS_PER_S, TrafficModel
-from ibqos.lab.xgft import parse_xgft
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import prepare
-from ibqos.topology import Port, parse_ibnetdiscover
 
 DATA = Path(__file__).parent.parent / "data"
 SAQUERY = DATA / "saquery"

@@ -13,17 +13,21 @@ import pytest
 from fabric_rates import leaf_up_ports, rates, setup
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ibqos.classify import Thresholds
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
-from ibqos.config import MetricsConfig
-from ibqos.decide import Decider
-from ibqos.fabric import Fabric
-from ibqos.jobs import Job
+from ibqos.config.classes import (
+    Thresholds,
+)
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.config.schema import MetricsConfig
+from ibqos.fabric.model import Fabric
+from ibqos.jobs.jobfile import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.families import SnapshotCollector
 from ibqos.metrics.server import Exporter, metrics_app
-from ibqos.plan_output import lane_weights
-from ibqos.planner import LaneConfig
+from ibqos.plan.decide import Decider
+from ibqos.plan.output import lane_weights
 
 LINK = 12.5e9  # 4x EDR, bytes/s per direction
 HEAVY = Job("h", ("cn0001", "cn0002", "cn0009", "cn0010"), name="ft", user="ann")

@@ -14,9 +14,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
-from ibqos.config import parse_config
-from ibqos.errors import ConfigError
-from ibqos.metrics.server import Exporter, ExporterError
+from ibqos.config.schema import parse_config
+from ibqos.errors import (
+    ConfigError,
+    ExporterError,
+)
+from ibqos.metrics.server import (
+    Exporter,
+)
 
 
 def registry():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.observe import Observer
+from ibqos.opensm.observe import Observer
 
 
 def test_proposals_are_kept_and_logged_once_per_change(
@@ -18,7 +18,7 @@ def test_proposals_are_kept_and_logged_once_per_change(
     before = conf.read_bytes()
     observer = Observer(tmp_path / "state")
     new = {conf: "qos TRUE\n", policy: "qos-ulps\ndefault : 0\nend-qos-ulps\n"}
-    with caplog.at_level(logging.INFO, "ibqos.observe"):
+    with caplog.at_level(logging.INFO, "ibqos.opensm.observe"):
         assert observer.show(new) == (conf, policy)
         assert observer.show(new) == (conf, policy)  # the same proposal: not logged again
         assert observer.show({conf: "qos FALSE\n"}) == ()

@@ -8,6 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ibqos.config.lanes import (
+    LaneConfig,
+)
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
@@ -21,7 +24,11 @@ from ibqos.opensm.conf import (
     split_lines,
     strtoul,
 )
-from ibqos.planner import JobState, LaneConfig, Tables, plan
+from ibqos.plan.planner import (
+    JobState,
+    Tables,
+    plan,
+)
 
 GOLDEN = Path(__file__).parent.parent / "data" / "opensm" / "golden"
 SL2VL = (0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)

@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from ibqos.collect.perfquery import PerfqueryBackend, last_message, parse_perfquery
-from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Target, sweep_dtypes
+from ibqos.collect.sweep import (
+    SWEEP_DTYPES,
+    VL_WAIT_COLUMNS,
+    sweep_dtypes,
+)
 from ibqos.errors import CollectError, MadError
+from ibqos.fabric.targets import (
+    Target,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perfquery"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "expected.json").exists())
@@ -284,7 +291,7 @@ def test_failing_port_fails_only_its_row_and_the_rest_is_retried(fake, caplog):
     assert sweep.table["xmit_bytes"].iat[2] == want
     assert sweep.stats["failed"] == 1 and sweep.stats["sent"] == 3
     assert "perfquery -x 4 1,40,41: perfquery exited 255" in caplog.text
-    assert all(r.name == "ibqos.collect" for r in caplog.records)
+    assert all(r.name == "ibqos.collect.perfquery" for r in caplog.records)
 
 
 def test_no_retry_when_nothing_was_printed(fake):

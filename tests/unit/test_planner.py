@@ -12,14 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibqos.classify import CLASSES
-from ibqos.planner import (
+from ibqos.config.classes import (
+    CLASSES,
+)
+from ibqos.config.lanes import (
     NUM_SLS,
     VL15,
-    JobState,
     LaneConfig,
-    Plan,
+)
+from ibqos.errors import (
     PlanError,
+)
+from ibqos.plan.planner import (
+    JobState,
+    Plan,
     PlanResult,
     plan,
 )

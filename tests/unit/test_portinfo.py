@@ -17,17 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.errors import MadError
-from ibqos.fabric import fabric_from_file, fabric_from_text
-from ibqos.portinfo import (
+from ibqos.collect.portinfo import (
     LaneCaps,
-    PortInfoError,
     PortVLInfo,
     SmpqueryRunner,
     parse_portinfo,
     read_lane_caps,
     sample_ports,
 )
+from ibqos.errors import (
+    MadError,
+    PortInfoError,
+)
+from ibqos.fabric.model import fabric_from_file, fabric_from_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SMP = DATA / "smpquery"

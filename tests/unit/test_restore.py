@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.agentlock import AgentLock
-from ibqos.apply import Applier, ApplyError, make_signaller
-from ibqos.config import Config, parse_config
-from ibqos.restore import originals, restore
-from ibqos.state import AgentState, load_state, save_state
+from ibqos.agent.lock import AgentLock
+from ibqos.agent.state import AgentState, load_state, save_state
+from ibqos.config.schema import Config, parse_config
+from ibqos.deploy.restore import originals, restore
+from ibqos.errors import (
+    ApplyError,
+)
+from ibqos.opensm.apply import (
+    Applier,
+    make_signaller,
+)
 
 ADMIN_CONF = "# the admin's opensm.conf\nlog_max_size 0\n"
 SUBNET_UP = "Nov 22 10:00:00 000001 [0] 0x02 -> SUBNET UP"
@@ -84,7 +90,7 @@ def test_restore_refuses_while_any_agent_runs(tmp_path: Path) -> None:
     cfg.opensm.conf.write_text(ADMIN_CONF)
     enforce(cfg, ADMIN_CONF + "# ibqos\n", "# ibqos policy\n")
     hold = (
-        "import sys; from pathlib import Path; from ibqos.agentlock import AgentLock;"
+        "import sys; from pathlib import Path; from ibqos.agent.lock import AgentLock;"
         f" lock = AgentLock(Path({str(cfg.agent.state_dir)!r}), sys.argv[1]);"
         " print(flush=True); sys.stdin.read()"
     )
@@ -116,7 +122,7 @@ def test_restore_holds_the_agent_lock_while_it_works(tmp_path: Path) -> None:
     fails at once instead of racing it."""
     seen = tmp_path / "agent-start"
     start = (
-        f"{sys.executable} -c 'from pathlib import Path; from ibqos.agentlock import AgentLock;"
+        f"{sys.executable} -c 'from pathlib import Path; from ibqos.agent.lock import AgentLock;"
         f' AgentLock(Path("{tmp_path / "state"}"), "enforce")\' > {seen} 2>&1'
     )
     cfg = config(tmp_path)

@@ -1,4 +1,4 @@
-"""Tests for ibqos.lab.routes (LFT dump, Router) and ibqos.lab.traffic (patterns, model).
+"""Tests for ibqos.fabric.routes (LFT dump, Router) and ibqos.lab.traffic (patterns, model).
 
 Routes come from OpenSM's real LFT dumps recorded in the lab, over the recorded
 ibnetdiscover topologies of the fat trees ``2;8,4;1,2`` and ``3;8,4,4;1,2,2``.
@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ibqos.attribute.patterns import traffic_matrix
 from ibqos.errors import LabError
-from ibqos.jobs import Job
-from ibqos.lab.routes import Router, parse_lft_dump
+from ibqos.fabric.routes import Router, parse_lft_dump
+from ibqos.fabric.topology import Node, Port, Topology, parse_ibnetdiscover
+from ibqos.jobs.jobfile import Job
 from ibqos.lab.traffic import (
     VL_XMIT_WAIT_FIELDS,
     XMIT_WAIT_FIELD,
@@ -25,8 +27,6 @@ from ibqos.lab.traffic import (
     TrafficModel,
     comm_seconds,
 )
-from ibqos.patterns import traffic_matrix
-from ibqos.topology import Node, Port, Topology, parse_ibnetdiscover
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.sdnotify import STATUS_MAX, Notifier
+from ibqos.agent.sdnotify import STATUS_MAX, Notifier
 
 
 class Listener:
@@ -132,7 +132,7 @@ def test_a_vanished_socket_is_logged_once_and_never_fatal(
 ) -> None:
     notifier = Notifier.from_env()
     (tmp_path / "notify.sock").unlink()  # systemd went away
-    with caplog.at_level(logging.WARNING, "ibqos.sdnotify"):
+    with caplog.at_level(logging.WARNING, "ibqos.agent.sdnotify"):
         for i in range(3):
             notifier.status(f"cycle {i}")
     warnings = [r.getMessage() for r in caplog.records]

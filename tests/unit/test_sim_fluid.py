@@ -8,8 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ibqos.jobs import Job
-from ibqos.lab.xgft import parse_xgft
+from ibqos.errors import (
+    SimError,
+)
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job
 from ibqos.sim.fluid import (
     Allocator,
     FluidSim,
@@ -22,7 +25,9 @@ from ibqos.sim.fluid import (
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import simulate_packets
-from ibqos.sim.qos import Arbitration, SimError
+from ibqos.sim.qos import (
+    Arbitration,
+)
 from ibqos.sim.workload import SimJob, prepare
 
 EDR4 = 12.5e9  # bytes/s of a 4x EDR link

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ibqos.errors import TopologyError
-from ibqos.jobs import Job
-from ibqos.lab.xgft import parse_xgft
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job
 from ibqos.sim.network import Network, dmodk_lfts, xgft_network
 
 

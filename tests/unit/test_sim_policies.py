@@ -6,12 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from ibqos.jobs import Job
-from ibqos.lab.xgft import parse_xgft
+from ibqos.errors import (
+    SimError,
+)
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.jobfile import Job
 from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import DEFAULT_LANES, POLICIES, _partitions, best_of, build, grid
-from ibqos.sim.qos import SimError
 from ibqos.sim.workload import SimJob, prepare
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.config import SlurmConfig
+from ibqos.config.schema import SlurmConfig
+from ibqos.errors import (
+    SlurmError,
+)
 from ibqos.slurm.source import MIN_FORCED_POLL_S, Completed, SlurmJobSource
-from ibqos.slurm.squeue import SlurmError
 
 DATA = Path(__file__).parents[1] / "data" / "squeue"
 DOWN = Completed(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n")

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.state import STATE_FILE, AgentState, StateError, load_state, save_state
+from ibqos.agent.state import (
+    STATE_FILE,
+    AgentState,
+    load_state,
+    save_state,
+)
+from ibqos.errors import (
+    StateError,
+)
 
 
 def test_round_trip_and_empty(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tests for ibqos.topology: ibnetdiscover parsing/writing, levels, subtrees, link rates.
+"""Tests for ibqos.fabric.topology: ibnetdiscover parsing/writing, levels, subtrees, link rates.
 
 The fixtures are real ibnetdiscover output recorded from the lab (ibsim + OpenSM 3.3.23)
 for the fat trees ``2;8,4;1,2`` and ``3;8,4,4;1,2,2``.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ibqos.errors import TopologyError
-from ibqos.topology import (
+from ibqos.fabric.topology import (
     Link,
     Node,
     Port,
@@ -453,7 +453,7 @@ def test_error_message_is_one_line() -> None:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ibqos.topology"]
+    return [r.getMessage() for r in caplog.records if r.name == "ibqos.fabric.topology"]
 
 
 def test_unknown_line_in_a_record_is_skipped_with_a_warning(caplog) -> None:

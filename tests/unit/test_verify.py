@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ibqos.errors import IbqosError
-from ibqos.verify import Expected, PathCheck, check, parse_path_sl, parse_rows
+from ibqos.opensm.verify import Expected, PathCheck, check, parse_path_sl, parse_rows
 
 DATA = Path(__file__).parent.parent / "data" / "saquery"
 

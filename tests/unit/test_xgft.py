@@ -1,9 +1,9 @@
-"""Tests for ibqos.lab.xgft: the XGFT spec parser and the lab's fat-tree generator.
+"""Tests for ibqos.fabric.xgft: the XGFT spec parser and the lab's fat-tree generator.
 
 Expectations are computed from the XGFT definition (DESIGN.md section 1, Öhring et al.):
 level-i switches have m_i children, every level-(i-1) element has w_i parents; the
 structure is checked through the names the generator gives (``sw-L<level>-<index>``,
-``cnNNNN mlx5_R``) with the test's own graph walks, not through ibqos.topology helpers.
+``cnNNNN mlx5_R``) with the test's own graph walks, not through ibqos.fabric.topology helpers.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ibqos.errors import TopologyError
-from ibqos.lab.xgft import XgftSpec, build_xgft, parse_xgft
-from ibqos.topology import Node, Port, Topology, format_ibnetdiscover
+from ibqos.fabric.topology import Node, Port, Topology, format_ibnetdiscover
+from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
 
 DATA = Path(__file__).parent.parent / "data"
 RECORDED = {

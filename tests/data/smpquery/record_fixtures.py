@@ -12,9 +12,9 @@ import json
 import tempfile
 from pathlib import Path
 
+from ibqos.fabric.topology import Port
+from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.lab import Lab
-from ibqos.lab.xgft import build_xgft, parse_xgft
-from ibqos.topology import Port
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,0 +1,52 @@
+"""``ibqos status``: the agent's saved state as a user reads it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ibqos.agent.state import AgentState
+from ibqos.plan.output import align, pct_text
+
+
+def render_status(state: AgentState, state_dir: Path) -> str:
+    """``ibqos status``: when the agent last wrote its state, the last apply, the plan."""
+    if not state.updated_s:
+        return f"no agent state in {state_dir} (has ibqos run run here?)\n"
+    when = datetime.fromtimestamp(state.updated_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    lines = [f"state {state_dir}, written {when}"]
+    if state.mode == "observe":  # the plan below was only shown, never written
+        lines.append(
+            f"mode: observe (the plan below is proposed, not in force;"
+            f" diff: {state_dir / 'observe' / 'proposed.diff'})"
+        )
+    else:
+        lines.append(f"mode: {state.mode}")
+    apply = state.last_apply
+    lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
+    plan = state.plan or {}
+    jobs = plan.get("jobs", [])
+    rows = [
+        [
+            str(j["id"]),
+            j.get("name") or "-",
+            pct_text(j.get("intensity")),
+            str(j["class"]),
+            str(j["sl"]),
+            "-" if j.get("vl") is None else str(j["vl"]),
+        ]
+        for j in jobs
+    ]
+    lines += align(["JOB", "NAME", "INTENSITY", "CLASS", "SL", "VL"], rows) if rows else []
+    lanes = [
+        [
+            str(lane["vl"]),
+            str(lane["weight"]),
+            ",".join(map(str, lane["sls"])) or "-",
+            ",".join(lane["jobs"]) or "-",
+        ]
+        for lane in plan.get("lanes", [])
+    ]
+    if lanes:
+        lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
+    return "\n".join(lines) + "\n"

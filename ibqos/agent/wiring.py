@@ -1,0 +1,22 @@
+"""The pipeline's parts built as the config says."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ibqos.config.schema import Config
+from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_ibnetdiscover
+
+
+def fabric_from_config(cfg: Config, env: Mapping[str, str] | None = None) -> Fabric:
+    """The fabric as the config's ``fabric`` section says: run ibnetdiscover, read a file,
+    or read the lab's discovery (``ibnetdiscover.txt`` recorded when the lab came up)."""
+    fc = cfg.fabric
+    roots = fc.root_guids or None
+    if fc.source == "file":
+        assert fc.path is not None  # checked by the config
+        return fabric_from_file(fc.path, root_guids=roots)
+    if fc.source == "lab":
+        assert cfg.lab is not None  # checked by the config
+        return fabric_from_file(cfg.lab.discovered, root_guids=roots)
+    return fabric_from_ibnetdiscover(env=env, root_guids=roots)

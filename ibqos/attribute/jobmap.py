@@ -1,0 +1,360 @@
+"""Jobs on the fabric: which CA ports each running job's hosts own.
+
+Two parts:
+
+- a **job source** says which jobs run now (:class:`JobSource`; :class:`FileJobSource` reads a
+  job file or a directory of job files, see ``docs/jobs.md``, and re-reads it only when it
+  changed);
+- :func:`map_jobs` turns each job's host names into fabric ports, through the hosts'
+  NodeDescriptions (:class:`HostMatcher`: by default the first word, ``cn0001 mlx5_0`` ->
+  ``cn0001``).
+
+Bad job input never stops the agent once it has run: unknown hosts, empty jobs and hosts in
+two jobs are warnings, and the job is partly mapped or skipped.  Only the first read of a job
+source raises (:class:`~ibqos.errors.JobsError`), so that a wrong path is reported at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+from ibqos.errors import JobsError
+from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, HostMatcher
+from ibqos.fabric.model import Fabric, PortKey
+from ibqos.jobs.jobfile import Job, job_files, load_jobs
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_HOST_PATTERN", "FileJobSource", "HostMatcher", "JobSource", "MappedJob"]
+__all__ += ["JobMapper", "host_ports", "log_warnings", "map_jobs"]
+
+_MAX_LOGGED = 10  # warnings logged one by one per mapping; the rest are counted
+_MAX_HOSTS_TEXT = 120  # characters of a folded host list in one warning
+
+
+@dataclass(frozen=True)
+class MappedJob:
+    """A running job and the fabric ports of its hosts.
+
+    Attributes:
+        job: the job as its source gave it.
+        ports: (node GUID, port) of the CA ports of its hosts that the fabric has, in host
+            order (a host with two linked HCA ports contributes both).
+        hosts: the job's hosts that were found on the fabric, in job order.
+        missing: the job's hosts that match no CA on the fabric.
+    """
+
+    job: Job
+    ports: tuple[PortKey, ...]
+    hosts: tuple[str, ...]
+    missing: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """The job's id."""
+        return self.job.id
+
+
+# --- job sources -------------------------------------------------------------------------
+
+
+class JobSource(Protocol):
+    """Where the running jobs come from (a job file, Slurm, ...)."""
+
+    def jobs(self) -> tuple[Job, ...]:
+        """Return the jobs running now.
+
+        Raises:
+            JobsError: only if the source has never been read successfully.  After a good
+                read, a bad one logs one warning and returns the last good jobs.
+        """
+        ...
+
+
+# What identifies one version of a file: (name, mtime_ns, size, inode).  The inode catches
+# an atomic replace (write temp, rename) within one mtime tick.
+_Stamp = tuple[str, int, int, int]
+
+
+def _stamp(name: str, st: os.stat_result) -> _Stamp:
+    return (name, st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _signature(path: Path) -> tuple[_Stamp, ...] | str:
+    """The stamps of a job file, or of a directory's job files; an error text if unreadable."""
+    try:
+        st = path.stat()
+        if not stat.S_ISDIR(st.st_mode):
+            return (_stamp(path.name, st),)
+        return tuple(_stamp(f.name, f.stat()) for f in job_files(path))
+    except OSError as err:
+        return f"{type(err).__name__}: {err.strerror or err}"
+
+
+class FileJobSource(JobSource):
+    """Jobs from a YAML/JSON job file or a directory of job files (``docs/jobs.md``).
+
+    Each call to :meth:`jobs` checks the modification time, size and inode of the file (or
+    of the directory's job files, and which files there are) and re-reads only when one of
+    them changed.  With a directory, one file per job (written by a Slurm prolog, removed by
+    the epilog) works: removing a file ends its jobs.
+
+    The jobs listed are the running jobs.  ``start_time`` is not a filter: a start time in
+    the future is most likely clock skew between the scheduler and this host, and a job that
+    vanished for that reason would lose its lane; it only orders jobs that share a node (see
+    :func:`map_jobs`).
+
+    Args:
+        path: the job file or directory.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._seen: tuple[_Stamp, ...] | str | None = None
+        self._jobs: tuple[Job, ...] | None = None
+
+    def jobs(self) -> tuple[Job, ...]:
+        """Return the jobs, re-reading the file(s) if they changed since the last call.
+
+        Raises:
+            JobsError: the first read failed (the file is missing, unreadable or invalid).
+                Later failures log one warning per change, naming the file, and keep the
+                previous jobs.
+        """
+        # Stamp before reading: a change during the read then shows on the next call.
+        signature = _signature(self.path)
+        if self._jobs is not None and signature == self._seen:
+            return self._jobs
+        try:
+            jobs = load_jobs(self.path)
+        except JobsError as err:
+            if self._jobs is None:
+                raise
+            self._seen = signature  # warn once per bad version, not on every call
+            log.warning("%s; keeping the previous %d jobs", err, len(self._jobs))
+            return self._jobs
+        if self._jobs is not None:
+            log.info("%s: re-read, %d jobs (were %d)", self.path, len(jobs), len(self._jobs))
+        self._seen, self._jobs = signature, jobs
+        return jobs
+
+
+# --- host names ----------------------------------------------------------------------------
+
+
+def host_ports(fabric: Fabric, matcher: HostMatcher | None = None) -> dict[str, list[PortKey]]:
+    """Index the fabric's CA ports by host name.
+
+    Every linked port of every CA whose description gives a host name is listed, sorted by
+    (node GUID, port), so a host with two HCAs or a two-port HCA has several ports.
+    Switch ports are never listed.
+    """
+    matcher = matcher or HostMatcher()
+    index: dict[str, list[PortKey]] = {}
+    names: dict[str, str | None] = {}  # many ports share a description: match it once
+    for key, fp in fabric.ports.items():
+        if fp.is_switch:
+            continue
+        if fp.node_desc not in names:
+            names[fp.node_desc] = matcher.hostname(fp.node_desc)
+        host = names[fp.node_desc]
+        if host is not None:
+            index.setdefault(host, []).append(key)
+    for keys in index.values():
+        keys.sort()
+    return index
+
+
+# --- mapping -------------------------------------------------------------------------------
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders "9" before "10" and "1234_2" before "1234_10"."""
+    return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t)
+
+
+def _priority(job: Job) -> tuple[bool, float, tuple[tuple[int, int | str], ...]]:
+    """Earlier start first; a job without a start time after every job that has one."""
+    start = job.start_time
+    return (start is None, math.inf if start is None else start, natural_key(job.id))
+
+
+def _hosts_text(hosts: Iterable[str]) -> str:
+    hosts = list(hosts)
+    text = str(NodeSet.fromlist(hosts, resolver=RESOLVER_NOGROUP))
+    if len(text) > _MAX_HOSTS_TEXT:
+        text = text[: _MAX_HOSTS_TEXT - 3] + "..."
+    return text
+
+
+def _label(job: Job) -> str:
+    return f"job {job.id}" + (f" ({job.name})" if job.name else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def map_jobs(
+    jobs: Sequence[Job],
+    fabric: Fabric,
+    matcher: HostMatcher | None = None,
+    *,
+    index: Mapping[str, Sequence[PortKey]] | None = None,
+    log: bool = True,
+) -> tuple[list[MappedJob], list[str]]:
+    """Map each job's hosts to the fabric's CA ports.
+
+    Rules:
+
+    - A host matches the CAs whose NodeDescription gives its name (``matcher``, default: the
+      first word); all linked ports of those CAs belong to it.  Switches never match.
+    - Hosts that match no CA are left out (``MappedJob.missing``) with a warning; the rest of
+      the job is mapped.
+    - Nodes are exclusive (DESIGN section 1): a host in several jobs goes to the job that
+      started first (earlier ``start_time``; jobs without one come after those with one;
+      then the lower job id, numerically), and is dropped from the others with a warning.
+      It is then in neither ``hosts`` nor ``missing`` of those jobs.
+    - A job that is left without a host on the fabric is skipped with a warning.
+
+    Args:
+        jobs: the running jobs (ids unique).
+        fabric: the fabric.
+        matcher: how to read host names from NodeDescriptions.
+        index: :func:`host_ports` of *fabric* built beforehand (a caller that maps every
+            cycle builds it once per fabric); None: build it here with *matcher*.
+        log: log the warnings (a caller that maps every cycle logs only new ones).
+
+    Returns:
+        The mapped jobs in input order, and the warnings, one line each (job first, in input
+        order).  The warnings are also logged on ``ibqos.jobs.jobfile``, the first few one by one
+        and then a count.
+    """
+    if index is None:
+        index = host_ports(fabric, matcher)
+    owner: dict[str, Job] = {}
+    results: dict[int, MappedJob] = {}
+    notes: dict[int, list[str]] = {}
+    order = sorted(range(len(jobs)), key=lambda i: _priority(jobs[i]))
+    for i in order:
+        result, notes[i] = _map_one(jobs[i], index, owner)
+        if result is not None:
+            results[i] = result
+    mapped = [results[i] for i in range(len(jobs)) if i in results]
+    warnings = [msg for i in range(len(jobs)) for msg in notes[i]]
+    if log:
+        log_warnings(warnings)
+    return mapped, warnings
+
+
+def _map_one(
+    job: Job, index: Mapping[str, Sequence[PortKey]], owner: dict[str, Job]
+) -> tuple[MappedJob | None, list[str]]:
+    """Map one job after the jobs that own *owner*'s hosts (see :func:`map_jobs`).
+
+    Takes the job's free hosts into *owner*.  Returns the mapped job (None: skipped) and
+    its warnings.
+    """
+    hosts: list[str] = []
+    missing: list[str] = []
+    taken: dict[str, list[str]] = {}  # winner job id -> hosts it took first
+    for node in job.nodes:
+        if node not in index:
+            missing.append(node)
+        elif (first := owner.get(node)) is not None:
+            taken.setdefault(first.id, []).append(node)
+        else:
+            owner[node] = job
+            hosts.append(node)
+    msgs: list[str] = []
+    if not job.nodes:
+        msgs.append(f"{_label(job)}: no hosts; skipped")
+        return None, msgs
+    if missing:
+        msgs.append(
+            f"{_label(job)}: {_plural(len(missing), 'host')} of {len(job.nodes)} not on the "
+            f"fabric: {_hosts_text(missing)}"
+        )
+    for first_id, lost in taken.items():
+        msgs.append(
+            f"{_label(job)}: {_plural(len(lost), 'host')} also in job {first_id}, which started "
+            f"first, left to it: {_hosts_text(lost)}"
+        )
+    if not hosts:
+        msgs.append(f"{_label(job)}: no host on the fabric is left to it; skipped")
+        return None, msgs
+    ports = tuple(key for host in hosts for key in index[host])
+    return MappedJob(job=job, ports=ports, hosts=tuple(hosts), missing=tuple(missing)), msgs
+
+
+class JobMapper:
+    """:func:`map_jobs` for a caller that maps the running jobs every cycle.
+
+    A job's hosts, missing hosts, ports and warnings depend only on the job and the
+    fabric's index, except where two jobs name the same host.  So each job is mapped on
+    its own once, kept while it runs, and :func:`map_jobs` (which orders the jobs and
+    shares their hosts out) runs only in a cycle where some host is in two jobs.  The
+    result is the same as ``map_jobs(jobs, fabric, index=index)``: in a cycle without
+    shared hosts only new jobs cost anything, which keeps a cycle of thousands of jobs
+    to a few milliseconds.
+
+    Args:
+        fabric: the fabric.
+        matcher: how to read host names from NodeDescriptions.
+
+    Attributes:
+        index: :func:`host_ports` of the fabric.
+    """
+
+    def __init__(self, fabric: Fabric, matcher: HostMatcher | None = None) -> None:
+        self.fabric = fabric
+        self.index = host_ports(fabric, matcher)
+        self._alone: dict[Job, tuple[MappedJob | None, list[str]]] = {}
+        self._last: tuple[tuple[Job, ...], list[MappedJob], list[str]] | None = None
+
+    def map(self, jobs: Sequence[Job]) -> tuple[list[MappedJob], list[str]]:
+        """Map *jobs* as :func:`map_jobs` does (without logging), reusing earlier work.
+
+        Returns:
+            The mapped jobs in input order, and the warnings (fresh lists every call).
+        """
+        key = tuple(jobs)
+        # the same jobs as last time (a job source that did not change): compared by
+        # identity first, so this costs next to nothing
+        if self._last is not None and self._last[0] == key:
+            return list(self._last[1]), list(self._last[2])
+        alone: dict[Job, tuple[MappedJob | None, list[str]]] = {}
+        results = []
+        for job in key:
+            hit = self._alone.get(job)
+            if hit is None:
+                hit = _map_one(job, self.index, {})
+            alone[job] = hit
+            results.append(hit)
+        self._alone = alone  # ended jobs drop out
+        claimed = [host for m, _ in results if m is not None for host in m.hosts]
+        if len(claimed) == len(set(claimed)):
+            mapped = [m for m, _ in results if m is not None]
+            warnings = [msg for _, msgs in results for msg in msgs]
+        else:  # a host in two jobs: who gets it depends on the other jobs
+            mapped, warnings = map_jobs(key, self.fabric, index=self.index, log=False)
+        self._last = (key, mapped, warnings)
+        return list(mapped), list(warnings)
+
+
+def log_warnings(warnings: Sequence[str]) -> None:
+    """Log job mapping warnings: the first few one by one, then a count."""
+    for msg in warnings[:_MAX_LOGGED]:
+        log.warning("%s", msg)
+    if len(warnings) > _MAX_LOGGED:
+        log.warning("... and %d more job mapping warnings", len(warnings) - _MAX_LOGGED)

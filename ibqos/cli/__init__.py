@@ -1,0 +1,3 @@
+from ibqos.cli.main import main
+
+__all__ = ["main"]
