@@ -1,28 +1,17 @@
-"""Offline characterization of applications, and the job profiles ibqos uses as priors
-(``docs/characterize.md``).
+"""Offline characterization of applications into job profiles (``docs/characterize.md``,
+and the walk-through in the top-level ``characterize/`` folder).
 
-The pipeline, one module a stage::
+The workflow, one module a stage::
 
-    trace.py (ibqos CSV) / otf2trace.py (OTF2) / a lab job  ->  levels.NodeTraffic
-    levels.py: placements on a fabric -> per level rate, avail, util, class
+    trace.py (ibqos CSV) / otf2trace.py (OTF2) / a lab job  ->  classify.levels.NodeTraffic
+    command.py: placements on a fabric -> per-level rate, avail, util, class (classify.levels)
     report.py: tables (CSV, JSON, text) and plots (PNG, SVG)
-    profiles.py: the profile store (YAML)     history.py: ibqos's own series from Prometheus
-    prior.py: profiles as the planner's priors (expected class, attribution pattern)
-    sharing.py: how running jobs share the tree (scheduler advice, exported metrics)
-    command.py: what ``ibqos characterize`` does below the CLI
+    history.py: ibqos's own series of a job, read back from Prometheus
 
-Submodules are imported by name (``from ibqos.classify.levels import ...``): the
-agent's decision cycle needs only ``prior`` and ``sharing``, not the plotting.
+The profile store and the per-cycle priors the agent uses live in :mod:`ibqos.classify`
+(``profiles``, ``prior``, ``levels``); how running jobs share the tree in
+:mod:`ibqos.attribute.sharing`.  Submodules are imported by name: the plotting pulls in
+matplotlib, which nothing else needs.
 """
 
-__all__ = [
-    "command",
-    "history",
-    "levels",
-    "otf2trace",
-    "prior",
-    "profiles",
-    "report",
-    "sharing",
-    "trace",
-]
+__all__ = ["command", "history", "otf2trace", "report", "trace"]
