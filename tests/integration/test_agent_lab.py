@@ -210,7 +210,9 @@ def test_the_agent_plans_applies_and_follows_jobs(make_lab, tmp_path):
         drive(lab, lambda: "ibqos_job_C" not in lab.paths.opensm.policy.read_text(), 10, proc)
         # ten cycles and more, then the admin's lines are checked
         agent_log = tmp_path / "agent.log"
-        drive(lab, lambda: agent_log.read_text().count("ibqos.collect.loop: sweep:") >= 11, 30, proc)
+        drive(
+            lab, lambda: agent_log.read_text().count("ibqos.collect.loop: sweep:") >= 11, 30, proc
+        )
     finally:
         assert stop_agent(proc) == 0  # SIGTERM: the cycle ends, exit 0
     log = (tmp_path / "agent.log").read_text()
