@@ -46,7 +46,7 @@ eval-sim: setup
 	$(VENV)/python scripts/eval_sim.py --svg docs/img
 
 validate-sim: setup
-	$(VENV)/python scripts/eval_sim.py --validate
+	$(VENV)/python scripts/validate_sim.py
 
 bench-sim: setup
 	$(VENV)/python scripts/bench_sim.py

@@ -8,6 +8,7 @@ the test needs no network; ``pip check`` confirms that they satisfy what the whe
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shutil
 import subprocess
@@ -20,7 +21,16 @@ from pathlib import Path
 from ibqos import __version__
 
 ROOT = Path(__file__).parents[2]
-SHIPPED = ("systemd", "opensm_conf", "dashboards", "contrib", "docs", "examples", "ibqos")
+SHIPPED = (
+    "systemd",
+    "opensm_conf",
+    "dashboards",
+    "contrib",
+    "docs",
+    "examples",
+    "characterize",
+    "ibqos",
+)
 TOP_FILES = ("pyproject.toml", "MANIFEST.in", "README.md", "CHANGELOG.md", "LICENSE")
 OPENSM_UNIT = "opensm@0x0002c90300a1b2c3.service"
 
@@ -44,6 +54,12 @@ def build(tmp_path: Path) -> tuple[Path, Path]:
     (sdist,) = dist.glob("ibqos-*.tar.gz")
     (wheel,) = dist.glob("ibqos-*.whl")
     return sdist, wheel
+
+
+def characterize_files() -> list[str]:
+    """The files of characterize/, relative to it (POSIX paths)."""
+    top = ROOT / "characterize"
+    return sorted(p.relative_to(top).as_posix() for p in top.rglob("*") if p.is_file())
 
 
 def readme_install_block() -> list[str]:
@@ -76,6 +92,14 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         "docs/deploy.md",
     ):
         assert f"{data_dir}/{data}" in names, data
+    # the characterization workflow, whole: README, example traces and profiles
+    examples = characterize_files()
+    assert {"README.md", "traces/stencil-trace.csv", "profiles/stencil-n8.yaml"} <= set(examples)
+    for name in examples:
+        assert f"{data_dir}/characterize/{name}" in names, name
+    readme = f"{data_dir}/characterize/README.md"
+    for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", zipfile.Path(wheel, readme).read_text()):
+        assert posixpath.normpath(f"{data_dir}/characterize/{link}") in names, link
     assert (prolog.external_attr >> 16) & 0o111, "the Slurm scripts stay executable"
     assert f"\nVersion: {__version__}\n" in meta and "License-Expression: MIT" in meta
     assert "Requires-Dist: cysystemd>=1.5" in meta
@@ -85,6 +109,7 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         assert {f"{top}/CHANGELOG.md", f"{top}/LICENSE", f"{top}/systemd/ibqos.service"} <= set(
             tar.getnames()
         )
+        assert {f"{top}/characterize/{name}" for name in examples} <= set(tar.getnames())
 
     # a fresh environment, as README's install section makes one
     commands = readme_install_block()

@@ -16,7 +16,7 @@ from ibqos.errors import JobsError, TopologyError, TraceError
 from ibqos.jobs.jobfile import Job
 
 LINK = 12.5e9
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TRACES = Path(__file__).resolve().parents[2] / "characterize" / "traces"
 
 
 def characterizer(xgft: str) -> Characterizer:
@@ -100,12 +100,13 @@ def test_spreading_a_job_gives_it_more_bandwidth() -> None:
 
 
 def test_the_spread_keeps_the_even_split_of_the_same_leaves() -> None:
-    # examples/stencil-trace.csv: a 2 x 4 halo, 8 ranks, each sending to its 3 neighbours
-    # (row 0-3 or 4-7 left and right, and i +- 4) 1/3, 4/3, 1/3 GB in 3 s: 2/3 GB/s a flow.
+    # characterize/traces/stencil-trace.csv: a 2 x 4 halo, 8 ranks, each sending to its 3
+    # neighbours (row 0-3 or 4-7 left and right, and i +- 4) 1/3, 4/3, 1/3 GB in 3 s: 2/3 GB/s
+    # a flow.
     # F7 cuts only rank 7 off: 3 flows each way cross, 6 x 2/3e9 = 4e9 B/s over 2 leaves
     # x 2 uplinks x 12.5e9 = 8.0 %, low.  F4 (4 + 4, the same 2 leaves) cuts the rows
     # apart: the 8 flows i <-> i + 4 cross, 5.33e9 B/s = 10.7 %, moderate.
-    trace = load_csv_trace(EXAMPLES / "stencil-trace.csv")
+    trace = load_csv_trace(TRACES / "stencil-trace.csv")
     c = characterizer("2;8,4;1,2")
     traffic = trace.node_traffic(1)
     by = {p.name: c.characterize(traffic, p) for p in c.spreads(traffic.nodes)}
