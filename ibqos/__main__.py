@@ -1,3 +1,3 @@
-from ibqos.cli.main import main
+from ibqos.cli import main
 
 main()

@@ -1,6 +1,6 @@
 """The deployment commands of ``ibqos``: ``install`` and ``restore`` (docs/deploy.md).
 
-Click commands only; :mod:`ibqos.cli.main` adds them to its group, which turns errors into
+Click commands only; :mod:`ibqos.cli` adds them to its group, which turns errors into
 one line and exit status 1.
 """
 
@@ -10,12 +10,11 @@ from pathlib import Path
 
 import click
 
+from ibqos.cli.options import config_option
 from ibqos.config.schema import find_config, load_config
 from ibqos.deploy.install import UNIT, UNIT_DIR, install, plan
 from ibqos.deploy.restore import restore
-from ibqos.errors import (
-    ApplyError,
-)
+from ibqos.errors import ApplyError
 
 
 @click.command("install")
@@ -66,12 +65,7 @@ def install_command(
 
 
 @click.command("restore")
-@click.option(
-    "--config",
-    "path",
-    type=click.Path(path_type=Path),
-    help="Config file (default: $IBQOS_CONFIG, then /etc/ibqos/ibqos.yaml).",
-)
+@config_option()
 def restore_command(path: Path | None) -> None:
     """Put back the OpenSM files ibqos first found (kept in the state directory), signal
     OpenSM and check its log; on an error the files of before the restore go back.
@@ -96,6 +90,3 @@ def restore_command(path: Path | None) -> None:
     for file, text in done.originals.items():
         click.echo(f"restored {file}" if text is not None else f"removed {file} (none at first)")
     click.echo(f"OpenSM: {result.summary()}")
-
-
-COMMANDS = (install_command, restore_command)

@@ -20,7 +20,7 @@ from ibqos.agent.state import (
 from ibqos.classify.prior import (
     FinishedJob,
 )
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 from ibqos.jobs.jobfile import Job
 
 DATA = Path(__file__).resolve().parents[1] / "data"

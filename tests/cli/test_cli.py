@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from ibqos.agent.handoff import SlBoard, SlServer
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 
 
 def invoke(*args):

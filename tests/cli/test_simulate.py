@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 from ibqos.sim import policies
 from ibqos.sim.fluid import FluidSim, simulate_fluid
 from ibqos.sim.workload import RunResult

@@ -1,0 +1,44 @@
+"""``ibqos check-config`` and ``ibqos check-opensm``: validate files without running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ibqos.config.schema import load_config
+from ibqos.opensm.check import check_file
+
+
+@click.command("check-opensm")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--data-vls", type=click.IntRange(1, 15), help="Data VLs of the fabric (OperVLs).")
+@click.option("--vlarb-cap", type=click.IntRange(1, 64), help="VLArbLowCap/HighCap of the ports.")
+def check_opensm_command(
+    files: tuple[Path, ...], data_vls: int | None, vlarb_cap: int | None
+) -> None:
+    """Check opensm.conf and qos-policy.conf files against OpenSM's grammar and its traps.
+
+    One line per finding (FILE:LINE: message); exit 1 if any is an error, i.e. something
+    OpenSM would drop or misread.
+    """
+    errors = 0
+    for file in files:
+        findings = check_file(
+            file, data_vls=data_vls, vlarb_low_cap=vlarb_cap, vlarb_high_cap=vlarb_cap
+        )
+        for finding in findings:
+            click.echo(f"{finding.severity}: {finding}")
+        errors += sum(f.severity == "error" for f in findings)
+        if not findings:
+            click.echo(f"{file}: ok")
+    if errors:
+        click.get_current_context().exit(1)
+
+
+@click.command("check-config")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def check_config_command(file: Path) -> None:
+    """Validate an ibqos config file as a whole; one line per problem, exit 1 if any."""
+    load_config(file)
+    click.echo(f"{file}: ok")

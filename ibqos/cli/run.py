@@ -1,0 +1,59 @@
+"""``ibqos run``: the agent, as a daemon, for one cycle, or as a dry run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ibqos.agent.daemon import Agent
+from ibqos.agent.sdnotify import Notifier
+from ibqos.cli.options import config_option
+from ibqos.config.schema import find_config, load_config
+
+
+@click.command("run")
+@config_option()
+@click.option(
+    "--dry-run", is_flag=True, help="Print the plan and diffs of OpenSM's files; write nothing."
+)
+@click.option("--once", is_flag=True, help="One full cycle (two sweeps), then exit.")
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="With --dry-run: also show the simulated effect on the jobs (in force vs proposed).",
+)
+def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) -> None:
+    """Run the agent: sweep, plan, and rewrite OpenSM's QoS files every collect.interval_s.
+
+    SIGTERM ends it after the current cycle (exit 0); SIGHUP re-reads the config.  With
+    mode: observe (the default) or --dry-run nothing is written and OpenSM is never
+    signalled.  Prometheus metrics are served on metrics.listen (not with --once).  Under
+    systemd (ibqos.service) it notifies READY, STATUS and the watchdog.
+    """
+    found = find_config(path)
+    config = load_config(found)
+    if simulate and not dry_run:
+        raise click.UsageError("--simulate needs --dry-run")
+    agent = Agent(
+        config,
+        found,
+        dry_run=dry_run,
+        simulate=simulate,
+        echo=lambda text: click.echo(text, nl=False),
+        notifier=None if once else Notifier.from_env(),  # Type=notify (ibqos.service)
+    )
+    try:
+        if not dry_run:
+            # one writer per state directory: a --once cycle writes OpenSM's files (enforce)
+            # and state.json like the daemon, and restore must not run meanwhile
+            agent.hold_lock()
+        if not once:
+            agent.serve_metrics()
+            if not dry_run:
+                agent.serve_sl()
+        agent.install_signal_handlers()
+        ctx = click.get_current_context()
+        ctx.exit(agent.run(cycles=1 if once else None))
+    finally:
+        agent.close()
