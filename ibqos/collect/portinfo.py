@@ -195,21 +195,24 @@ def parse_portinfo(text: str, source: str, *, node_guid: int = 0) -> PortVLInfo:
 
 
 def _vls(fields: Mapping[str, str], name: str, source: str) -> int:
-    value = fields[name]
-    if name == "OperVLs" and value == _NO_CHANGE:
+    if name == "OperVLs" and fields[name] == _NO_CHANGE:
         return 0
-    try:
-        return VL_COUNTS[value]
-    except KeyError:
-        raise MadError(f"{source}: {name}: not a VL range: {value[:30]!r}") from None
+    return _lookup(fields, name, VL_COUNTS, "a VL range", source)
 
 
 def _mtu(fields: Mapping[str, str], name: str, source: str) -> int:
+    return _lookup(fields, name, MTUS, "an MTU", source)
+
+
+def _lookup(
+    fields: Mapping[str, str], name: str, table: Mapping[str, int], what: str, source: str
+) -> int:
+    """The number *table* gives for field *name* as smpquery printed it."""
     value = fields[name]
     try:
-        return MTUS[value]
+        return table[value]
     except KeyError:
-        raise MadError(f"{source}: {name}: not an MTU: {value[:30]!r}") from None
+        raise MadError(f"{source}: {name}: not {what}: {value[:30]!r}") from None
 
 
 def _byte(fields: Mapping[str, str], name: str, source: str) -> int:
