@@ -1,8 +1,8 @@
-"""Run an external tool once: the one place ibqos calls :func:`subprocess.run`.
+"""Run an external tool once and say how it ended.
 
-Every one-shot command (infiniband-diags' ``perfquery``, ``smpquery`` and
-``ibnetdiscover``, ``squeue``, the lab's diags and Slurm commands, ``promtool``) goes
-through :func:`run_tool`, with an argument list, an environment, a working directory and
+One-shot commands (infiniband-diags' ``perfquery``, ``smpquery`` and ``ibnetdiscover``,
+``squeue``, the lab's diags and Slurm commands, ``promtool``) go through
+:func:`run_tool`, with an argument list, an environment, a working directory and
 a wall-clock limit.  It does not raise for the tool's sake: the four ways a run ends come
 back in one :class:`ToolRun` that names the tool,
 
@@ -106,7 +106,7 @@ class ToolRun:
         return ""
 
     def completed(self) -> subprocess.CompletedProcess[str]:
-        """The run as :func:`subprocess.run` returns one (for APIs that hand it on).
+        """The run as :func:`subprocess.run` returns it (for APIs that hand that on).
 
         Raises:
             ValueError: the tool did not exit (see ``cause``).

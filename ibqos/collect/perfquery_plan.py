@@ -113,6 +113,11 @@ def command(
 def blocks_by_port(
     blocks: list[CounterBlock], lid: int, ports: list[int], kind: Kind, source: str
 ) -> dict[int, CounterBlock]:
+    """The blocks of one process by port.
+
+    Raises:
+        MadError: a block of another kind, LID or port than asked for, or a port twice.
+    """
     out: dict[int, CounterBlock] = {}
     for b in blocks:
         if _kind(b) != kind or b.lid != lid or b.port not in ports:
