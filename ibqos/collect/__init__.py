@@ -11,52 +11,21 @@ Backends: ``native`` (libibumad MADs, many in flight; the default), ``perfquery`
 
 from __future__ import annotations
 
+from ibqos.collect.backends import make_backend
+from ibqos.collect.loop import Collector
+from ibqos.collect.portinfo import LaneCaps, read_lane_caps
 from ibqos.collect.rates import RateTracker, rows_for_json
-from ibqos.collect.sweep import (
-    Backend,
-    Sweep,
-)
-from ibqos.config.schema import CollectConfig
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.collect.sweep import Backend, Sweep
+from ibqos.fabric.targets import Target
 
-__all__ = ["Backend", "RateTracker", "Sweep", "Target", "make_backend", "rows_for_json"]
-
-
-def make_backend(cfg: CollectConfig) -> Backend:
-    """Open the backend *cfg* names.
-
-    Raises:
-        CollectError: it cannot work here (no MAD device, no perfquery, bad recording).
-    """
-    if cfg.backend == "perfquery":
-        from ibqos.collect.perfquery import PerfqueryBackend
-        from ibqos.mad.umad import check_mad_device
-
-        check_mad_device()  # one line now, not one warning per perfquery process
-
-        return PerfqueryBackend(
-            workers=cfg.workers,
-            per_switch=cfg.per_switch,
-            xmit_wait=cfg.xmit_wait,
-            vl_xmit_wait=cfg.vl_xmit_wait,
-            # one process reads many ports, and each starts a MAD client: seconds, not a reply
-            timeout_s=max(cfg.timeout_s, 10.0),
-        )
-    if cfg.backend == "replay":
-        from ibqos.collect.replay import ReplayBackend
-
-        assert cfg.replay_path is not None  # checked by the config
-        return ReplayBackend(cfg.replay_path, loop=cfg.replay_loop)
-    from ibqos.collect.native import NativeBackend
-
-    return NativeBackend(
-        cfg.ca,
-        cfg.port,
-        window=cfg.window,
-        timeout_s=cfg.timeout_s,
-        retries=cfg.retries,
-        xmit_wait=cfg.xmit_wait,
-        vl_xmit_wait=cfg.vl_xmit_wait,
-    )
+__all__ = [
+    "Backend",
+    "Collector",
+    "LaneCaps",
+    "RateTracker",
+    "Sweep",
+    "Target",
+    "make_backend",
+    "read_lane_caps",
+    "rows_for_json",
+]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ibqos.collect import make_backend
+from ibqos.collect.backends import make_backend
 from ibqos.collect.rates import RateTracker
 from ibqos.collect.replay import RecordingExhausted, SweepRecorder
 from ibqos.collect.sweep import Sweep

@@ -36,16 +36,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from ibqos.collect.perfquery import last_message
+from ibqos.collect.diags import find_diag, last_message, run_diag
 from ibqos.errors import IbqosError, MadError, PortInfoError
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.targets import (
@@ -198,21 +195,24 @@ def parse_portinfo(text: str, source: str, *, node_guid: int = 0) -> PortVLInfo:
 
 
 def _vls(fields: Mapping[str, str], name: str, source: str) -> int:
-    value = fields[name]
-    if name == "OperVLs" and value == _NO_CHANGE:
+    if name == "OperVLs" and fields[name] == _NO_CHANGE:
         return 0
-    try:
-        return VL_COUNTS[value]
-    except KeyError:
-        raise MadError(f"{source}: {name}: not a VL range: {value[:30]!r}") from None
+    return _lookup(fields, name, VL_COUNTS, "a VL range", source)
 
 
 def _mtu(fields: Mapping[str, str], name: str, source: str) -> int:
+    return _lookup(fields, name, MTUS, "an MTU", source)
+
+
+def _lookup(
+    fields: Mapping[str, str], name: str, table: Mapping[str, int], what: str, source: str
+) -> int:
+    """The number *table* gives for field *name* as smpquery printed it."""
     value = fields[name]
     try:
-        return MTUS[value]
+        return table[value]
     except KeyError:
-        raise MadError(f"{source}: {name}: not an MTU: {value[:30]!r}") from None
+        raise MadError(f"{source}: {name}: not {what}: {value[:30]!r}") from None
 
 
 def _byte(fields: Mapping[str, str], name: str, source: str) -> int:
@@ -268,11 +268,7 @@ class SmpqueryRunner:
         self.timeout_s = timeout_s
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
-        search = (self.env if self.env is not None else os.environ).get("PATH", os.defpath)
-        found = shutil.which(binary, path=search)
-        if found is None:
-            raise PortInfoError(f"{binary} not found on PATH (install infiniband-diags)")
-        self.binary = found
+        self.binary = find_diag(binary, self.env, PortInfoError)
 
     def __call__(self, argv: Sequence[str], /) -> str:
         """Run *argv* (``argv[0]`` names the program in its messages) and return stdout.
@@ -286,23 +282,11 @@ class SmpqueryRunner:
         # before we kill it: a killed umad2sim client keeps its ibsim slot (reference C.1).
         mad_ms = max(1, int(self.timeout_s * 1000 / 5))
         args = [argv[0], "-t", str(mad_ms), *argv[1:]]
-        try:
-            proc = subprocess.run(
-                args,
-                executable=self.binary,
-                env=self.env,
-                cwd=self.cwd,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=self.timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            # subprocess.run kills its own child (by pid) before raising
-            raise PortInfoError(f"{argv[0]} timed out after {self.timeout_s:g} s") from None
-        except OSError as err:
-            raise PortInfoError(f"cannot run {self.binary}: {err.strerror or err}") from None
+        proc = run_diag(args, self.binary, timeout_s=self.timeout_s, env=self.env, cwd=self.cwd)
+        if proc.timed_out:
+            raise PortInfoError(f"{argv[0]} timed out after {self.timeout_s:g} s")
+        if proc.exec_error is not None:
+            raise PortInfoError(f"cannot run {self.binary}: {proc.reason}")
         if proc.returncode != 0:
             message = last_message(proc.stdout, proc.stderr)
             raise PortInfoError(f"{argv[0]} exited {proc.returncode}: {message}")

@@ -48,7 +48,6 @@ whose CAs are all down looks, without ``root_guids``, like a switch one level up
 from __future__ import annotations
 
 import logging
-import subprocess
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from ibqos.fabric.targets import (
     Target,
 )
 from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
+from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
     pass
@@ -454,28 +454,11 @@ def fabric_from_ibnetdiscover(
     """
     argv = list(command)
     name = " ".join(argv)
-    try:
-        result = subprocess.run(
-            argv,
-            env=None if env is None else dict(env),
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            errors="replace",  # a NodeDescription is not always valid UTF-8
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError:
-        # the message says it all; the OSError's text would repeat it
-        raise TopologyError(f"{name}: command not found (infiniband-diags installs it)") from None
-    except OSError as err:
-        raise TopologyError(f"{name}: cannot run: {err.strerror or err}") from None
-    except subprocess.TimeoutExpired:
-        raise TopologyError(f"{name}: no answer within {timeout:g} s") from None
-    last = (result.stderr.strip().splitlines() or ["no output on stderr"])[-1].strip()
-    if result.returncode != 0:
-        raise TopologyError(f"{name} failed (exit status {result.returncode}): {last}")
+    # a NodeDescription is not always valid UTF-8
+    result = run_tool(argv, timeout_s=timeout, env=env, cwd=cwd, errors="replace", name=name)
+    if not result.ok:
+        raise TopologyError(result.message("infiniband-diags installs it"))
     if result.stderr.strip():
         # ibnetdiscover warns about nodes that did not answer and still exits 0
-        log.warning("%s: %s", name, last)
+        log.warning("%s: %s", name, result.last_stderr())
     return fabric_from_text(result.stdout, name, root_guids=root_guids)

@@ -1,6 +1,8 @@
 """The lab: a simulated fabric (real ibsim + real OpenSM) with a traffic model.
 
 ``Lab`` runs one in-process; ``ibqos lab up`` runs one in a background supervisor.
+``SlurmCluster`` runs a real Slurm cluster on this host for the lab's hosts, and
+``PrometheusServer`` a Prometheus that scrapes the lab's endpoints.
 """
 
 from ibqos.errors import (
@@ -11,12 +13,14 @@ from ibqos.lab.lab import Lab, LabPaths, default_root
 from ibqos.lab.prometheus import (
     PrometheusServer,
 )
+from ibqos.lab.slurm import SlurmCluster
 
 __all__ = [
     "Lab",
     "LabPaths",
     "PrometheusQueryError",
     "PrometheusServer",
+    "SlurmCluster",
     "XgftSpec",
     "build_xgft",
     "default_root",

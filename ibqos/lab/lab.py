@@ -1,22 +1,12 @@
 """A lab: one simulated fabric (ibsim + OpenSM + traffic model) in its own directory.
 
-Layout of ``<root>/<name>/``::
-
-    lab.json            what the lab is (name, sockname, SM host, tick, contention model)
-    state.json          its processes (pid + start time), status, metrics endpoint
-    fabric.net          topology given to ibsim (ibnetdiscover format)
-    ibnetdiscover.txt   the fabric as discovered once OpenSM is up (with LIDs)
-    jobs.yaml           the job mix (re-read when it changes)
-    truth.json          ground truth: bytes per job and fat-tree level, iterations,
-                        the QoS setup read back (fluid contention)
-    ibqos.yaml          ibqos configuration for this lab
-    opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
-    run/                working directory of umad2sim clients (they create sys-<pid>/)
+:class:`Lab` starts and stops the lab's processes and ticks its traffic model; its files
+(the directory layout) are :mod:`ibqos.lab.files`, the counters it writes into ibsim
+:mod:`ibqos.lab.counters`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,91 +15,47 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import yaml
-
-from ibqos.config.schema import LAB_DISCOVERED_FILE
-from ibqos.errors import LabError, TopologyError
+from ibqos.errors import LabError
 from ibqos.fabric.routes import Router, parse_lft_dump
-from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
+from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
-from ibqos.lab import procs
-from ibqos.lab.ibsim import IbSim, client_env
-from ibqos.lab.opensm import (
-    MINIMAL_POLICY,
-    PER_MODULE_LOGGING,
-    OpenSM,
-    OpenSMFiles,
-    render_conf,
+from ibqos.lab import counters, procs
+from ibqos.lab.counters import FIELDS, MIRRORS
+from ibqos.lab.files import (
+    LabPaths,
+    check_name,
+    check_speeds,
+    default_root,
+    hostnames,
+    load_net,
+    load_state,
+    normalize_for_ibsim,
+    pick_sm,
+    write_files,
 )
+from ibqos.lab.ibsim import IbSim, client_env
+from ibqos.lab.opensm import OpenSM
 from ibqos.lab.progress import WINDOW_S
 from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
 from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
 
-#: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
-LAB_SPEEDS = ("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR")
-NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
-#: PortCountersExtended fields the model drives, in the order of TrafficModel.totals().
-FIELDS = ("PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")
-#: Unicast packet counters mirror the packet counters: all modelled traffic is unicast.
-#: the attribute those fields belong to
-EXT = "PortCountersExtended"
-MIRRORS = {"PortXmitPkts": "PortUnicastXmitPkts", "PortRcvPkts": "PortUnicastRcvPkts"}
+# the names other modules import from here, wherever they are defined
+__all__ = [
+    "FIELDS",
+    "MIRRORS",
+    "READBACK_S",
+    "Lab",
+    "LabPaths",
+    "default_root",
+    "normalize_for_ibsim",
+]
+
 #: seconds between two reads of the QoS setup from the fabric (fluid contention)
 READBACK_S = 2.0
-
-
-def default_root() -> Path:
-    """Where labs live: $IBQOS_LAB_ROOT, else $XDG_STATE_HOME/ibqos/labs."""
-    env = os.environ.get("IBQOS_LAB_ROOT")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "ibqos" / "labs"
-
-
-@dataclass(frozen=True)
-class LabPaths:
-    """Files of one lab."""
-
-    root: Path
-    name: str
-
-    @property
-    def dir(self) -> Path:
-        return self.root / self.name
-
-    def __getattr__(self, item: str) -> Path:
-        files = {
-            "spec": "lab.json",
-            "state": "state.json",
-            "net": "fabric.net",
-            "discovered": LAB_DISCOVERED_FILE,
-            "jobs": "jobs.yaml",
-            "truth": "truth.json",
-            "config": "ibqos.yaml",
-            "run": "run",
-            "ibsim_log": "ibsim.log",
-            "supervisor_log": "supervisor.log",
-        }
-        if item not in files:
-            raise AttributeError(item)
-        return self.dir / files[item]
-
-    @property
-    def opensm(self) -> OpenSMFiles:
-        return OpenSMFiles(self.dir / "opensm")
-
-
-def check_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name):
-        raise LabError(f"lab name {name!r}: expected [A-Za-z][A-Za-z0-9_-]*, at most 32 chars")
-    return name
 
 
 class Lab:
@@ -125,7 +71,7 @@ class Lab:
             self.spec: dict[str, Any] = json.loads(paths.spec.read_text())
         except (OSError, ValueError) as err:
             raise LabError(f"lab {paths.name}: no lab at {paths.dir}") from err
-        self.topo = _load_net(paths.net)
+        self.topo = load_net(paths.net)
         self.sm_node: str = self.spec["sm_node"]
         self.sockname: str = self.spec["sockname"]
         # labs made before the contention models existed ran the crude one
@@ -184,8 +130,8 @@ class Lab:
             )
         if not readback_s > 0 or not progress_window_s > 0:
             raise LabError("the read-back interval and the progress window must be > 0 s")
-        _check_speeds(topo)
-        sm_node = _pick_sm(topo, sm_host)
+        check_speeds(topo)
+        sm_node = pick_sm(topo, sm_host)
         jobs_text = "jobs: []\n"
         if jobs is not None:
             parsed = jobsmod.load_jobs(jobs, traffic=True)
@@ -200,7 +146,7 @@ class Lab:
                 "readback_s": readback_s,
                 "progress_window_s": progress_window_s,
             }
-            _write_files(paths, topo, sm_node, jobs_text, opensm_options or {}, tick_s, extra)
+            write_files(paths, topo, sm_node, jobs_text, opensm_options or {}, tick_s, extra)
         except BaseException:
             shutil.rmtree(paths.dir, ignore_errors=True)
             raise
@@ -311,9 +257,7 @@ class Lab:
         until the model next writes the port.
         """
         assert self.ibsim is not None and self.model is not None
-        names = [*FIELDS, *MIRRORS.values()]
-        lines = [_perfset(p, f"{EXT}.{f}", 0) for p in self.model.router.ports for f in names]
-        errors = self.ibsim.command(lines)
+        errors = self.ibsim.command(counters.clear_lines(self.model.router.ports))
         if errors:
             raise LabError(f"ibsim rejected clearing the counters: {errors[0]}")
 
@@ -366,24 +310,7 @@ class Lab:
         t1 = time.monotonic()
         # fluid: the lanes are known (read back), so the wait is split over the VLs too
         self.model.tick(dt, vls=self.model.vls() if self.readback is not None else None)
-        lines: list[str] = []
-        for port in self.model.router.ports:
-            values = self.model.totals(port)
-            old = self.written.get(port, (0, 0, 0, 0))
-            for field, new, prev in zip(FIELDS, values, old, strict=True):
-                if new != prev:
-                    lines += [
-                        _perfset(port, f"{EXT}.{f}", new)
-                        for f in (field, MIRRORS.get(field))
-                        if f is not None
-                    ]
-            self.written[port] = values
-        # XmitWait of overloaded ports (only those ever overloaded have any)
-        for i in np.flatnonzero(self.model.xmit_wait).tolist():
-            port = self.model.router.ports[i]
-            waits, seen = self.model.wait_counters(port), self.written_wait.get(port, {})
-            lines += [_perfset(port, f, v) for f, v in waits.items() if v != seen.get(f, 0)]
-            self.written_wait[port] = waits
+        lines = counters.changed_lines(self.model, self.written, self.written_wait)
         t2 = time.monotonic()
         errors = self.ibsim.command(lines) if lines else []
         self.timings["tick_readback_s"] = t1 - t0
@@ -399,41 +326,9 @@ class Lab:
         return len(lines)
 
     def truth(self) -> dict[str, Any]:
-        """Ground truth: per job, bytes sent across each fat-tree level (index 0 = hosts),
-        iterations finished and iterations per second over the progress window; with
-        fluid contention also each job's SL and VL and the QoS setup read back."""
+        """Ground truth of the lab now (:func:`ibqos.lab.counters.truth`)."""
         assert self.model is not None
-        model = self.model
-        jobs = {
-            **{jid: (j, False) for jid, j in model.finished.items()},
-            **{jid: (j, True) for jid, j in model.jobs.items()},
-        }
-        arb = model.arbitration
-        out: dict[str, Any] = {
-            "time_s": model.time,
-            "ticks": self.ticks,
-            "lines_last_tick": self.lines_last_tick,
-            "levels": model.uplink_levels + 1,
-            "contention": model.contention,
-            "progress_window_s": model.window_s,
-            "jobs": {},
-        }
-        for jid, (j, running) in jobs.items():
-            entry: dict[str, Any] = {
-                "running": running,
-                "level_bytes": [float(x) for x in j.truth],
-                "level_bytes_per_s": [float(x) for x in j.last_rate],
-                "iterations": j.iterations,
-                "iterations_per_second": j.progress.rate() if running else 0.0,
-            }
-            if arb is not None and running:
-                entry["sl"] = arb.job_sl.get(jid, 0)
-                entry["vl"] = arb.vl_of(jid)
-            out["jobs"][jid] = entry
-        if self.readback is not None:
-            out["qos"] = self.readback.setup.to_dict()
-            out["qos_reads"] = {"reads": self.readback.reads, "failures": self.readback.failures}
-        return out
+        return counters.truth(self.model, self.readback, self.ticks, self.lines_last_tick)
 
     def stop(self, status: str = "stopped") -> None:
         """End OpenSM and ibsim (this lab's own processes); keep the directory."""
@@ -487,19 +382,9 @@ class Lab:
     ) -> subprocess.CompletedProcess[str]:
         """Run a command attached to the lab fabric and capture its output (*stdin*: text
         to feed it)."""
-        try:
-            result = subprocess.run(
-                list(argv),
-                input=stdin,
-                env=self.env(host),
-                cwd=self.paths.run,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise LabError(f"{argv[0]}: {err}") from err
+        result = procs.run_command(
+            argv, env=self.env(host), cwd=self.paths.run, timeout=timeout, stdin=stdin
+        )
         if check and result.returncode != 0:
             msg = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise LabError(f"{' '.join(argv)} failed ({result.returncode}): {msg}")
@@ -539,115 +424,3 @@ class Lab:
                 if procs.alive(procs.ProcRef.from_dict(v))
             }
         atomic_write(self.paths.state, json.dumps(state, indent=1) + "\n")
-
-
-def load_state(paths: LabPaths) -> dict[str, Any]:
-    try:
-        data = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def hostnames(topo: Topology) -> set[str]:
-    return {ca.hostname for ca in topo.cas()}
-
-
-def _perfset(port: Port, field: str, value: int) -> str:
-    """The ibsim console line that sets *field* (``Attribute.Field``) of *port*."""
-    return f'PerformanceSet "{port.node}"[{port.num}] {field}={value}'
-
-
-def _check_speeds(topo: Topology) -> None:
-    for link in topo.links:
-        if link.speed not in LAB_SPEEDS:
-            raise TopologyError(
-                f"link {link.a} - {link.b}: ibsim here cannot simulate "
-                f"{link.speed} (it knows {', '.join(LAB_SPEEDS)})"
-            )
-
-
-def _pick_sm(topo: Topology, sm_host: str | None) -> str:
-    cas = topo.cas()
-    if not cas:
-        raise TopologyError("the topology has no CA to run OpenSM on")
-    if sm_host is None:
-        named = [c for c in cas if c.hostname.startswith("opensm")]
-        return (named or cas)[0].id
-    for ca in cas:
-        if sm_host in (ca.id, ca.hostname, ca.desc):
-            return ca.id
-    raise LabError(f"--sm-host {sm_host!r}: no such CA in the topology")
-
-
-def _load_net(path: Path) -> Topology:
-    try:
-        return parse_ibnetdiscover(path.read_text(), str(path))
-    except OSError as err:
-        raise LabError(f"{path}: cannot read: {err.strerror}") from err
-
-
-def _write_files(
-    paths: LabPaths,
-    topo: Topology,
-    sm_node: str,
-    jobs_text: str,
-    opensm_options: Mapping[str, str],
-    tick_s: float,
-    extra: Mapping[str, object],
-) -> None:
-    sockname = "ibqos-" + hashlib.sha1(str(paths.dir.resolve()).encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
-    atomic_write(paths.net, format_ibnetdiscover(topo))
-    atomic_write(paths.jobs, jobs_text)
-    osm = paths.opensm
-    header = f"opensm.conf of ibqos lab {paths.name}"
-    atomic_write(osm.conf, render_conf(osm, opensm_options, header))
-    atomic_write(osm.policy, MINIMAL_POLICY)
-    atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
-    config = {
-        # a lab is a simulation: the agent changes its OpenSM at once (the default,
-        # observe, is for production fabrics: docs/deploy.md)
-        "mode": "enforce",
-        "opensm": {
-            "conf": str(osm.conf),
-            "policy_file": str(osm.policy),
-            "log": str(osm.log),
-            "pid_file": str(osm.pid),
-        },
-        "jobs": {"source": "file", "path": str(paths.jobs)},
-        # the agent's memory and OpenSM file backups stay inside the lab
-        "agent": {"state_dir": str(paths.dir / "agent")},
-        "lab": {"name": paths.name, "dir": str(paths.dir)},
-    }
-    atomic_write(
-        paths.config,
-        f"# ibqos configuration of lab {paths.name} (written by "
-        f"'ibqos lab up')\n" + yaml.safe_dump(config, sort_keys=False),
-    )
-    spec = {
-        "name": paths.name,
-        "sockname": sockname,
-        "sm_node": sm_node,
-        "tick_s": tick_s,
-        **extra,
-        "created": time.time(),
-    }
-    atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")
-
-
-def normalize_for_ibsim(topo: Topology) -> Topology:
-    """Give every node a GUID and CA ports the GUIDs ibsim will use (node GUID + port), so
-    the nodes found by ibnetdiscover can be matched to the file's nodes."""
-    out = Topology()
-    next_guid = 0x0C42A10302000000
-    for node in topo.nodes.values():
-        guid = node.guid
-        if guid is None:
-            guid, next_guid = next_guid, next_guid + 64
-        out.add_node(type(node)(node.id, node.kind, node.nports, node.desc, guid))
-        if node.kind != "switch":
-            for num in range(1, node.nports + 1):
-                out.port_guids[Port(node.id, num)] = guid + num
-    for link in topo.links:
-        out.add_link(link)
-    return out

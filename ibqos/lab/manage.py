@@ -26,7 +26,8 @@ from ibqos.fabric.topology import Topology
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
 from ibqos.lab import procs
-from ibqos.lab.lab import READBACK_S, Lab, LabPaths, check_name, hostnames, load_state
+from ibqos.lab.files import LabPaths, check_name, hostnames, load_state
+from ibqos.lab.lab import READBACK_S, Lab
 from ibqos.lab.progress import WINDOW_S
 
 

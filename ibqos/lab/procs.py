@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ibqos.errors import LabError
+from ibqos.tools import find_tool, run_tool
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def spawn(
     ``preexec_fn`` (unsafe once threads run).  An orphaned ibsim would otherwise read EOF
     on its console and spin at 100 % CPU (reference C.1).
     """
-    tool = shutil.which(argv[0], path=env.get("PATH"))
+    tool = find_tool(argv[0], env)
     if tool is None:
         raise LabError(f"{argv[0]}: not found on PATH (run 'make setup' to install it)")
     prefix = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
@@ -108,6 +109,33 @@ def spawn(
         )
     except OSError as err:
         raise LabError(f"cannot start {argv[0]}: {err}") from err
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a one-shot command of the lab to its end and capture its output as text.
+
+    Args:
+        argv: the command line.
+        env: its whole environment.
+        cwd: its working directory.
+        timeout: seconds before it is killed.
+        stdin: text to feed it (None: this process's stdin).
+
+    Raises:
+        LabError: it could not start or did not end in time (naming ``argv[0]``); a
+            non-zero exit is the caller's to judge.
+    """
+    done = run_tool(argv, timeout_s=timeout, env=env, cwd=cwd, stdin=stdin)
+    if done.cause is not None:
+        raise LabError(f"{argv[0]}: {done.cause}") from done.cause
+    return done.completed()
 
 
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -33,6 +32,7 @@ import yaml
 
 from ibqos.errors import LabError, PrometheusQueryError
 from ibqos.lab import procs
+from ibqos.tools import find_tool, run_tool
 
 #: Samples older than this are dropped; a lab server lives for minutes, not days.
 RETENTION = "1h"
@@ -218,19 +218,12 @@ class PrometheusServer:
 
     def check_config(self) -> None:
         """Run ``promtool check config`` (it also checks the rule files it names)."""
-        promtool = shutil.which("promtool")
+        promtool = find_tool("promtool")
         if promtool is None:
             raise LabError("promtool: not found on PATH (run 'make setup' to install it)")
-        try:
-            out = subprocess.run(
-                [promtool, "check", "config", str(self.config)],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise LabError(f"promtool check config {self.config} failed to run") from err
+        out = run_tool([promtool, "check", "config", str(self.config)], timeout_s=30)
+        if out.cause is not None:
+            raise LabError(f"promtool check config {self.config} failed to run") from out.cause
         if out.returncode != 0:
             text = " | ".join(
                 line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()

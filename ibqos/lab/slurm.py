@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ibqos.errors import LabError
 from ibqos.lab import procs
+from ibqos.tools import run_tool
 
 __all__ = ["SlurmCluster"]
 
@@ -123,6 +124,9 @@ class SlurmCluster:
         except OSError as err:
             shutil.rmtree(self.base, ignore_errors=True)
             raise LabError(f"slurm cluster: cannot write {self.base}") from err
+        except LabError:
+            shutil.rmtree(self.base, ignore_errors=True)
+            raise
 
     # -- files ----------------------------------------------------------------------
     def _write(self, scripts: Mapping[str, Path], options: Mapping[str, str]) -> None:
@@ -132,12 +136,13 @@ class SlurmCluster:
         for node in self.nodes:
             (self.base / "spool" / node).mkdir()
         self.jobs_dir.chmod(0o777)  # jobs may run as any user
-        subprocess.run(
+        made = run_tool(
             ["mungekey", "--create", f"--keyfile={self.base / 'key' / 'munge.key'}"],
-            check=True,
-            capture_output=True,
+            timeout_s=60,
             env=self._tool_env(),
         )
+        if not made.ok:
+            raise LabError(f"slurm cluster: {made.message()}")
         ports = _free_ports(len(self.nodes) + 1)
         self.ctld_port = ports[0]
         text = _SLURM_CONF.format(
@@ -244,18 +249,7 @@ class SlurmCluster:
     # -- commands -------------------------------------------------------------------
     def run(self, argv: Sequence[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run a Slurm command against this cluster and capture its output."""
-        try:
-            return subprocess.run(
-                list(argv),
-                env=self.env(),
-                cwd=self.jobs_dir,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise LabError(f"{argv[0]}: {err}") from err
+        return procs.run_command(argv, env=self.env(), cwd=self.jobs_dir, timeout=timeout)
 
     def sbatch(self, script: str, *args: str) -> str:
         """Submit a batch script (text) with sbatch *args*; return the job id."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from ibqos.errors import IbqosError, JobsError
 from ibqos.fsio import atomic_write
 from ibqos.lab import procs
-from ibqos.lab.lab import Lab, LabPaths, load_state
+from ibqos.lab.files import LabPaths, load_state
+from ibqos.lab.lab import Lab
 from ibqos.lab.progress import MetricsServer
 from ibqos.lab.progress import serve as serve_metrics
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from ibqos.slurm.squeue import (
     parse_version,
     squeue_argv,
 )
+from ibqos.tools import run_tool
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ Runner = Callable[[Sequence[str], float], Completed]
 
 
 def subprocess_runner(conf: str | None = None) -> Runner:
-    """A :data:`Runner` over :func:`subprocess.run`; *conf* becomes ``SLURM_CONF``."""
+    """A :data:`Runner` over :func:`ibqos.tools.run_tool`; *conf* becomes ``SLURM_CONF``."""
     env = dict(os.environ)
     if conf is not None:
         env["SLURM_CONF"] = conf
@@ -65,19 +65,11 @@ def subprocess_runner(conf: str | None = None) -> Runner:
     env.pop("LD_PRELOAD", None)
 
     def run(argv: Sequence[str], timeout_s: float) -> Completed:
-        try:
-            done = subprocess.run(
-                list(argv),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+        done = run_tool(argv, timeout_s=timeout_s, env=env)
+        if done.timed_out:
             return Completed(124, "", f"no answer within {timeout_s:g} s")
-        except OSError as err:
-            return Completed(127, "", f"cannot run {argv[0]}: {err.strerror or err}")
+        if done.returncode is None:
+            return Completed(127, "", f"cannot run {argv[0]}: {done.reason}")
         return Completed(done.returncode, done.stdout, done.stderr)
 
     return run

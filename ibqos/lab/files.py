@@ -1,0 +1,208 @@
+"""The files of a lab: where they are, and what a new lab directory holds.
+
+Layout of ``<root>/<name>/``::
+
+    lab.json            what the lab is (name, sockname, SM host, tick, contention model)
+    state.json          its processes (pid + start time), status, metrics endpoint
+    fabric.net          topology given to ibsim (ibnetdiscover format)
+    ibnetdiscover.txt   the fabric as discovered once OpenSM is up (with LIDs)
+    jobs.yaml           the job mix (re-read when it changes)
+    truth.json          ground truth: bytes per job and fat-tree level, iterations,
+                        the QoS setup read back (fluid contention)
+    ibqos.yaml          ibqos configuration for this lab
+    opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
+    run/                working directory of umad2sim clients (they create sys-<pid>/)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ibqos.config.schema import LAB_DISCOVERED_FILE
+from ibqos.errors import LabError, TopologyError
+from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
+from ibqos.fsio import atomic_write
+from ibqos.lab.opensm import MINIMAL_POLICY, PER_MODULE_LOGGING, OpenSMFiles, render_conf
+
+__all__ = [
+    "LAB_SPEEDS",
+    "LabPaths",
+    "check_name",
+    "check_speeds",
+    "default_root",
+    "hostnames",
+    "load_net",
+    "load_state",
+    "normalize_for_ibsim",
+    "pick_sm",
+    "write_files",
+]
+
+#: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
+LAB_SPEEDS = ("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR")
+NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+
+
+def default_root() -> Path:
+    """Where labs live: $IBQOS_LAB_ROOT, else $XDG_STATE_HOME/ibqos/labs."""
+    env = os.environ.get("IBQOS_LAB_ROOT")
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "ibqos" / "labs"
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Files of one lab."""
+
+    root: Path
+    name: str
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.name
+
+    def __getattr__(self, item: str) -> Path:
+        files = {
+            "spec": "lab.json",
+            "state": "state.json",
+            "net": "fabric.net",
+            "discovered": LAB_DISCOVERED_FILE,
+            "jobs": "jobs.yaml",
+            "truth": "truth.json",
+            "config": "ibqos.yaml",
+            "run": "run",
+            "ibsim_log": "ibsim.log",
+            "supervisor_log": "supervisor.log",
+        }
+        if item not in files:
+            raise AttributeError(item)
+        return self.dir / files[item]
+
+    @property
+    def opensm(self) -> OpenSMFiles:
+        return OpenSMFiles(self.dir / "opensm")
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name):
+        raise LabError(f"lab name {name!r}: expected [A-Za-z][A-Za-z0-9_-]*, at most 32 chars")
+    return name
+
+
+def load_state(paths: LabPaths) -> dict[str, Any]:
+    try:
+        data = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def hostnames(topo: Topology) -> set[str]:
+    return {ca.hostname for ca in topo.cas()}
+
+
+def check_speeds(topo: Topology) -> None:
+    for link in topo.links:
+        if link.speed not in LAB_SPEEDS:
+            raise TopologyError(
+                f"link {link.a} - {link.b}: ibsim here cannot simulate "
+                f"{link.speed} (it knows {', '.join(LAB_SPEEDS)})"
+            )
+
+
+def pick_sm(topo: Topology, sm_host: str | None) -> str:
+    cas = topo.cas()
+    if not cas:
+        raise TopologyError("the topology has no CA to run OpenSM on")
+    if sm_host is None:
+        named = [c for c in cas if c.hostname.startswith("opensm")]
+        return (named or cas)[0].id
+    for ca in cas:
+        if sm_host in (ca.id, ca.hostname, ca.desc):
+            return ca.id
+    raise LabError(f"--sm-host {sm_host!r}: no such CA in the topology")
+
+
+def load_net(path: Path) -> Topology:
+    try:
+        return parse_ibnetdiscover(path.read_text(), str(path))
+    except OSError as err:
+        raise LabError(f"{path}: cannot read: {err.strerror}") from err
+
+
+def write_files(
+    paths: LabPaths,
+    topo: Topology,
+    sm_node: str,
+    jobs_text: str,
+    opensm_options: Mapping[str, str],
+    tick_s: float,
+    extra: Mapping[str, object],
+) -> None:
+    sockname = "ibqos-" + hashlib.sha1(str(paths.dir.resolve()).encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
+    atomic_write(paths.net, format_ibnetdiscover(topo))
+    atomic_write(paths.jobs, jobs_text)
+    osm = paths.opensm
+    header = f"opensm.conf of ibqos lab {paths.name}"
+    atomic_write(osm.conf, render_conf(osm, opensm_options, header))
+    atomic_write(osm.policy, MINIMAL_POLICY)
+    atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
+    config = {
+        # a lab is a simulation: the agent changes its OpenSM at once (the default,
+        # observe, is for production fabrics: docs/deploy.md)
+        "mode": "enforce",
+        "opensm": {
+            "conf": str(osm.conf),
+            "policy_file": str(osm.policy),
+            "log": str(osm.log),
+            "pid_file": str(osm.pid),
+        },
+        "jobs": {"source": "file", "path": str(paths.jobs)},
+        # the agent's memory and OpenSM file backups stay inside the lab
+        "agent": {"state_dir": str(paths.dir / "agent")},
+        "lab": {"name": paths.name, "dir": str(paths.dir)},
+    }
+    atomic_write(
+        paths.config,
+        f"# ibqos configuration of lab {paths.name} (written by "
+        f"'ibqos lab up')\n" + yaml.safe_dump(config, sort_keys=False),
+    )
+    spec = {
+        "name": paths.name,
+        "sockname": sockname,
+        "sm_node": sm_node,
+        "tick_s": tick_s,
+        **extra,
+        "created": time.time(),
+    }
+    atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")
+
+
+def normalize_for_ibsim(topo: Topology) -> Topology:
+    """Give every node a GUID and CA ports the GUIDs ibsim will use (node GUID + port), so
+    the nodes found by ibnetdiscover can be matched to the file's nodes."""
+    out = Topology()
+    next_guid = 0x0C42A10302000000
+    for node in topo.nodes.values():
+        guid = node.guid
+        if guid is None:
+            guid, next_guid = next_guid, next_guid + 64
+        out.add_node(type(node)(node.id, node.kind, node.nports, node.desc, guid))
+        if node.kind != "switch":
+            for num in range(1, node.nports + 1):
+                out.port_guids[Port(node.id, num)] = guid + num
+    for link in topo.links:
+        out.add_link(link)
+    return out
