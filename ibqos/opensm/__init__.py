@@ -1,29 +1,63 @@
-"""OpenSM's files: render opensm.conf QoS keys and qos-policy.conf, and check them.
+"""OpenSM's files: render opensm.conf QoS keys and qos-policy.conf, check them, apply them
+safely, and verify that OpenSM serves them.
 
 - :mod:`ibqos.opensm.conf`: the QoS keys ibqos owns in the admin's opensm.conf;
 - :mod:`ibqos.opensm.policy`: ibqos's block of qos-policy.conf (a port-group per job, a
   qos-level per SL, match rules), and a parser that mirrors OpenSM's;
 - :mod:`ibqos.opensm.check`: the checker both files pass before anything is written
-  (``ibqos check-opensm FILE...``).
+  (``ibqos check-opensm FILE...``);
+- :mod:`ibqos.opensm.apply`: the one path that writes them (lock, backup, atomic write,
+  signal, log check, rollback);
+- :mod:`ibqos.opensm.verify`: SA queries that show OpenSM serves what was written;
+- :mod:`ibqos.opensm.observe`: observe mode, which keeps what would be written beside the
+  state instead.
 
-Nothing here writes files or signals OpenSM: these modules render and check text.
+conf, policy and check only render and check text; apply alone writes OpenSM's files and
+signals OpenSM.
 """
 
-from ibqos.opensm.check import Finding, check_conf, check_file, check_policy
-from ibqos.opensm.conf import PORT_TYPES, RenderError, managed_values, parse_conf, render_conf
-from ibqos.opensm.policy import PolicyJob, parse_policy, render_policy
+from ibqos.opensm.apply import Applier, ApplyResult, Signaller, make_signaller, read_file
+from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
+from ibqos.opensm.conf import (
+    PORT_TYPES,
+    RenderError,
+    managed_keys,
+    managed_values,
+    parse_conf,
+    render_conf,
+    routing_engine,
+)
+from ibqos.opensm.observe import Observer, file_diffs
+from ibqos.opensm.policy import Policy, PolicyJob, job_sls, parse_policy, render_policy
+from ibqos.opensm.verify import Expected, PathCheck, check_until, expected_after
 
 __all__ = [
     "PORT_TYPES",
+    "Applier",
+    "ApplyResult",
+    "Expected",
     "Finding",
+    "Observer",
+    "PathCheck",
+    "Policy",
     "PolicyJob",
     "RenderError",
+    "Signaller",
     "check_conf",
     "check_file",
     "check_policy",
+    "check_until",
+    "detect_kind",
+    "expected_after",
+    "file_diffs",
+    "job_sls",
+    "make_signaller",
+    "managed_keys",
     "managed_values",
     "parse_conf",
     "parse_policy",
+    "read_file",
     "render_conf",
     "render_policy",
+    "routing_engine",
 ]
