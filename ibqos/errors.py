@@ -2,7 +2,7 @@
 
 Every error names the input it is about (a file, a key path, a lab, a node) so that
 the CLI can print one line that tells an admin what to fix.  The core raises these;
-only :mod:`ibqos.cli.main` turns them into messages and exit codes.
+only :mod:`ibqos.cli` turns them into messages and exit codes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 from click.testing import CliRunner
 from labcheck import QUIET
 
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.replay import SweepRecorder
 from ibqos.lab.fabric import (

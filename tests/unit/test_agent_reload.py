@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ibqos.agent.daemon import Agent
 from ibqos.agent.lock import AgentLock
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
 from ibqos.config.schema import load_config
 from ibqos.opensm.apply import CommandSignaller

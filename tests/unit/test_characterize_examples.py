@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ibqos.characterize.trace import load_csv_trace
 from ibqos.classify.profiles import ProfileStore, load_profile
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "characterize"
 TRACES = EXAMPLES / "traces"

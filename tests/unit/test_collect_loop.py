@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from ibqos.cli.main import cli
+from ibqos.cli import cli
 from ibqos.collect.loop import Collector
 from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep, empty_table
