@@ -84,7 +84,18 @@ MIN_PORTS = 5000  # a timed measurement of native/minimal covers at least this m
 SEED = 3  # the sample is the same on every run
 PQ_TIMEOUT_S = 30.0
 #: the sources whose speed is measured (their hash is printed with the results)
-CODE = ("collect/native.py", "collect/perfquery.py", "mad/umad.py", "mad/pma.py")
+CODE = (
+    "collect/native.py",
+    "collect/pipeline.py",
+    "collect/native_table.py",
+    "collect/perfquery.py",
+    "collect/perfquery_parse.py",
+    "collect/perfquery_plan.py",
+    "collect/diags.py",
+    "tools.py",
+    "mad/umad.py",
+    "mad/pma.py",
+)
 
 NATIVE = "native data-only"
 NATIVE_XW = "native + XmitWait"

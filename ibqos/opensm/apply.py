@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ibqos.errors import ApplyError
 from ibqos.fsio import atomic_remove, atomic_write
+from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
     from ibqos.config.schema import OpenSMConfig
@@ -114,14 +114,13 @@ class CommandSignaller:
         return " ".join(self.argv)
 
     def signal(self) -> None:
-        try:
-            proc = subprocess.run(
-                self.argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except subprocess.TimeoutExpired as err:
-            raise ApplyError(f"{self.describe()}: {err}", maybe_signalled=True) from err
-        except OSError as err:
-            raise ApplyError(f"{self.describe()}: {err}") from err
+        proc = run_tool(self.argv, timeout_s=self.timeout_s)
+        if proc.timed_out:
+            # killed mid-way: the signal may already have reached OpenSM
+            raise ApplyError(f"{self.describe()}: {proc.cause}", maybe_signalled=True)
+        if proc.cause is not None:
+            raise ApplyError(f"{self.describe()}: {proc.cause}")
+        assert proc.returncode is not None  # it exited
         if proc.returncode < 0:  # killed (SIGTERM to the service's control group)
             raise ApplyError(
                 f"{self.describe()}: killed by signal {-proc.returncode}", maybe_signalled=True

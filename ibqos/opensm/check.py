@@ -46,11 +46,11 @@ from ibqos.opensm.conf import (
     split_lines,
     strtoul,
 )
-from ibqos.opensm.policy import fold, parse_policy
+from ibqos.opensm.policy.model import Severity, fold
+from ibqos.opensm.policy.parser import parse_policy
 
 __all__ = ["Finding", "Kind", "check_conf", "check_file", "check_policy", "detect_kind"]
 
-Severity = Literal["error", "warning"]
 Kind = Literal["conf", "policy"]
 #: fgets(line, 1023) in osm_subn_parse_conf_file: longer lines are read in pieces
 MAX_CONF_LINE = 1022
