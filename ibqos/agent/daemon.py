@@ -205,10 +205,8 @@ class Agent:
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
         decider = Decider.from_config(config, fabric, lanes)
         # continue from the saved state: running jobs keep their SLs and classes
-        decider.known_sl = dict(self.state.job_sl)
-        decider.known_cls = dict(self.state.job_cls)
-        decider.history = dict(self.state.history)
-        decider.last_finished = dict(self.state.finished)
+        state = self.state
+        decider.restore(state.job_sl, state.job_cls, state.history, state.finished)
         return decider
 
     def serve_metrics(self) -> None:
