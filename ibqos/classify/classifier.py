@@ -43,10 +43,6 @@ if TYPE_CHECKING:
     from ibqos.attribute.jobmap import MappedJob
     from ibqos.fabric.model import Fabric, PortKey
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-
 
 # -- available bandwidth ------------------------------------------------------------------
 
@@ -243,13 +239,13 @@ class Utilizations:
         level: per job, the level that gave the intensity.
     """
 
-    rate: FloatArray
-    avail: FloatArray
-    util: FloatArray
-    known: BoolArray
-    sampled: BoolArray
-    intensity: FloatArray
-    level: IntArray
+    rate: npt.NDArray[np.float64]
+    avail: npt.NDArray[np.float64]
+    util: npt.NDArray[np.float64]
+    known: npt.NDArray[np.bool_]
+    sampled: npt.NDArray[np.bool_]
+    intensity: npt.NDArray[np.float64]
+    level: npt.NDArray[np.int64]
 
 
 class JobUtilization:
@@ -266,7 +262,7 @@ class JobUtilization:
 
     def __init__(self, capacities: Capacities) -> None:
         self.capacities = capacities
-        self._last: tuple[tuple[MappedJob, ...], FloatArray] | None = None
+        self._last: tuple[tuple[MappedJob, ...], npt.NDArray[np.float64]] | None = None
         self._rows: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
 
     def utilizations(
@@ -318,7 +314,7 @@ class JobUtilization:
             sampled &= np.array([mj.id in planned for mj in jobs], dtype=np.bool_)
         return Utilizations(rate, avail, util, known, sampled, value, level)
 
-    def _available(self, mapped: tuple[MappedJob, ...]) -> FloatArray:
+    def _available(self, mapped: tuple[MappedJob, ...]) -> npt.NDArray[np.float64]:
         """``avail[j, l]`` of every job (rows kept by job, see the class docstring)."""
         if self._last is not None and self._last[0] == mapped:
             return self._last[1]
