@@ -1,0 +1,43 @@
+"""The agent: ``ibqos run``, the daemon beside OpenSM, and what it keeps between runs.
+
+- :mod:`~ibqos.agent.daemon`: :class:`Agent`, the loop at a steady cadence, with signals;
+  it is built up from :mod:`~ibqos.agent.parts` (the parts the config builds),
+  :mod:`~ibqos.agent.cycle` (one cycle), :mod:`~ibqos.agent.sinks` (apply, observe or
+  dry run) and :mod:`~ibqos.agent.reload` (SIGHUP);
+- :mod:`~ibqos.agent.state`: the state file; :mod:`~ibqos.agent.status`: ``ibqos status``;
+- :mod:`~ibqos.agent.lock`: one agent per state directory;
+- :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
+- :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``);
+- :mod:`~ibqos.agent.lanes`, :mod:`~ibqos.agent.wiring`: the lanes and the pipeline's
+  parts as the config says.
+"""
+
+from ibqos.agent.daemon import Agent, next_tick
+from ibqos.agent.handoff import Answer, SlBoard, SlServer, ask_sl, check_job_id
+from ibqos.agent.lanes import opensm_routing_engine, resolve_lanes
+from ibqos.agent.lock import AgentLock, holder
+from ibqos.agent.sdnotify import Notifier
+from ibqos.agent.state import AgentState, load_state, save_state
+from ibqos.agent.status import render_status
+from ibqos.agent.wiring import fabric_from_config, make_job_source
+
+__all__ = [
+    "Agent",
+    "AgentLock",
+    "AgentState",
+    "Answer",
+    "Notifier",
+    "SlBoard",
+    "SlServer",
+    "ask_sl",
+    "check_job_id",
+    "fabric_from_config",
+    "holder",
+    "load_state",
+    "make_job_source",
+    "next_tick",
+    "opensm_routing_engine",
+    "render_status",
+    "resolve_lanes",
+    "save_state",
+]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ibqos.attribute.jobmap import FileJobSource, JobSource
 from ibqos.config.schema import Config
 from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_ibnetdiscover
+from ibqos.slurm.source import SlurmJobSource
 
 
 def fabric_from_config(cfg: Config, env: Mapping[str, str] | None = None) -> Fabric:
@@ -20,3 +22,10 @@ def fabric_from_config(cfg: Config, env: Mapping[str, str] | None = None) -> Fab
         assert cfg.lab is not None  # checked by the config
         return fabric_from_file(cfg.lab.discovered, root_guids=roots)
     return fabric_from_ibnetdiscover(env=env, root_guids=roots)
+
+
+def make_job_source(config: Config) -> JobSource:
+    """The job source the ``jobs`` section names: a job file/directory, or Slurm."""
+    if config.jobs.source == "slurm":
+        return SlurmJobSource(config.slurm)
+    return FileJobSource(config.jobs.path)

@@ -10,8 +10,12 @@ over time (EWMA) and sorted into classes (``low``, ``moderate``, ``high``) with 
   :func:`available` / :meth:`Capacities.available` give ``avail[j, l]`` for every level
   (:meth:`Capacities.available_many`: for many jobs at once, with numpy).
 - :func:`utilization` divides the attributed rates by it, :func:`intensity` takes the max.
+- :class:`JobUtilization` does both for all the running jobs of a decision cycle at once,
+  on arrays (one row per job, one column per level), and keeps each job's ``avail`` while
+  it runs: :class:`Utilizations`.
 - :class:`Classifier` keeps each job's smoothed intensity and class across cycles
-  (:meth:`Classifier.update_many`: many jobs whose intensity is already known).
+  (:meth:`Classifier.update_many`: many jobs whose intensity is already known;
+  :meth:`Classifier.classify`: the running jobs of a cycle).
 
 Levels with no available bandwidth.  The top level's subtree is the whole fabric and has no
 uplinks, so nothing crosses upward there; a subtree whose uplinks are all down cannot send
@@ -24,7 +28,7 @@ Everything here is pure: no I/O, no clock (times are passed in, in seconds).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -35,6 +39,7 @@ import numpy.typing as npt
 from ibqos.config.classes import CLASSES, Class, Thresholds
 
 if TYPE_CHECKING:
+    from ibqos.attribute.attribution import Attribution
     from ibqos.attribute.jobmap import MappedJob
     from ibqos.fabric.model import Fabric, PortKey
 
@@ -217,6 +222,114 @@ def intensity(util_by_level: Mapping[int, float]) -> tuple[float, int | None]:
     return pool[level], level
 
 
+@dataclass(frozen=True, slots=True)
+class Utilizations:
+    """The running jobs' figures of one decision cycle: one row per job (in job order),
+    one column per level 0..height.
+
+    Attributes:
+        rate: bytes per second the job sends across the level; NaN where a port it needs
+            did not answer.
+        avail: uplink capacity of the level's subtrees holding the job (level 0: its
+            hosts' ports), bytes per second; 0.0 at the top level.
+        util: ``rate / avail`` where *known*, else NaN.
+        known: both are known and ``avail > 0``.
+        sampled: per job, whether it has a sample this cycle.
+        intensity: per job, its intensity (where *sampled*).
+        level: per job, the level that gave the intensity.
+    """
+
+    rate: npt.NDArray[np.float64]
+    avail: npt.NDArray[np.float64]
+    util: npt.NDArray[np.float64]
+    known: npt.NDArray[np.bool_]
+    sampled: npt.NDArray[np.bool_]
+    intensity: npt.NDArray[np.float64]
+    level: npt.NDArray[np.int64]
+
+
+class JobUtilization:
+    """:func:`utilization` and :func:`intensity` of every running job at once.
+
+    A cycle must stay well under a second with 50k ports and thousands of jobs
+    (``docs/plan-benchmark.md``), so the figures are arrays, and ``avail[j, l]``, which
+    depends only on a job's ports, is computed when a job first appears and kept while it
+    runs.
+
+    Args:
+        capacities: the fabric's tables.
+    """
+
+    def __init__(self, capacities: Capacities) -> None:
+        self.capacities = capacities
+        self._last: tuple[tuple[MappedJob, ...], npt.NDArray[np.float64]] | None = None
+        self._rows: dict[int, tuple[MappedJob, list[float]]] = {}  # by id() of the job
+
+    def utilizations(
+        self,
+        mapped: Sequence[MappedJob],
+        attribution: Attribution,
+        planned: Container[str] | None = None,
+    ) -> Utilizations:
+        """The jobs' figures from their attributed rates.
+
+        A job has a sample when some level >= 1 (where jobs share links) is known, or, on
+        a single-switch fabric, when level 0 is.  Its intensity is the largest known
+        utilization over the levels >= 1 (else level 0), ties to the lowest level.
+
+        Args:
+            mapped: the running jobs.
+            attribution: their rates, rows in the order of *mapped*.
+            planned: when the rates were not swept for this cycle, the jobs the plan in
+                force holds: only they have a sample (the others' nodes were not running
+                them when the rates were swept).
+
+        Raises:
+            ValueError: a known utilization is negative or not finite.
+        """
+        jobs = tuple(mapped)
+        avail = self._available(jobs)
+        rate = np.full(avail.shape, math.nan)
+        rate[:, list(attribution.levels)] = attribution.bytes_per_s
+        known = (avail > 0) & np.isfinite(rate)
+        util = np.divide(rate, avail, out=np.full(avail.shape, math.nan), where=known)
+        shared = known & (np.arange(util.shape[1]) >= 1)
+        has_shared = np.asarray(shared.any(axis=1), dtype=np.bool_)
+        single = self.capacities.height <= 1
+        sampled = has_shared | (np.asarray(known.any(axis=1), dtype=np.bool_) & single)
+        wrong = known & ~(np.isfinite(util) & (util >= 0))
+        bad = np.flatnonzero(sampled & wrong.any(axis=1))
+        if len(bad):
+            j = int(bad[0])
+            lvl = int(np.flatnonzero(wrong[j])[0])
+            raise ValueError(
+                f"job {jobs[j].id}: level {lvl}: utilization {float(util[j, lvl])!r}"
+                " is not a finite value >= 0"
+            )
+        pool = np.where(has_shared[:, None], shared, known)
+        candidates = np.where(pool, util, -math.inf)
+        level = np.asarray(candidates.argmax(axis=1), dtype=np.int64)  # ties: the lowest level
+        value = np.asarray(candidates[np.arange(len(level)), level], dtype=np.float64)
+        if planned is not None:
+            sampled &= np.array([mj.id in planned for mj in jobs], dtype=np.bool_)
+        return Utilizations(rate, avail, util, known, sampled, value, level)
+
+    def _available(self, mapped: tuple[MappedJob, ...]) -> npt.NDArray[np.float64]:
+        """``avail[j, l]`` of every job (rows kept by job, see the class docstring)."""
+        if self._last is not None and self._last[0] == mapped:
+            return self._last[1]
+        # by identity: the job mapper hands back the same MappedJob while a job runs
+        known = self._rows
+        new = [mj for mj in mapped if (hit := known.get(id(mj))) is None or hit[0] is not mj]
+        rows = self.capacities.available_many([mj.ports for mj in new]).tolist()
+        fresh = {id(mj): (mj, row) for mj, row in zip(new, rows, strict=True)}
+        self._rows = {id(mj): fresh.get(id(mj)) or known[id(mj)] for mj in mapped}
+        width = self.capacities.height + 1
+        avail = np.array([self._rows[id(mj)][1] for mj in mapped]).reshape(-1, width)
+        self._last = (mapped, avail)
+        return avail
+
+
 # -- classes ------------------------------------------------------------------------------
 
 
@@ -389,6 +502,39 @@ class Classifier:
             changed=changed,
         )
         return state.result
+
+    def classify(
+        self,
+        job_ids: Sequence[str],
+        figures: Utilizations,
+        now_s: float,
+        expected: Sequence[str],
+    ) -> list[JobClass | None]:
+        """Classify the running jobs of a decision cycle, and forget the jobs that ended.
+
+        Args:
+            job_ids: the running jobs.
+            figures: their figures (rows in the order of *job_ids*); a job that is not
+                ``sampled`` keeps its last sample.
+            now_s: the cycle's time, seconds.
+            expected: each job's class to start in if it is new.
+
+        Returns:
+            Each job's latest classification (None: never sampled).
+        """
+        samples: list[JobClass | None] = [self.get(job_id) for job_id in job_ids]
+        now = np.flatnonzero(figures.sampled).tolist()
+        updated = self.update_many(
+            [job_ids[i] for i in now],
+            figures.intensity[now].tolist(),
+            figures.level[now].tolist(),
+            now_s,
+            [expected[i] for i in now],
+        )
+        for i, sample in zip(now, updated, strict=True):
+            samples[i] = sample
+        self.prune(job_ids)
+        return samples
 
     def get(self, job_id: str) -> JobClass | None:
         """The job's latest classification, None for a job never updated (or forgotten)."""

@@ -2,7 +2,7 @@
 
 The characterization of DESIGN.md ("Characterization: per-level utilization"), computed
 from a job's communication instead of from counters: given who sends how much to whom
-(:class:`NodeTraffic`) and which hosts the job runs on (:class:`Placement`),
+(:class:`~ibqos.classify.traffic.NodeTraffic`) and which hosts the job runs on (:class:`Placement`),
 
 - ``rate[l]``: bytes per second crossing level *l* -- level 0 everything the nodes send,
   level *l* >= 1 what goes to a node in another level-*l* subtree.  With minimal routing
@@ -27,100 +27,30 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from ibqos.attribute.jobmap import host_ports, natural_key  # hosts sorted as the job mapper does
-from ibqos.attribute.patterns import traffic_matrix
 from ibqos.classify.classifier import (
     Capacities,
     class_of,
     intensity,
     utilization,
 )
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.config.classes import (
     Class,
     Thresholds,
 )
-from ibqos.errors import JobsError, TopologyError
+from ibqos.errors import TopologyError
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, PortKey
-from ibqos.jobs.jobfile import Job
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class NodeTraffic:
-    """Bytes sent between a job's nodes (0 .. nodes - 1, in node order), per interval.
-
-    Attributes:
-        nodes: the job's node count.
-        interval_s: length of each interval, seconds.
-        span_s: seconds the traffic covers (at least the sum of the intervals: time
-            between intervals has no traffic).
-        interval, src, dst: per record, its interval and the two nodes (never the same).
-        bytes: per record, bytes sent in the interval.
-    """
-
-    nodes: int
-    interval_s: FloatArray
-    span_s: float
-    interval: IntArray
-    src: IntArray
-    dst: IntArray
-    bytes: FloatArray
-
-    @classmethod
-    def from_job(cls, job: Job) -> NodeTraffic:
-        """A lab job's declared traffic (``docs/jobs.md``): one period of *period_s*
-        seconds whose first ``duty * period_s`` seconds send its pattern at full rate.
-
-        Raises:
-            JobsError: the job does not declare pattern, rate, duty and period.
-        """
-        if not (job.pattern and job.has_rates):
-            raise JobsError(
-                f"job {job.id}: needs pattern, rate_bytes_per_s, duty and period_s"
-                " to be characterized"
-            )
-        m = traffic_matrix(job)
-        s, d = np.nonzero(m)
-        comm_s = job.duty * job.period_s
-        return cls(
-            nodes=len(job.nodes),
-            interval_s=np.array([comm_s]),
-            span_s=job.period_s,
-            interval=np.zeros(len(s), dtype=np.int64),
-            src=s.astype(np.int64),
-            dst=d.astype(np.int64),
-            bytes=m[s, d] * comm_s,
-        )
-
-    @classmethod
-    def from_matrix(cls, bytes_per_s: FloatArray) -> NodeTraffic:
-        """Steady traffic: node i sends ``bytes_per_s[i, j]`` bytes per second to node j
-        (one interval of one second, so mean and peak are the same)."""
-        s, d = np.nonzero(bytes_per_s)
-        return cls(
-            nodes=len(bytes_per_s),
-            interval_s=np.array([1.0]),
-            span_s=1.0,
-            interval=np.zeros(len(s), dtype=np.int64),
-            src=s.astype(np.int64),
-            dst=d.astype(np.int64),
-            bytes=bytes_per_s[s, d].astype(np.float64),
-        )
-
-    def matrix(self) -> FloatArray:
-        """Mean bytes per second from node i to node j over the span."""
-        m = np.zeros((self.nodes, self.nodes))
-        np.add.at(m, (self.src, self.dst), self.bytes)
-        return m / self.span_s
-
-    def mean_injection_bytes_per_s(self) -> float:
-        """Mean bytes per second one node sends (all nodes' traffic over the node count)."""
-        return float(self.bytes.sum()) / self.span_s / max(self.nodes, 1)
+__all__ = [
+    "Characterization",
+    "Characterizer",
+    "LevelRow",
+    "NodeTraffic",
+    "Placement",
+]
 
 
 @dataclass(frozen=True)

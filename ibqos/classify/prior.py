@@ -1,17 +1,16 @@
-"""Profiles as the planner's priors: a new job's expected class and its attribution pattern.
+"""Profiles as the planner's priors: each job's profile, its attribution pattern, learning.
 
 When a job starts, nothing has been measured of it, yet its SL is chosen now and kept
 (DESIGN.md section 2).  A profile that matches the job (:meth:`ProfileStore.match`) and is
 confident enough (``profiles.min_confidence``) gives:
 
-- the **expected class**: with a traffic model (pattern and mean rate) that fits the job's
-  size, the class that traffic has on the job's actual placement (the characterization of
-  :mod:`ibqos.classify.levels`: a spread job sees more bandwidth), unless at least
-  :data:`~ibqos.classify.profiles.MIN_MEASURED` jobs measured on the fabric agree on
-  another class with ``min_confidence`` (:meth:`Profile.measured_class`): then that class;
-  without a model the profile's ``expected_class``;
 - the **attribution prior**: a job that declares no pattern gets the profile's, so shared
-  uplinks are split by it instead of by gravity (``docs/plan.md``).
+  uplinks are split by it instead of by gravity (``docs/plan.md``): :class:`JobProfiles`,
+  the first stage of a decision cycle, before the jobs are mapped;
+- the **expected class** (:func:`ibqos.classify.predict.predict`), once the job's hosts
+  are known (:mod:`ibqos.classify.expected`).
+
+When jobs end, their measured classes are added to their profiles (:func:`learn`).
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-
-from ibqos.classify.levels import Characterizer, NodeTraffic, Placement
-from ibqos.classify.profiles import NAME_PATTERN, Model, Observation, Profile, ProfileStore
+from ibqos.classify.levels import Characterizer
+from ibqos.classify.predict import Prior, predict
+from ibqos.classify.profiles import NAME_PATTERN, Observation, Profile, ProfileStore
 from ibqos.config.classes import (
     Class,
 )
@@ -34,32 +32,7 @@ from ibqos.jobs.jobfile import Job
 if TYPE_CHECKING:
     from ibqos.config.schema import ProfilesConfig
 
-    pass
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Prior:
-    """What a profile says of one job.
-
-    Attributes:
-        profile: the profile.
-        cls: the job's expected class.
-        how: ``model on its placement``, ``profile class`` or ``measured jobs ...``.
-        intensity: the model's intensity on the job's placement (a fraction); None when
-            no model was used.
-    """
-
-    profile: Profile
-    cls: Class
-    how: str
-    intensity: float | None = None
-
-    def describe(self) -> str:
-        """One line for ``ibqos plan``: which profile, what it gave and how sure it is."""
-        name = self.profile.path.name if self.profile.path else self.profile.file_name()
-        return f"{name}: {self.cls} ({self.how}, confidence {self.profile.confidence:.2f})"
 
 
 class Priors:
@@ -96,7 +69,8 @@ class Priors:
         hosts: tuple[str, ...],
         characterizer: Characterizer | None,
     ) -> Prior:
-        """The expected class of *job* (running on *hosts*) by *profile*.
+        """The expected class of *job* (running on *hosts*) by *profile*
+        (:func:`~ibqos.classify.predict.predict`).
 
         Args:
             job: the job as its source gave it.
@@ -104,41 +78,55 @@ class Priors:
             hosts: its hosts found on the fabric, in job order.
             characterizer: the fabric's; None: the model is not used.
         """
-        model = profile.model
-        if (
-            characterizer is None
-            or model is None
-            or not model.rate_bytes_per_s
-            or not hosts
-            or not model.fits(len(hosts))
-            or any(h not in characterizer.ports for h in hosts)
-        ):
-            return Prior(profile, profile.expected_class, "profile class")
-        traffic = model_traffic(model, job.id, hosts)
-        figures = characterizer.characterize(traffic, Placement("job", hosts))
-        measured = profile.measured_class(self.min_confidence)
-        if measured is not None and measured[0] != figures.cls:
-            # Jobs measured on the fabric consistently saw another class: the model (its
-            # rate, its pattern) no longer describes what the application does, and a
-            # model that always won could never be corrected by what was measured.
-            how = f"measured jobs, the model said {figures.cls}"
-            return Prior(profile, measured[0], how, figures.intensity)
-        return Prior(profile, figures.cls, "model on its placement", figures.intensity)
+        return predict(profile, job.id, hosts, characterizer, self.min_confidence)
 
 
-def model_traffic(model: Model, job_id: str, hosts: Sequence[str]) -> NodeTraffic:
-    """The traffic a model with a rate predicts for a job on *hosts* (node order).
+class Matched(NamedTuple):
+    """A job and its profile, as :class:`JobProfiles` matched them.
 
-    A ``matrix`` model is scaled as a whole, so nodes send in the matrix's proportions and
-    the mean over all nodes is the rate: a traced job in which only some nodes send keeps
-    its total (the lab's job format instead gives every sending row the full rate).  Other
-    patterns are the lab's (``docs/jobs.md``), every node sending the rate.
+    Attributes:
+        source: the job as its source gave it.
+        job: the job used: with its profile's pattern when it declares none.
+        profile: its profile; None when none matched.
     """
-    if model.matrix is not None:
-        weights = np.array(model.matrix, dtype=np.float64)
-        scale = model.rate_bytes_per_s * len(weights) / float(weights.sum())
-        return NodeTraffic.from_matrix(weights * scale)
-    return NodeTraffic.from_job(model.job(Job(job_id, tuple(hosts))))
+
+    source: Job
+    job: Job
+    profile: Profile | None
+
+
+class JobProfiles:
+    """The running jobs' profiles, each matched once per job object.
+
+    A job source hands back the same objects while nothing changes, so a job is matched
+    when it first appears, and the job used keeps its identity from cycle to cycle: the
+    job mapper's and the attributor's caches still hold.
+
+    Attributes:
+        matched: by ``id()`` of a job as its source gave it, and of the job used: the
+            match (the jobs of the last :meth:`lookup` only).
+    """
+
+    def __init__(self) -> None:
+        self.matched: dict[int, Matched] = {}
+
+    def lookup(self, jobs: Sequence[Job], priors: Priors | None) -> Sequence[Job]:
+        """The jobs, each with its profile's pattern when it declares none (*jobs* itself
+        without priors)."""
+        if priors is None:
+            return jobs
+        seen: dict[int, Matched] = {}
+        out = []
+        for job in jobs:
+            hit = self.matched.get(id(job))
+            if hit is None or hit.source is not job:
+                profile = priors.profile(job)
+                used = job if profile is None else priors.with_pattern(job, profile)
+                hit = Matched(job, used, profile)
+            seen[id(job)] = seen[id(hit.job)] = hit
+            out.append(hit.job)
+        self.matched = seen
+        return out
 
 
 def make_priors(cfg: ProfilesConfig) -> Priors | None:

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.config.classes import (
     CLASSES,
     Class,
@@ -82,8 +84,7 @@ class Model:
         halo_dims: for ``halo``; None: one dimension.
         matrix: for ``matrix``: relative weights, rows send to columns, of the whole
             matrix: node i sends ``rate * n * w[i][j] / sum(w)`` bytes per second to j
-            (:func:`ibqos.classify.prior.model_traffic`), so rows that send nothing
-            keep the total right.
+            (:meth:`traffic`), so rows that send nothing keep the total right.
     """
 
     pattern: str
@@ -111,6 +112,21 @@ class Model:
             duty=1.0 if self.rate_bytes_per_s else job.duty,
             period_s=1.0 if self.rate_bytes_per_s else job.period_s,
         )
+
+    def traffic(self, job_id: str, hosts: Sequence[str]) -> NodeTraffic:
+        """The traffic this model (with a rate) predicts for a job on *hosts* (node order).
+
+        A ``matrix`` model is scaled as a whole, so nodes send in the matrix's proportions
+        and the mean over all nodes is the rate: a traced job in which only some nodes send
+        keeps its total (the lab's job format instead gives every sending row the full
+        rate).  Other patterns are the lab's (``docs/jobs.md``), every node sending the rate.
+        """
+        job = self.job(Job(job_id, tuple(hosts)))
+        if self.matrix is not None:
+            weights = np.array(self.matrix, dtype=np.float64)
+            scale = self.rate_bytes_per_s * len(weights) / float(weights.sum())
+            return NodeTraffic.from_matrix(weights * scale)
+        return NodeTraffic.from_job(job)
 
 
 @dataclass(frozen=True)

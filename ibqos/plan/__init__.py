@@ -1,0 +1,45 @@
+"""Planning: the lane plan of the running jobs, and one decision cycle end to end.
+
+Pipeline stage 4 of ibqos (DESIGN.md, section 3)::
+
+    classified jobs ──► plan() ──► Plan (job->SL, SL->VL, VLArb weights) ──► Decision
+
+- :mod:`~ibqos.plan.decide`: :class:`Decider`, one decision cycle through every stage;
+- :mod:`~ibqos.plan.planner`: SLs, lanes and weights (stable, constrained), with
+  :mod:`~ibqos.plan.grouping` (jobs to lanes) and :mod:`~ibqos.plan.weights` (VLArb);
+- :mod:`~ibqos.plan.report`: what a cycle hands out (:class:`Decision`, :class:`JobReport`);
+- :mod:`~ibqos.plan.output`: ``ibqos plan`` output, as tables or the documented JSON.
+"""
+
+from ibqos.plan.decide import Decider
+from ibqos.plan.grouping import lane_cost, optimal_grouping
+from ibqos.plan.output import align, lane_weights, pct_text, rate_text, render, to_json
+from ibqos.plan.planner import JobState, Lane, Plan, PlanResult, Tables, plan
+from ibqos.plan.report import Decision, JobReport, LevelFigures, build_decision
+from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
+
+__all__ = [
+    "Decider",
+    "Decision",
+    "JobReport",
+    "JobState",
+    "Lane",
+    "LevelFigures",
+    "Plan",
+    "PlanResult",
+    "Tables",
+    "align",
+    "build_decision",
+    "interleave",
+    "lane_cost",
+    "lane_entries",
+    "lane_weights",
+    "optimal_grouping",
+    "pct_text",
+    "plan",
+    "quantize",
+    "rate_text",
+    "render",
+    "to_json",
+    "weight_target",
+]

@@ -13,8 +13,8 @@ from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from ibqos.plan.decide import Decision, JobReport
 from ibqos.plan.planner import Tables
+from ibqos.plan.report import Decision, JobReport
 
 FORMATS = ("table", "json")
 #: version of the JSON layout; raised only when a key changes meaning or goes away

@@ -1,0 +1,179 @@
+"""One cycle of the daemon: sweep, decide, render, apply or show, remember.
+
+:class:`CycleAgent` runs cycles on the daemon's parts (:class:`~ibqos.agent.parts.
+AgentParts`): the job source's jobs and a counter sweep (or the last rates) go to the
+decider, profiles learn from the jobs that ended, the SL board publishes the jobs' SLs,
+OpenSM's files are rendered and checked (:func:`ibqos.opensm.render.render_files`), and
+the files go to the mode's sink (:mod:`ibqos.agent.sinks`); then the state file and the
+metrics' snapshot are updated.  A cycle that fails is logged once per distinct message and
+counted (:meth:`CycleAgent._soft`), and the daemon goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from ibqos.agent.parts import AgentParts, freeze_heap
+from ibqos.agent.sinks import enforce, verifier
+from ibqos.agent.state import AgentState, save_state
+from ibqos.classify.prior import learn
+from ibqos.errors import IbqosError
+from ibqos.metrics import build_snapshot, level_capacities
+from ibqos.opensm.apply import ApplyResult
+from ibqos.opensm.render import render_files
+from ibqos.plan.decide import Decision
+from ibqos.plan.output import to_json
+
+# the daemon's lines keep one logger name, whichever of its modules logs them
+log = logging.getLogger("ibqos.agent.daemon")
+
+
+class CycleAgent(AgentParts):
+    """The daemon's parts, and the cycles run on them (see the module docstring)."""
+
+    def cycle(self, *, sweep: bool) -> Decision:
+        """Sweep (or reuse the last rates), decide, and apply or show the result."""
+        self.counters.cycles += 1  # on entry: a failed cycle is a cycle too
+        with self.metrics.cycle_seconds.time():
+            return self._cycle(sweep=sweep)
+
+    def _cycle(self, *, sweep: bool) -> Decision:
+        jobs = self.source.jobs()
+        # each step that returned is progress: a slow sweep or plan after a job file that
+        # hung must not look like a hang to the watchdog (it pings at most every half interval)
+        self.notifier.ping_if_due()
+        self.jobs_seen = jobs
+        fresh = sweep or self.rates is None
+        if fresh or self.rates is None:
+            self.rates = self._sweep()
+            self.notifier.ping_if_due()
+        decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
+        # a dry run writes nothing, profiles included
+        if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
+            learn(self.decider.priors.store, decision.finished, time.time())
+        # before applying: the SL is the job's from now on, whether or not this apply works
+        self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
+        if decision.result.replace:
+            self.counters.plan_changes += 1
+            self.counters.plan_changed_s = time.time()
+            log.info("plan: %s", "; ".join(decision.result.reasons))
+        files = self.render(decision)
+        result: ApplyResult | None = None
+        if self.dry_run:
+            jobs_seen = self.jobs_seen or ()
+            state_dir = self.config.agent.state_dir
+            self.echo(self._dry_run_sink.text(decision, files, self.fabric, jobs_seen, state_dir))
+        elif self.observing:
+            self.observer.show(files)
+        else:
+            verify = verifier(
+                self.config.opensm, decision.plan, self.fabric, self.decider.job_lids, self.lanes
+            )
+            result = enforce(self.applier, files, verify, self.counters)
+        self.last = decision
+        self._save(decision, result)
+        now = time.time()
+        self.metrics.snapshot.publish(
+            build_snapshot(
+                decision, self.rates, self.capacity, now, per_port=self.config.metrics.per_port
+            )
+        )
+        if result is not None and not result.ok:  # measured and decided, not applied
+            raise IbqosError(f"OpenSM did not take the new files: {result.summary()}")
+        self.counters.last_success_s = now
+        return decision
+
+    def _sweep(self) -> pd.DataFrame:
+        """One counter sweep (and a new fabric model if the topology changed)."""
+        rates = self.collector.step()
+        sweep = self.collector.last
+        if sweep is not None:
+            self.metrics.sweep_seconds.observe(sweep.duration_s)
+            self.counters.sweep_failed = sweep.failed
+            self.counters.sweep_answered = len(sweep.targets) - sweep.failed
+        if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
+            gc.unfreeze()  # the old model may go now
+            self.fabric = self.collector.fabric  # the topology changed
+            self.decider.set_fabric(self.fabric)
+            self.capacity = level_capacities(self.fabric)
+            freeze_heap()
+        return rates
+
+    def render(self, decision: Decision) -> dict[Path, str]:
+        """opensm.conf and the policy as they should be; both pass the checker or nothing
+        is returned (RenderError)."""
+        jobs = self.decider.port_guids()
+        return render_files(self.config.opensm, self.lanes, decision.plan, jobs)
+
+    def _save(self, decision: Decision, result: ApplyResult | None) -> None:
+        plan = decision.plan
+        state = AgentState(
+            job_sl=dict(plan.job_sl),
+            job_cls=dict(plan.job_cls),
+            history=dict(self.decider.history),
+            finished=dict(self.decider.last_finished),
+            plan=to_json(decision) | {"time_s": time.time()},  # the plan's clock is monotonic
+            # the last time files changed: "no change" cycles do not hide it
+            last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
+            updated_s=time.time(),
+            mode=self.config.mode,
+        )
+        if not self.dry_run:  # a dry run leaves the state as the real agent left it
+            save_state(self.config.agent.state_dir, state)
+        self.state = state
+
+    def _soft(self, work: Callable[[], object], *, report: bool = True) -> bool:
+        """Run *work*; a failure is logged once per distinct message and counted.
+
+        With *report*, systemd hears of the outcome: READY after the first success (so
+        ``systemctl start`` returns once a plan is in force, or shown in observe mode),
+        and a status line after each one.
+        """
+        try:
+            work()
+            self._last_error = ""
+        except IbqosError as err:
+            self.counters.failures += 1
+            message = f"{err.category}: {err}"
+            self.counters.last_error = message
+            if message != self._last_error:
+                log.error("cycle failed: %s", message)
+            else:
+                log.debug("cycle failed again: %s", message)
+            self._last_error = message
+            if report:
+                self.notifier.status(f"{self._mode_name()}: cycle failed, retrying: {message}")
+            return False
+        finally:
+            self.notifier.ping_if_due()
+        if report:
+            if self.notifier.is_ready:
+                self.notifier.status(self._status_line())
+            else:
+                self.notifier.ready(self._status_line())
+        return True
+
+    def _status_line(self) -> str:
+        """One line for ``systemctl status``: mode, jobs, lanes, what happened to OpenSM."""
+        plan = self.last.plan if self.last is not None else None
+        jobs = len(plan.job_sl) if plan is not None else 0
+        lanes = "-"
+        if plan is not None and plan.tables is not None:
+            lanes = str(len({plan.tables.sl_to_vl[sl] for sl in plan.job_sl.values()}))
+        if self.observing:
+            pending = self.observer.pending
+            what = (
+                f"would change {', '.join(p.name for p in pending)}"
+                if pending
+                else "OpenSM's files match the plan"
+            )
+        else:
+            what = f"OpenSM: {(self.state.last_apply or {}).get('summary', 'no change yet')}"
+        cycle = self.counters.cycles
+        return f"{self._mode_name()}: cycle {cycle}, {jobs} jobs, {lanes} lanes; {what}"

@@ -1,0 +1,143 @@
+"""Where a cycle's rendered files go: the same pipeline, another sink (STYLE P5).
+
+- enforce: :func:`enforce` writes them for OpenSM, signals it, checks its log, verifies
+  the tables it programmed (:func:`verifier`) and rolls back when any of it fails
+  (:class:`ibqos.opensm.apply.Applier`), and counts what happened;
+- observe: :class:`ibqos.opensm.observe.Observer` keeps them in the state directory;
+- dry run: :class:`DryRunSink` prints the plan and unified diffs of the files (and, with
+  ``--simulate``, what the contention simulator predicts); nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ibqos.agent.state import load_state
+from ibqos.collect.portinfo import SmpqueryRunner
+from ibqos.config.lanes import (
+    LaneConfig,
+)
+from ibqos.config.schema import OpenSMConfig
+from ibqos.errors import IbqosError
+from ibqos.fabric.model import (
+    Fabric,
+)
+from ibqos.jobs.jobfile import Job
+from ibqos.metrics import Counters
+from ibqos.opensm.apply import Applier, ApplyResult
+from ibqos.opensm.observe import file_diffs
+from ibqos.opensm.verify import check_until, expected_after
+from ibqos.plan.decide import Decision
+from ibqos.plan.output import render as render_plan
+from ibqos.plan.planner import Plan
+from ibqos.sim.network import Network, dmodk_lfts
+from ibqos.sim.whatif import what_if
+
+# the daemon's lines keep one logger name, whichever of its modules logs them
+log = logging.getLogger("ibqos.agent.daemon")
+
+#: jobs whose PathRecord SL is checked after an apply (each is one saquery process)
+VERIFY_JOBS = 4
+
+
+def verifier(
+    cfg: OpenSMConfig,
+    plan: Plan,
+    fabric: Fabric,
+    job_lids: Callable[[], Sequence[tuple[str, list[int]]]],
+    lanes: LaneConfig,
+) -> Callable[[], Sequence[str]] | None:
+    """What checks that OpenSM programmed *plan* (None: ``opensm.verify`` is off).
+
+    Args:
+        cfg: the ``opensm`` config section.
+        plan: the plan being applied.
+        fabric: the topology.
+        job_lids: gives (job id, LIDs of its CA ports) of the planned jobs
+            (:meth:`ibqos.plan.decide.Decider.job_lids`); the first :data:`VERIFY_JOBS`
+            get a PathRecord check.
+        lanes: the lanes in use.
+    """
+    if not cfg.verify:
+        return None
+    expected = expected_after(
+        plan,
+        fabric,
+        job_lids()[:VERIFY_JOBS],
+        switch_tables="swe" in cfg.port_types,
+        vlarb_low_cap=lanes.vlarb_low_cap,
+    )
+    runner = SmpqueryRunner(10.0, binary="saquery")
+    return lambda: check_until(expected, runner)
+
+
+def enforce(
+    applier: Applier,
+    files: dict[Path, str],
+    verify: Callable[[], Sequence[str]] | None,
+    counters: Counters,
+) -> ApplyResult:
+    """Apply *files* (write, signal, check, verify, roll back) and count what happened."""
+    result = applier.apply(files, verify)
+    if result.changed:
+        counters.applies += 1
+        log.info("OpenSM: %s", result.summary())
+    counters.reloads += int(result.signalled) * (1 + int(result.rolled_back))
+    if result.rolled_back:
+        counters.rollbacks += 1
+    if not result.ok:
+        counters.verify_failures += 1
+    return result
+
+
+class DryRunSink:
+    """The text a dry run prints for one cycle.
+
+    Args:
+        simulate: also show the simulator's view of the running jobs under the setup in
+            force and the proposed one.
+    """
+
+    def __init__(self, simulate: bool) -> None:
+        self.simulate = simulate
+        self._net: tuple[Fabric, Network] | None = None  # the simulator's, per fabric
+
+    def text(
+        self,
+        decision: Decision,
+        files: dict[Path, str],
+        fabric: Fabric,
+        jobs: Sequence[Job],
+        state_dir: Path,
+    ) -> str:
+        """The plan, a unified diff (or "no change") per file, and the simulator's view.
+
+        Args:
+            decision: the cycle's decision.
+            files: the rendered files, by path.
+            fabric: the topology.
+            jobs: the running jobs (for the simulator).
+            state_dir: the agent's state directory (the plan in force, for the simulator).
+        """
+        out = [render_plan(decision, "table").rstrip("\n")]
+        for path, diff in file_diffs(files):
+            out.append(diff.rstrip("\n") if diff else f"{path}: no change")
+        if self.simulate:
+            out.append(self._what_if(decision, fabric, jobs, state_dir).rstrip("\n"))
+        out.append("dry run: nothing written, OpenSM not signalled")
+        return "\n".join(out) + "\n"
+
+    def _what_if(
+        self, decision: Decision, fabric: Fabric, jobs: Sequence[Job], state_dir: Path
+    ) -> str:
+        """The simulator's view of the running jobs: in force vs proposed (never fatal)."""
+        try:
+            if self._net is None or self._net[0] is not fabric:
+                topo = fabric.topo
+                self._net = (fabric, Network(topo, dmodk_lfts(topo)))
+            in_force = load_state(state_dir).plan
+            return what_if(self._net[1], jobs, decision, in_force)
+        except IbqosError as err:
+            return f"simulate: not possible here: {err}"
