@@ -101,7 +101,16 @@ CHURN = 0.01  # share of the jobs replaced every churn cycle
 SEED = 11
 APPS = ("lammps", "gromacs", "wrf", "namd", "openfoam", "cp2k", "vasp", "hpl")
 #: the sources whose speed is measured (their hash is printed with the results)
-CODE = ("decide.py", "jobmap.py", "attribution.py", "classify.py", "planner.py", "grouping.py")
+CODE = (
+    "plan/decide.py",
+    "plan/report.py",
+    "plan/planner.py",
+    "plan/grouping.py",
+    "attribute/jobmap.py",
+    "attribute/attribution.py",
+    "classify/classifier.py",
+    "classify/expected.py",
+)
 STAGES = ("map", "attribute", "classify", "plan", "report")
 
 

@@ -30,8 +30,7 @@ from ibqos.opensm.render import render_files
 from ibqos.plan.decide import Decision
 from ibqos.plan.output import to_json
 
-# the daemon's lines keep one logger name, whichever of its modules logs them
-log = logging.getLogger("ibqos.agent.daemon")
+log = logging.getLogger(__name__)
 
 
 class CycleAgent(AgentParts):

@@ -43,8 +43,7 @@ from ibqos.opensm.observe import Observer
 from ibqos.plan.decide import Decider, Decision
 from ibqos.slurm.source import SlurmJobSource
 
-# the daemon's lines keep one logger name, whichever of its modules logs them
-log = logging.getLogger("ibqos.agent.daemon")
+log = logging.getLogger(__name__)
 
 
 class AgentParts:

@@ -19,8 +19,7 @@ from ibqos.config.schema import load_config
 from ibqos.errors import IbqosError
 from ibqos.opensm.apply import read_file
 
-# the daemon's lines keep one logger name, whichever of its modules logs them
-log = logging.getLogger("ibqos.agent.daemon")
+log = logging.getLogger(__name__)
 
 
 class ReloadingAgent(CycleAgent):

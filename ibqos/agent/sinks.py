@@ -35,8 +35,7 @@ from ibqos.plan.planner import Plan
 from ibqos.sim.network import Network, dmodk_lfts
 from ibqos.sim.whatif import what_if
 
-# the daemon's lines keep one logger name, whichever of its modules logs them
-log = logging.getLogger("ibqos.agent.daemon")
+log = logging.getLogger(__name__)
 
 #: jobs whose PathRecord SL is checked after an apply (each is one saquery process)
 VERIFY_JOBS = 4

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import click
 
-from ibqos.agent.daemon import make_job_source
 from ibqos.agent.lanes import resolve_lanes
-from ibqos.agent.wiring import fabric_from_config
+from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.cli.options import (
     config_option,

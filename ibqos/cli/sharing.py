@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ibqos.agent.wiring import fabric_from_config
+from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource, JobMapper
 from ibqos.attribute.sharing import SharingTables
 from ibqos.cli.options import (
@@ -33,8 +33,6 @@ def sharing_command(
 ) -> None:
     """Per running job: other jobs sharing its leaf switches and upper subtrees, and its
     fragmentation (advice for placing network-intensive jobs in subtrees of their own)."""
-    from ibqos.agent.daemon import make_job_source  # the agent's job sources; heavy to import
-
     config = load_or_defaults(path)
     roots = config.fabric.root_guids or None
     fabric = (

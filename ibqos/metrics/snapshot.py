@@ -21,7 +21,7 @@ import pandas as pd
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
 from ibqos.fabric.model import Fabric
-from ibqos.plan.decide import Decision
+from ibqos.plan.report import Decision
 
 __all__ = ["Snapshot", "build_snapshot", "level_capacities"]
 #: rates columns the per-port series are made of

@@ -86,7 +86,7 @@ def test_a_new_state_dir_is_refused_whole(
     doc["agent"]["state_dir"] = str(tmp_path / "elsewhere")
     doc["opensm"]["log"] = str(tmp_path / "other.log")  # not taken either: all or nothing
     write_config(path, doc)
-    with caplog.at_level(logging.WARNING, "ibqos.agent.daemon"):
+    with caplog.at_level(logging.WARNING, "ibqos.agent"):
         agent.reload()
     assert agent.config is old
     assert agent.applier.log_path == tmp_path / "opensm.log"
