@@ -16,6 +16,8 @@ class IbqosError(Exception):
     """
 
     category = "error"
+    #: the message lists problems one per line (a config or job file's every problem)
+    multiline = False
 
     def __str__(self) -> str:
         msg = super().__str__()
@@ -23,14 +25,16 @@ class IbqosError(Exception):
         # an OSError's own text repeats the file name; its strerror is what adds news
         text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause or "")
         if text and text not in msg:
-            msg = f"{msg}: {text}"
-        return " ".join(msg.split())  # one line, whatever the cause printed
+            msg = f"{msg}: {' '.join(text.split())}"
+        lines = msg.splitlines() if self.multiline else [msg]
+        return "\n".join(" ".join(line.split()) for line in lines)  # whatever the cause printed
 
 
 class ConfigError(IbqosError):
     """An ibqos configuration file is missing, unreadable or invalid."""
 
     category = "config"
+    multiline = True
 
 
 class TopologyError(IbqosError):
@@ -43,6 +47,7 @@ class JobsError(IbqosError):
     """A job file is invalid or names hosts the fabric does not have."""
 
     category = "jobs"
+    multiline = True
 
 
 class LabError(IbqosError):

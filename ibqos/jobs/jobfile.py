@@ -2,356 +2,116 @@
 
 The simulated-fabric traffic model needs the traffic keys (``traffic=True``); the agent's file
 job source needs only id and nodes, and uses a declared pattern as the job's profile.  The
-schema is documented in ``docs/jobs.md``.
+format is :mod:`ibqos.jobs.schema` (``docs/jobs.md``, ``schemas/jobs.schema.json``); every
+problem of the files read is reported at once, one line each, naming the file and the key
+path.  Jobs come out as :class:`~ibqos.jobs.model.Job`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import pathlib
-import re
-from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from typing import Any
 
 import yaml
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from ibqos.errors import JobsError
+from ibqos.jobs.hosts import expand_hosts, shown
+from ibqos.jobs.model import PATTERNS, TRAFFIC_KEYS, Job, shared_nodes
+from ibqos.jobs.schema import PROBLEM, JobEntry, JobFile
+
+# the names other modules import from here, with those defined here
+__all__ = [
+    "PATTERNS",
+    "TRAFFIC_KEYS",
+    "Job",
+    "check_hosts",
+    "dump_jobs",
+    "expand_hosts",
+    "job_files",
+    "json_schema",
+    "load_jobs",
+    "parse_jobs",
+    "shared_nodes",
+]
 
 log = logging.getLogger(__name__)
 
-PATTERNS: tuple[str, ...] = ("all-to-all", "ring", "halo", "random-pairs", "matrix")
-"""Communication patterns a job may declare."""
-_CHOICES = ", ".join(PATTERNS)
-
 _SUFFIXES = (".yaml", ".yml", ".json")
-_REQUIRED = ("id", "nodes")
-#: what the lab's traffic model needs of every job; optional for the agent
-TRAFFIC_KEYS = ("pattern", "rate_bytes_per_s", "duty", "period_s")
-_RATE_KEYS = TRAFFIC_KEYS[1:]
-_OPTIONAL = ("name", "user", "start_time", "halo_dims", "seed", "matrix", *TRAFFIC_KEYS)
-# Which pattern each pattern-specific key belongs to.
-_PATTERN_KEYS = {"halo_dims": "halo", "seed": "random-pairs", "matrix": "matrix"}
-# NodeSet would take "@group" or "a b" as a literal node name; host names never look like that.
-_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
-_TOP_COMMA = re.compile(r",(?![^\[]*\])")  # a comma not inside [...]
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job as declared in a job file.
-
-    Attributes:
-        id: scheduler job id, unique within a file (or directory).
-        nodes: host names in NodeSet (sorted) order, without repeats.
-        pattern: one of :data:`PATTERNS`; "" when the job declares none.
-        rate_bytes_per_s: bytes per second each node sends while communicating; 0.0 when
-            not declared (then *duty* and *period_s* are their defaults too).
-        duty: share of each iteration spent communicating, in (0, 1].
-        period_s: iteration length in seconds.
-        name: application name.
-        user: user name, if known.
-        start_time: seconds since the epoch (UTC), if known.
-        halo_dims: halo grid dimensions (product == node count); None means one dimension.
-        seed: seed for the random-pairs pairing; None lets the model derive one from the id.
-        matrix: matrix pattern weights, rows = senders, columns = receivers, in node order.
-    """
-
-    id: str
-    nodes: tuple[str, ...]
-    pattern: str = ""
-    rate_bytes_per_s: float = 0.0
-    duty: float = 1.0
-    period_s: float = 1.0
-    name: str = ""
-    user: str | None = None
-    start_time: float | None = None
-    halo_dims: tuple[int, ...] | None = None
-    seed: int | None = None
-    matrix: tuple[tuple[float, ...], ...] | None = None
-
-    @property
-    def has_rates(self) -> bool:
-        """The job declares how much it sends (rate, duty, period), as the lab needs."""
-        return self.rate_bytes_per_s > 0
-
-    def to_dict(self) -> dict[str, object]:
-        """Return a plain mapping in job file form; optional keys are left out when unset."""
-        out = {
-            "id": self.id,
-            "name": self.name or None,
-            "user": self.user,
-            "nodes": str(NodeSet.fromlist(self.nodes, resolver=RESOLVER_NOGROUP)),
-            "pattern": self.pattern or None,
-            **(
-                {"rate_bytes_per_s": self.rate_bytes_per_s, "duty": self.duty}
-                | {"period_s": self.period_s}
-                if self.has_rates
-                else {}
-            ),
-            "start_time": self.start_time,
-            "halo_dims": None if self.halo_dims is None else list(self.halo_dims),
-            "seed": self.seed,
-            "matrix": None if self.matrix is None else [list(row) for row in self.matrix],
-        }
-        return {key: value for key, value in out.items() if value is not None}
+#: the JSON Schema dialect pydantic writes
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 @dataclass
 class _Problems:
-    """Problems found so far; only the first one's cause is chained (it is the one shown)."""
+    """Problems found so far, one line each; the first cause found is chained."""
 
-    items: list[tuple[str, BaseException | None]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    cause: BaseException | None = None
 
-    def add(self, msg: str, cause: BaseException | None = None) -> None:
-        self.items.append((msg, cause))
+    def add(self, line: str, cause: BaseException | None = None) -> None:
+        self.lines.append(line)
+        self.cause = self.cause or cause
 
     def raise_if_any(self) -> None:
-        if not self.items:
+        if not self.lines:
             return
-        msg, cause = self.items[0]
-        if len(self.items) > 1:
-            msg += f" (and {len(self.items) - 1} more problems)"
-        raise JobsError(msg) from cause
+        raise JobsError("\n".join(self.lines)) from self.cause
 
 
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _where(loc: tuple[int | str, ...]) -> str:
+    """``("jobs", 0, "nodes", 1)`` -> ``jobs[0].nodes[1]``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
 
 
-def _number(value: object) -> float | None:
-    """Return value as a finite float, or None if it is not a number.
-
-    bool is an int subclass but never a number here; numeric strings are accepted
-    because PyYAML loads ``2e9`` (no dot) as a string.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        num = float(value)
-    except (ValueError, OverflowError):
-        return None
-    return num if math.isfinite(num) else None
-
-
-def _timestamp(value: object) -> float | None:
-    """Return seconds since the epoch for a number, ISO 8601 string, date or datetime."""
-    if isinstance(value, str) and _number(value) is None:
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    if isinstance(value, date) and not isinstance(value, datetime):
-        value = datetime(value.year, value.month, value.day)
-    if isinstance(value, datetime):
-        # Job files speak UTC; a time without an offset is not local time.
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    return _number(value)
-
-
-def _nodes(value: object, where: str, problems: _Problems) -> tuple[str, ...]:
-    """Expand a host list string (or list of them) into nodes in NodeSet order; () if bad."""
-    specs = [value] if isinstance(value, str) else value
-    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
-        problems.add(f"{where}: expected a host list string or a list of them, got {_show(value)}")
-        return ()
-    before = len(problems.items)
-    seen: Counter[str] = Counter()
-    for k, spec in enumerate(specs):
-        # NodeSet silently merges repeats, so expand each comma item (outside brackets) on its
-        # own to catch "a[1-4],a2".  Lists with set operators (! & ^) only make sense whole.
-        parts = [spec] if re.search(r"[!&^]", spec) else _TOP_COMMA.split(spec)
-        try:
-            NodeSet(spec, resolver=RESOLVER_NOGROUP)  # syntax errors as NodeSet reports them
-            for part in parts:
-                seen.update(NodeSet(part, resolver=RESOLVER_NOGROUP))
-        except NodeSetException as err:
-            at = f"{where}[{k}]" if isinstance(value, list) else where
-            problems.add(f"{at}: bad host list {spec!r}: {err}", err)
-    if len(problems.items) > before:
-        return ()
-    bad = [n for n in seen if not _HOST_RE.fullmatch(n)]
-    twice = [n for n, count in seen.items() if count > 1]
-    if bad:
-        problems.add(f"{where}: invalid host name {bad[0]!r} (node groups are not supported)")
-    elif twice:
-        problems.add(f"{where}: host {twice[0]} is listed more than once")
-    elif not seen:
-        problems.add(f"{where}: expected at least one host, got {_show(value)}")
+def _problem(error: ErrorDetails, source: str, data: object) -> tuple[str, BaseException | None]:
+    """One of pydantic's errors as a line of the message, and its cause."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    ctx: dict[str, Any] = error.get("ctx") or {}
+    if kind == PROBLEM:
+        return f"{source}: {_where(loc)}: {ctx['message']}", ctx.get("cause")
+    if (kind == "model_type" and not loc) or (kind == "missing" and loc == ("jobs",)):
+        return f"{source}: expected a mapping with the key 'jobs', got {shown(data)}", None
+    if kind == "model_type":
+        message = f"expected a mapping, got {shown(error['input'])}"
+    elif kind in ("extra_forbidden", "invalid_key"):
+        message = "unknown key (only 'jobs' is allowed)" if len(loc) == 1 else "unknown key"
+    elif kind == "missing":
+        message = "required key is missing"
     else:
-        return tuple(NodeSet.fromlist(list(seen), resolver=RESOLVER_NOGROUP))
-    return ()
-
-
-def expand_hosts(value: object, where: str) -> tuple[str, ...]:
-    """Expand a host list (``cn[0001-0004],gpu01``, or a list of them) as job files do.
-
-    Every job source goes through this one function, so a scheduler's node list and a job
-    file's ``nodes`` key mean the same hosts (ClusterShell NodeSet syntax, no groups, no
-    repeats).
-
-    Args:
-        value: a host list string or a list of them.
-        where: names the input in errors (e.g. ``squeue: job 42: nodes``).
-
-    Returns:
-        The hosts in NodeSet (sorted) order.
-
-    Raises:
-        JobsError: the list does not parse, names a group or a host twice, or is empty.
-    """
-    problems = _Problems()
-    hosts = _nodes(value, where, problems)
-    problems.raise_if_any()
-    return hosts
-
-
-def _matrix(
-    value: object, size: int, where: str, problems: _Problems
-) -> tuple[tuple[float, ...], ...] | None:
-    """Check an n x n weight matrix with a zero diagonal and at least one weight > 0."""
-    want = f"expected a {size} x {size} list of lists (one row per node)"
-    if not isinstance(value, list) or len(value) != size:
-        problems.add(f"{where}: {want}, got {_show(value)}")
-        return None
-    rows: list[tuple[float, ...]] = []
-    for i, row in enumerate(value):
-        nums = [_number(x) for x in row] if isinstance(row, list) else []
-        if len(nums) != size:
-            problems.add(f"{where}[{i}]: expected a list of {size} numbers, got {_show(row)}")
-        elif (j := next((j for j, x in enumerate(nums) if x is None or x < 0), None)) is not None:
-            problems.add(f"{where}[{i}][{j}]: expected a number >= 0, got {_show(row[j])}")
-        elif nums[i] != 0:
-            problems.add(f"{where}[{i}][{i}]: expected 0 on the diagonal, got {_show(row[i])}")
-        else:
-            rows.append(tuple(x for x in nums if x is not None))
-    if len(rows) == size and not any(any(row) for row in rows):
-        problems.add(f"{where}: all weights are 0; at least one node must send")
-    return tuple(rows) if len(rows) == size else None
-
-
-def _float(
-    raw: dict[str, object], key: str, where: str, problems: _Problems, default: float
-) -> float:
-    """Check a float key: > 0, and at most 1 for duty; *default* if bad or missing."""
-    if key not in raw:
-        return default
-    got = _number(raw[key])
-    if got is None or got <= 0 or (key == "duty" and got > 1):
-        want = "a number in (0, 1]" if key == "duty" else "a number > 0"
-        problems.add(f"{where}.{key}: expected {want}, got {_show(raw[key])}")
-        return default
-    return got
-
-
-def _job(item: object, where: str, problems: _Problems, traffic: bool) -> Job | None:
-    """Validate one job mapping; add its problems and return None if there are any.
-
-    With *traffic* the traffic keys are required (the lab drives the fabric with them).
-    Without, they are optional, but rate, duty and period come all three or none, and
-    with a pattern: half a traffic model is surely a mistake.
-    """
-    if not isinstance(item, dict):
-        problems.add(f"{where}: expected a mapping, got {_show(item)}")
-        return None
-    before = len(problems.items)
-    # An optional key set to null means "use the default".
-    required = _REQUIRED + (TRAFFIC_KEYS if traffic else ())
-    raw = {str(k): v for k, v in item.items() if v is not None or k in required}
-    for key in raw:
-        if key not in _REQUIRED and key not in _OPTIONAL:
-            problems.add(f"{where}.{key}: unknown key")
-    for key in required:
-        if key not in raw:
-            problems.add(f"{where}.{key}: required key is missing")
-    given = [key for key in _RATE_KEYS if key in raw]
-    if not traffic and given:
-        for key in TRAFFIC_KEYS:
-            if key not in raw:
-                problems.add(f"{where}.{key}: required with {given[0]}")
-    # Go on without missing keys, so that one message can count every problem.
-    job_id = raw.get("id", "?")
-    if isinstance(job_id, bool) or not isinstance(job_id, int | str) or job_id == "":
-        problems.add(f"{where}.id: expected a non-empty string, got {_show(job_id)}")
-    nodes = _nodes(raw["nodes"], f"{where}.nodes", problems) if "nodes" in raw else ()
-    pattern = raw.get("pattern")
-    if "pattern" in raw and pattern not in PATTERNS:
-        problems.add(f"{where}.pattern: expected one of {_CHOICES}, got {_show(pattern)}")
-    rate, duty, period = (
-        _float(raw, key, where, problems, default)
-        for key, default in zip(_RATE_KEYS, (0.0, 1.0, 1.0), strict=True)
-    )
-    name, user = raw.get("name", ""), raw.get("user")
-    for key, value in (("name", name), ("user", user)):
-        if value is not None and not isinstance(value, str):
-            problems.add(f"{where}.{key}: expected a string, got {_show(value)}")
-    start = raw.get("start_time")
-    start_time = None if start is None else _timestamp(start)
-    if start is not None and start_time is None:
-        want = "expected seconds since epoch or an ISO 8601 time"
-        problems.add(f"{where}.start_time: {want}, got {_show(start)}")
-    for key, owner in _PATTERN_KEYS.items():
-        if key in raw and pattern != owner and (pattern in PATTERNS or pattern is None):
-            problems.add(f"{where}.{key}: only allowed with pattern {owner}, not {pattern}")
-    if pattern == "matrix" and "matrix" not in raw:
-        problems.add(f"{where}.matrix: required with pattern matrix")
-    dims = raw.get("halo_dims")
-    if dims is not None and not (
-        isinstance(dims, list) and dims and all(type(d) is int and d > 0 for d in dims)
-    ):
-        problems.add(f"{where}.halo_dims: expected a list of integers > 0, got {_show(dims)}")
-        dims = None
-    elif isinstance(dims, list) and nodes and math.prod(dims) != len(nodes):
-        problems.add(f"{where}.halo_dims: product {math.prod(dims)} != node count {len(nodes)}")
-    seed = raw.get("seed")
-    # numpy's default_rng rejects negative seeds.
-    if seed is not None and not (type(seed) is int and seed >= 0):
-        problems.add(f"{where}.seed: expected an integer >= 0, got {_show(seed)}")
-    matrix = None
-    if "matrix" in raw and nodes:
-        matrix = _matrix(raw["matrix"], len(nodes), f"{where}.matrix", problems)
-    if len(problems.items) > before:
-        return None
-    return Job(
-        id=str(job_id),
-        nodes=nodes,
-        pattern="" if pattern is None else str(pattern),
-        rate_bytes_per_s=rate,
-        duty=duty,
-        period_s=period,
-        name=str(name),
-        user=None if user is None else str(user),
-        start_time=start_time,
-        halo_dims=None if dims is None else tuple(int(d) for d in dims),
-        seed=None if seed is None else int(seed),
-        matrix=matrix,
-    )
+        message = error["msg"]
+    return f"{source}: {_where(loc)}: {message}", None
 
 
 def _document(
     data: object, source: str, problems: _Problems, traffic: bool
 ) -> list[tuple[str, Job]]:
     """Validate a whole document; return (key path, job) for each valid job."""
-    if not isinstance(data, dict) or "jobs" not in data:
-        problems.add(f"{source}: expected a mapping with the key 'jobs', got {_show(data)}")
-        return []
-    for key in data:
-        if key != "jobs":
-            problems.add(f"{source}: {key}: unknown key (only 'jobs' is allowed)")
-    if not isinstance(data["jobs"], list):
-        problems.add(f"{source}: jobs: expected a list (or []), got {_show(data['jobs'])}")
-        return []
-    found = []
-    for i, item in enumerate(data["jobs"]):
-        where = f"{source}: jobs[{i}]"
-        if (job := _job(item, where, problems, traffic)) is not None:
-            found.append((where, job))
-    return found
+    context = {"traffic": traffic}
+    try:
+        entries = list(enumerate(JobFile.model_validate(data, context=context).jobs))
+    except ValidationError as err:
+        failed = set()
+        for error in err.errors(include_url=False):
+            problems.add(*_problem(error, source, data))
+            if len(error["loc"]) > 1 and error["loc"][0] == "jobs":
+                failed.add(error["loc"][1])
+        # the valid jobs still take part in the check for duplicate ids
+        items = data.get("jobs") if isinstance(data, dict) else None
+        entries = [
+            (i, JobEntry.model_validate(item, context=context))
+            for i, item in enumerate(items if isinstance(items, list) else [])
+            if i not in failed
+        ]
+    return [(f"{source}: jobs[{i}]", entry.job()) for i, entry in entries]
 
 
 def _check_unique(found: list[tuple[str, Job]], problems: _Problems) -> None:
@@ -375,7 +135,7 @@ def parse_jobs(data: object, source: str, *, traffic: bool = False) -> tuple[Job
         The jobs in file order.
 
     Raises:
-        JobsError: naming the first problem and how many more there are.
+        JobsError: naming every problem, one per line.
     """
     problems = _Problems()
     found = _document(data, source, problems, traffic)
@@ -422,7 +182,8 @@ def load_jobs(path: pathlib.Path, *, traffic: bool = False) -> tuple[Job, ...]:
     *traffic* requires the traffic keys, as :func:`parse_jobs`.
 
     Raises:
-        JobsError: a file is unreadable or not valid YAML/JSON, or the jobs are invalid.
+        JobsError: a file is unreadable or not valid YAML/JSON, or the jobs are invalid
+            (every problem of every file, one per line).
     """
     try:
         files = job_files(path) if path.is_dir() else [path]
@@ -460,7 +221,7 @@ def check_hosts(jobs: Sequence[Job], known_hosts: Collection[str], source: str) 
     """Check that every job runs on known hosts (``jobs[i]`` in errors indexes ``jobs``).
 
     Raises:
-        JobsError: ``SOURCE: jobs[i] (id X): unknown host NAME`` for the first such job.
+        JobsError: ``SOURCE: jobs[i] (id X): unknown host NAME``, one line per such job.
     """
     known = known_hosts if isinstance(known_hosts, set | frozenset) else set(known_hosts)
     problems = _Problems()
@@ -472,10 +233,7 @@ def check_hosts(jobs: Sequence[Job], known_hosts: Collection[str], source: str) 
     problems.raise_if_any()
 
 
-def shared_nodes(jobs: Sequence[Job]) -> dict[str, tuple[str, ...]]:
-    """Map each host used by more than one job to those jobs' ids, in job order."""
-    users: dict[str, list[str]] = {}
-    for job in jobs:
-        for node in job.nodes:
-            users.setdefault(node, []).append(job.id)
-    return {node: tuple(ids) for node, ids in users.items() if len(ids) > 1}
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of job files, as shipped in ``schemas/jobs.schema.json``."""
+    schema = JobFile.model_json_schema()
+    return {"$schema": JSON_SCHEMA_DIALECT, "title": "ibqos job file"} | schema

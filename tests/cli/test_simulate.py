@@ -106,7 +106,6 @@ def test_a_plan_file_is_simulated(mix: Path, tmp_path: Path) -> None:
     ("args", "needle"),
     [
         (["--xgft", "2;8,4"], "--xgft '2;8,4': expected"),
-        (["--xgft", "2;2,2;1,1"], "unknown host cn0009"),
         ([], "give --xgft SPEC, or --topology FILE with --lfts FILE"),
         (["--xgft", "2;8,4;1,2", "--plan", "/nonexistent.json"], "--plan /nonexistent.json"),
     ],
@@ -118,13 +117,20 @@ def test_bad_input_is_one_line(mix: Path, args: list[str], needle: str) -> None:
     assert len(lines) == 1 and needle in lines[0], err
 
 
+def test_unknown_hosts_are_named_one_job_per_line(mix: Path) -> None:
+    code, out, err = invoke("simulate", "--jobs", str(mix), "--xgft", "2;2,2;1,1")
+    assert code == 1, out
+    lines = err.strip().splitlines()
+    assert len(lines) == 3 and "jobs[0] (id H): unknown host cn0009" in lines[0], err
+
+
 def test_a_job_without_rates_is_named(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text('jobs:\n  - {id: X, nodes: "cn[0001-0002]"}\n')
     code, _, err = invoke("simulate", "--xgft", "2;2,2;1,1", "--jobs", str(path))
     assert code == 1
     assert "jobs[0].pattern: required key is missing" in err
-    assert len(err.strip().splitlines()) == 1
+    assert len(err.strip().splitlines()) == 4  # the four traffic keys, one line each
 
 
 def test_senders_option(mix: Path) -> None:

@@ -1,12 +1,21 @@
-"""Config sections of collection: every bad value is named by its key path."""
+"""Config sections of collection: every bad value is named by its key path, all at once."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from ibqos.config.schema import CollectConfig, FabricConfig, parse_config
+from ibqos.config import (
+    AgentConfig,
+    CollectConfig,
+    FabricConfig,
+    MetricsConfig,
+    SlurmConfig,
+    load_config,
+    parse_config,
+)
 from ibqos.errors import ConfigError
 
 
@@ -78,8 +87,6 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
 
 
 def test_the_slurm_source_and_the_sl_hand_off() -> None:
-    from ibqos.config.schema import AgentConfig, SlurmConfig
-
     cfg = parse_config(
         {
             "jobs": {"source": "slurm"},
@@ -125,3 +132,81 @@ def test_bad_slurm_values_name_their_key(doc: dict[str, object], message: str) -
         parse_config(doc, "c.yaml")
     assert str(err.value).startswith("c.yaml: ")
     assert message in str(err.value)
+
+
+def test_every_problem_is_reported_at_once_one_per_line() -> None:
+    doc = {
+        "mode": "on",
+        "fabric": {"source": "file"},
+        "collect": {"window": 0, "windw": 4, "backend": "snmp"},
+        "classify": {"tau_s": -1},
+        "metrics": {"listen": "9683", "tls": {"key_file": "/nonexistent"}},
+        "colour": 1,
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc, "c.yaml")
+    collect_keys = ", ".join(f.name for f in dataclasses.fields(CollectConfig))
+    assert str(err.value).splitlines() == [
+        "c.yaml: mode: expected one of observe, enforce, got 'on'",
+        "c.yaml: fabric.path: required when fabric.source is file",
+        "c.yaml: collect.backend: expected one of native, perfquery, replay, got 'snmp'",
+        "c.yaml: collect.window: expected an integer >= 1, got 0",
+        f"c.yaml: collect.windw: unknown key (expected one of {collect_keys})",
+        "c.yaml: classify.tau_s: expected a number >= 0, got -1",
+        "c.yaml: metrics.listen: expected host:port (e.g. 127.0.0.1:9683), got '9683'",
+        "c.yaml: metrics.tls.cert_file: expected a non-empty string, got None",
+        "c.yaml: metrics.tls.key_file: cannot read /nonexistent: No such file or directory",
+        "c.yaml: colour: unknown key (expected one of mode, opensm, jobs, slurm, fabric,"
+        " collect, classify, lanes, agent, metrics, profiles, lab)",
+    ]
+    assert isinstance(err.value.__cause__, FileNotFoundError)  # the first problem's cause
+
+
+def test_a_file_s_problems_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "ibqos.yaml"
+    path.write_text("collect:\n  window: 0\n  retries: -1\nsource: x\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).splitlines() == [
+        f"{path}: collect.window: expected an integer >= 1, got 0",
+        f"{path}: collect.retries: expected an integer >= 0, got -1",
+        f"{path}: source: unknown key (expected one of mode, opensm, jobs, slurm, fabric,"
+        " collect, classify, lanes, agent, metrics, profiles, lab)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ([], "c.yaml: top level: expected a mapping, got list"),
+        ({"lab": None}, "c.yaml: lab: expected a mapping, got NoneType"),
+        ({"lab": {"name": "l"}}, "c.yaml: lab.dir: expected a non-empty string, got None"),
+        ({1: 2}, "c.yaml: 1: unknown key (expected one of mode, opensm, jobs, slurm,"),
+    ],
+)
+def test_the_document_s_shape(doc: object, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc, "c.yaml")
+    assert str(err.value).startswith(message)
+
+
+def test_sections_are_frozen() -> None:
+    cfg = parse_config({}, "c.yaml")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.collect.window = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.mode = "enforce"  # type: ignore[misc]
+
+
+def test_code_builds_and_replaces_sections_as_dataclasses(tmp_path: Path) -> None:
+    """The CLI replaces collect's backend; tests and tools build sections from values."""
+    cfg = parse_config({}, "c.yaml").collect
+    replay = dataclasses.replace(cfg, backend="replay", replay_path=tmp_path)
+    assert (replay.backend, replay.replay_path, replay.window) == ("replay", tmp_path, 32)
+    with pytest.raises(ValueError, match=r"required when collect\.backend is replay"):
+        dataclasses.replace(cfg, backend="replay")
+    assert MetricsConfig(listen=("127.0.0.1", 0)).listen == ("127.0.0.1", 0)
+    assert SlurmConfig(squeue=("sq",), notify_dir=None).squeue == ("sq",)
+    assert vars(AgentConfig()) == {
+        f.name: getattr(AgentConfig(), f.name) for f in dataclasses.fields(AgentConfig)
+    }  # `ibqos show-config`

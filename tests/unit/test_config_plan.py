@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import pytest
 
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.schema import AUTO_LANE_KEYS, parse_config
+from ibqos.config import AUTO_LANE_KEYS, CLASSES, LaneConfig, Thresholds, json_schema, parse_config
+from ibqos.config.planning import ClassifySection, ClassIntensity, LanesSection
 from ibqos.errors import ConfigError
 
 
@@ -98,38 +96,55 @@ def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None
 def test_the_shipped_example_is_valid() -> None:
     from pathlib import Path
 
-    from ibqos.config.schema import load_config
+    from ibqos.config import load_config
 
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
     cfg = load_config(example)
     assert cfg.lanes.base.reserved_sls == (0,) and cfg.opensm.port_types == ("ca", "swe")
 
 
-def test_the_shipped_example_names_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shipped_example_names_every_key() -> None:
     """Every key a section accepts appears in the example (set, or commented out)."""
     import re
     from pathlib import Path
 
-    from ibqos.config import schema as config
+    schema = json_schema()
+
+    def keys(prop: dict[str, Any]) -> list[str]:
+        """The keys of a section (its properties), through $ref."""
+        if "$ref" in prop:
+            prop = schema["$defs"][prop["$ref"].rsplit("/", 1)[1]]
+        return list(prop.get("properties", ()))
 
     example = Path(__file__).parents[2] / "opensm_conf" / "ibqos.yaml"
-    accepted: dict[str, tuple[str, ...]] = {}
-    real = config.check_mapping
-
-    def recording(value: object, source: str, key: str, allowed: tuple[str, ...]) -> object:
-        accepted[key] = allowed
-        return real(value, source, key, allowed)
-
-    monkeypatch.setattr(config, "check_mapping", recording)
-    config.load_config(example)
     text = example.read_text()
     sections = {m.group(1): m.start() for m in re.finditer(r"^(\w+):", text, re.M)}
-    top = [k for k in accepted[""] if k != "lab"]  # lab: written by `ibqos lab up` only
+    top = [k for k in schema["properties"] if k != "lab"]  # lab: written by `ibqos lab up` only
     missing = [k for k in top if not re.search(rf"^(# )?{k}:", text, re.M)]
-    for section in (k for k in accepted if k and "." not in k):  # top sections
+    for section in top:
         start = sections[section]
         block = text[start : min([s for s in sections.values() if s > start] + [len(text)])]
-        for key in accepted[section]:
+        for key in keys(schema["properties"][section]):
             if not re.search(rf"^  (# )?{key}:", block, re.M):
                 missing.append(f"{section}.{key}")
     assert not missing, missing
+
+
+def test_the_section_models_have_the_runtime_classes_keys() -> None:
+    """The YAML sections of classify and lanes take exactly the fields of the classes
+    the planner uses, in their order (so the messages list them so)."""
+    assert [f.name for f in fields(LanesSection)] == [f.name for f in fields(LaneConfig)]
+    assert [f.name for f in fields(ClassifySection)] == [f.name for f in fields(Thresholds)]
+    assert tuple(f.name for f in fields(ClassIntensity)) == CLASSES
+    assert set(AUTO_LANE_KEYS) <= {f.name for f in fields(LaneConfig)}
+
+
+def test_lane_values_are_checked_all_at_once() -> None:
+    doc = {"lanes": {"data_vls": 16, "weight_ratio": 0.5, "class_intensity": {"top": 1}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, "c.yaml")
+    assert str(info.value).splitlines() == [
+        "c.yaml: lanes.data_vls: expected an integer >= 1 and <= 15, got 16",
+        "c.yaml: lanes.weight_ratio: expected a number >= 1, got 0.5",
+        "c.yaml: lanes.class_intensity.top: unknown key (expected one of low, moderate, high)",
+    ]

@@ -1,4 +1,4 @@
-"""Tests for ibqos.jobs.jobfile: the job file schema."""
+"""Tests for ibqos.jobs: the job file schema, every problem of a file at once."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import yaml
 from ibqos.errors import JobsError
 from ibqos.jobs.jobfile import (
     PATTERNS,
+    TRAFFIC_KEYS,
     Job,
     check_hosts,
     dump_jobs,
+    expand_hosts,
     load_jobs,
     parse_jobs,
     shared_nodes,
@@ -47,7 +49,7 @@ def parse_error(text: str, base: str = BASE) -> str:
     with pytest.raises(JobsError) as info:
         parse(text, base)
     msg = str(info.value)
-    assert "\n" not in msg
+    assert all(line.startswith("t.yaml: jobs[0].") for line in msg.splitlines()), msg
     return msg
 
 
@@ -193,8 +195,12 @@ def test_required_key_missing(key: str) -> None:
         parse_jobs(doc, "t.yaml", traffic=True)
     # The other keys are still checked.
     doc["jobs"][0]["name"] = 7
-    with pytest.raises(JobsError, match=r"missing \(and 1 more problems\)$"):
+    with pytest.raises(JobsError) as info:
         parse_jobs(doc, "t.yaml", traffic=True)
+    assert str(info.value).splitlines() == [
+        f"t.yaml: jobs[0].{key}: required key is missing",
+        "t.yaml: jobs[0].name: expected a string, got 7",
+    ]
 
 
 @pytest.mark.parametrize("key", ["id", "nodes"])
@@ -211,9 +217,11 @@ def test_agent_job_without_traffic_keys() -> None:
     assert (job.pattern, job.rate_bytes_per_s, job.has_rates) == ("", 0.0, False)
     assert job.to_dict() == {"id": "7", "name": "lammps", "nodes": "cn[0001-0002]"}
     assert parse_jobs({"jobs": [job.to_dict()]}, "t") == (job,)
-    missing = r"jobs\[0\]\.pattern: required key is missing \(and 3 more problems\)$"
-    with pytest.raises(JobsError, match=missing):
+    with pytest.raises(JobsError) as info:
         parse_jobs({"jobs": [job.to_dict()]}, "t", traffic=True)
+    assert str(info.value).splitlines() == [
+        f"t: jobs[0].{key}: required key is missing" for key in TRAFFIC_KEYS
+    ]
 
 
 def test_agent_job_with_a_pattern_only() -> None:
@@ -267,7 +275,7 @@ def test_empty_job_list() -> None:
     assert parse_jobs({"jobs": []}, "t.yaml") == ()
 
 
-def test_error_message_names_first_problem_and_counts_the_rest() -> None:
+def test_error_message_lists_every_problem_one_per_line() -> None:
     doc = yaml.safe_load(BASE)
     job = doc["jobs"][0]
     doc["jobs"] = [dict(job, id="1"), dict(job, id="2"), dict(job, id="3", duty=1.5, colour=1)]
@@ -275,9 +283,39 @@ def test_error_message_names_first_problem_and_counts_the_rest() -> None:
     with pytest.raises(JobsError) as info:
         parse_jobs(doc, "lab.yaml")
     assert str(info.value) == (
-        "lab.yaml: jobs[1].period_s: expected a number > 0, got -1 (and 2 more problems)"
+        "lab.yaml: jobs[1].period_s: expected a number > 0, got -1\n"
+        "lab.yaml: jobs[2].duty: expected a number in (0, 1], got 1.5\n"
+        "lab.yaml: jobs[2].colour: unknown key"
     )
     assert info.value.category == "jobs"
+
+
+def test_every_problem_of_a_document_at_once() -> None:
+    """Problems of the document, of several jobs and between jobs (a duplicate id among
+    the valid ones), all in one error."""
+    doc = yaml.safe_load(BASE)
+    job = doc["jobs"][0]
+    doc["version"] = 2
+    doc["jobs"] = [
+        job,
+        dict(job, nodes=["cn[0001-", "cn[3-1]"], pattern="halo", halo_dims=[3]),
+        7,
+        dict(job, pattern="matrix", rate_bytes_per_s="fast"),
+        dict(job),
+    ]
+    with pytest.raises(JobsError) as info:
+        parse_jobs(doc, "t.yaml", traffic=True)
+    assert str(info.value).splitlines() == [
+        "t.yaml: jobs[1].nodes[0]: bad host list 'cn[0001-': missing bracket: \"cn[0001-\"",
+        "t.yaml: jobs[1].nodes[1]: bad host list 'cn[3-1]': bad range:"
+        ' "invalid values in range : "3-1""',
+        "t.yaml: jobs[2]: expected a mapping, got 7",
+        "t.yaml: jobs[3].rate_bytes_per_s: expected a number > 0, got 'fast'",
+        "t.yaml: jobs[3].matrix: required with pattern matrix",
+        "t.yaml: version: unknown key (only 'jobs' is allowed)",
+        "t.yaml: jobs[4].id: duplicate id '1001' (first used at t.yaml: jobs[0])",
+    ]
+    assert type(info.value.__cause__).__name__ == "NodeSetParseError"  # the first cause
 
 
 def test_exact_message_form() -> None:
@@ -293,7 +331,21 @@ def test_host_list_error_chains_the_nodeset_error() -> None:
     with pytest.raises(JobsError) as info:
         parse("nodes: cn[0001-\nduty: 2")
     assert type(info.value.__cause__).__name__ == "NodeSetParseError"
-    assert str(info.value).endswith("(and 1 more problems)")
+    assert str(info.value).splitlines() == [
+        "t.yaml: jobs[0].nodes: bad host list 'cn[0001-': missing bracket: \"cn[0001-\"",
+        "t.yaml: jobs[0].duty: expected a number in (0, 1], got 2",
+    ]
+
+
+def test_expand_hosts_names_every_bad_host_list() -> None:
+    assert expand_hosts("cn[0001-0002]", "squeue: job 1: nodes") == ("cn0001", "cn0002")
+    with pytest.raises(JobsError) as info:
+        expand_hosts(["cn[1-", "cn2", "cn[3-1]"], "squeue: job 1: nodes")
+    assert str(info.value).splitlines() == [
+        "squeue: job 1: nodes[0]: bad host list 'cn[1-': missing bracket: \"cn[1-\"",
+        "squeue: job 1: nodes[2]: bad host list 'cn[3-1]': bad range:"
+        ' "invalid values in range : "3-1""',
+    ]
 
 
 def test_to_dict_omits_defaults() -> None:
@@ -359,6 +411,19 @@ def test_load_directory_in_name_order(tmp_path: pathlib.Path) -> None:
 
 def test_load_empty_directory(tmp_path: pathlib.Path) -> None:
     assert load_jobs(tmp_path) == ()
+
+
+def test_load_directory_reports_every_file_s_problems(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "a.yaml", BASE.replace("duty: 0.5", "duty: 2"))
+    write(tmp_path / "b.yaml", BASE.replace('"1001"', '"2"').replace("ring", "mesh"))
+    write(tmp_path / "c.yaml", BASE.replace('"1001"', '"2"'))
+    with pytest.raises(JobsError) as info:
+        load_jobs(tmp_path)
+    a_yaml, b_yaml = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert str(info.value).splitlines() == [
+        f"{a_yaml}: jobs[0].duty: expected a number in (0, 1], got 2",
+        f"{b_yaml}: jobs[0].pattern: expected one of {', '.join(PATTERNS)}, got 'mesh'",
+    ]  # c.yaml's job 2 is valid, and the only one with that id that is
 
 
 def test_load_directory_ids_unique_across_files(tmp_path: pathlib.Path) -> None:
@@ -429,7 +494,8 @@ def test_check_hosts() -> None:
     with pytest.raises(JobsError) as info:
         check_hosts(jobs, LAB_HOSTS, "t.yaml")
     assert str(info.value) == (
-        "t.yaml: jobs[1] (id b): unknown host cn0033 (2 unknown hosts) (and 1 more problems)"
+        "t.yaml: jobs[1] (id b): unknown host cn0033 (2 unknown hosts)\n"
+        "t.yaml: jobs[2] (id c): unknown host cn0099"
     )
     with pytest.raises(JobsError) as info:
         check_hosts(jobs[2:], set(LAB_HOSTS), "t.yaml")

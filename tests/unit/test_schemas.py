@@ -1,0 +1,63 @@
+"""The JSON Schemas shipped in schemas/: made from the models, and the shipped files fit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ibqos.config import load_config
+from ibqos.jobs import load_jobs
+
+ROOT = Path(__file__).parents[2]
+
+
+def _gen_schemas() -> object:
+    spec = importlib.util.spec_from_file_location("gen_schemas", ROOT / "scripts/gen_schemas.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_checked_in_schemas_are_what_the_models_give() -> None:
+    """Run scripts/gen_schemas.py when this fails."""
+    rendered = _gen_schemas().render()  # type: ignore[attr-defined]
+    assert sorted(rendered) == sorted(p.name for p in (ROOT / "schemas").glob("*.json"))
+    for name, text in rendered.items():
+        assert (ROOT / "schemas" / name).read_text() == text, name
+
+
+@pytest.mark.parametrize(
+    ("name", "top", "required"),
+    [
+        ("ibqos.schema.json", {"mode", "opensm", "jobs", "collect", "lanes", "lab"}, None),
+        ("jobs.schema.json", {"jobs"}, ["jobs"]),
+    ],
+)
+def test_the_schemas_are_json_schemas_of_closed_mappings(
+    name: str, top: set[str], required: list[str] | None
+) -> None:
+    schema = json.loads((ROOT / "schemas" / name).read_text())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert (schema["type"], schema["additionalProperties"]) == ("object", False)
+    assert top <= set(schema["properties"]) and schema.get("required") == required
+    assert schema["title"] and schema["description"]
+    for section in schema["$defs"].values():  # every section refuses unknown keys too
+        assert section["additionalProperties"] is False
+        assert all("description" in prop for prop in section["properties"].values())
+
+
+def test_the_shipped_config_names_its_schema_and_fits_it() -> None:
+    example = ROOT / "opensm_conf/ibqos.yaml"
+    first = example.read_text().splitlines()[0]
+    assert first == "# yaml-language-server: $schema=../schemas/ibqos.schema.json"
+    assert (example.parent / first.split("=", 1)[1]).is_file()
+    load_config(example)  # the models the schema is made from
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=str)
+def test_the_shipped_job_files_fit_the_schema(example: Path) -> None:
+    assert load_jobs(example, traffic=True)
