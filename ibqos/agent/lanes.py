@@ -18,7 +18,9 @@ from ibqos.collect.portinfo import LaneCaps, read_lane_caps
 from ibqos.config.lanes import (
     LaneConfig,
 )
-from ibqos.config.schema import Config
+from ibqos.config.models import (
+    Config,
+)
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
 from ibqos.opensm.conf import parse_conf, routing_engine

@@ -30,7 +30,9 @@ from ibqos.collect.loop import Collector
 from ibqos.config.lanes import (
     LaneConfig,
 )
-from ibqos.config.schema import Config
+from ibqos.config.models import (
+    Config,
+)
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import (
     Fabric,

@@ -19,7 +19,9 @@ from ibqos.collect.portinfo import SmpqueryRunner
 from ibqos.config.lanes import (
     LaneConfig,
 )
-from ibqos.config.schema import OpenSMConfig
+from ibqos.config.models import (
+    OpenSMConfig,
+)
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import (
     Fabric,

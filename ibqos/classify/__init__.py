@@ -31,7 +31,7 @@ from ibqos.classify.classifier import (
 )
 from ibqos.classify.expected import Expectations, Expected, Running
 from ibqos.classify.levels import Characterization, Characterizer, LevelRow, Placement
-from ibqos.classify.predict import Prior, predict
+from ibqos.classify.predict import Prior
 from ibqos.classify.prior import FinishedJob, JobProfiles, Matched, Priors, learn, make_priors
 from ibqos.classify.profiles import (
     Model,
@@ -76,6 +76,5 @@ __all__ = [
     "make_priors",
     "next_class",
     "parse_profile",
-    "predict",
     "utilization",
 ]

@@ -30,7 +30,9 @@ from ibqos.errors import ProfileError
 from ibqos.jobs.jobfile import Job
 
 if TYPE_CHECKING:
-    from ibqos.config.schema import ProfilesConfig
+    from ibqos.config.models import (
+        ProfilesConfig,
+    )
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,9 @@ from ibqos.config.classes import (
     CLASSES,
     Class,
 )
-from ibqos.config.schema import check_mapping
+from ibqos.config.load import (
+    check_mapping,
+)
 from ibqos.errors import ConfigError, ProfileError
 from ibqos.fsio import atomic_write
 from ibqos.jobs.jobfile import PATTERNS, Job

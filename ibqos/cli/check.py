@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
-from ibqos.config.schema import load_config
+from ibqos.config.load import (
+    load_config,
+)
 from ibqos.opensm.check import check_file
 
 

@@ -2,9 +2,9 @@
 
 - :mod:`~ibqos.deploy.install`: ``ibqos install`` (unit, environment file, config, scripts);
 - :mod:`~ibqos.deploy.restore`: ``ibqos restore`` (OpenSM's files as they were before ibqos).
-"""
 
-from ibqos.deploy.install import install
-from ibqos.deploy.restore import restore
+The submodules are imported by name: each holds one command's work, and a function of the
+same name, so the package does not hand the functions on (they would hide the modules).
+"""
 
 __all__ = ["install", "restore"]

@@ -25,7 +25,9 @@ from ibqos.agent.lock import (
     holder,
 )
 from ibqos.agent.state import load_state, save_state
-from ibqos.config.schema import Config
+from ibqos.config.models import (
+    Config,
+)
 from ibqos.errors import (
     AgentLockError,
     ApplyError,

@@ -24,7 +24,9 @@ from ibqos.opensm.policy import PolicyJob, render_policy
 
 if TYPE_CHECKING:
     from ibqos.config.lanes import LaneConfig
-    from ibqos.config.schema import OpenSMConfig
+    from ibqos.config.models import (
+        OpenSMConfig,
+    )
     from ibqos.plan.planner import Plan
 
 

@@ -55,7 +55,9 @@ from ibqos.plan.planner import (
 from ibqos.plan.report import Decision, JobReport, LevelFigures, build_decision
 
 if TYPE_CHECKING:
-    from ibqos.config.schema import Config
+    from ibqos.config.models import (
+        Config,
+    )
 
 # the cycle's result, where its callers have always found it
 __all__ = ["Decider", "Decision", "JobReport", "LevelFigures"]

@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ibqos.config.schema import SlurmConfig
+from ibqos.config.models import (
+    SlurmConfig,
+)
 from ibqos.errors import (
     SlurmError,
 )

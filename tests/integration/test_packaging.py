@@ -29,6 +29,7 @@ SHIPPED = (
     "docs",
     "examples",
     "characterize",
+    "schemas",
     "ibqos",
 )
 TOP_FILES = ("pyproject.toml", "MANIFEST.in", "README.md", "CHANGELOG.md", "LICENSE")
@@ -90,6 +91,8 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         "contrib/slurm/ibqos-slurmctld",
         "examples/lab-jobs.yaml",
         "docs/deploy.md",
+        "schemas/ibqos.schema.json",
+        "schemas/jobs.schema.json",
     ):
         assert f"{data_dir}/{data}" in names, data
     # the characterization workflow, whole: README, example traces and profiles
@@ -110,6 +113,7 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
             tar.getnames()
         )
         assert {f"{top}/characterize/{name}" for name in examples} <= set(tar.getnames())
+        assert f"{top}/schemas/ibqos.schema.json" in tar.getnames()
 
     # a fresh environment, as README's install section makes one
     commands = readme_install_block()

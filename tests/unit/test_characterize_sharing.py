@@ -11,7 +11,9 @@ from ibqos.attribute.sharing import SharingTables
 from ibqos.config.lanes import (
     LaneConfig,
 )
-from ibqos.config.schema import parse_config
+from ibqos.config.load import (
+    parse_config,
+)
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import build_snapshot, level_capacities

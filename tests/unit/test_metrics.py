@@ -20,7 +20,9 @@ from ibqos.config.classes import (
 from ibqos.config.lanes import (
     LaneConfig,
 )
-from ibqos.config.schema import MetricsConfig
+from ibqos.config.models import (
+    MetricsConfig,
+)
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities

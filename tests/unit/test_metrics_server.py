@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
-from ibqos.config.schema import parse_config
+from ibqos.config.load import (
+    parse_config,
+)
 from ibqos.errors import (
     ConfigError,
     ExporterError,

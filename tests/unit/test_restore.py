@@ -10,7 +10,12 @@ import pytest
 
 from ibqos.agent.lock import AgentLock
 from ibqos.agent.state import AgentState, load_state, save_state
-from ibqos.config.schema import Config, parse_config
+from ibqos.config.load import (
+    parse_config,
+)
+from ibqos.config.models import (
+    Config,
+)
 from ibqos.deploy.restore import originals, restore
 from ibqos.errors import (
     ApplyError,

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.config.schema import SlurmConfig
+from ibqos.config.models import (
+    SlurmConfig,
+)
 from ibqos.errors import (
     SlurmError,
 )
