@@ -63,9 +63,7 @@ from ibqos.collect.native import NativeBackend, max_dgram_qlen, under_umad2sim
 from ibqos.collect.perfquery import PerfqueryBackend, parse_perfquery
 from ibqos.errors import IbqosError, MadError
 from ibqos.fabric.model import fabric_from_file
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.lab import Lab
 from ibqos.mad import pma

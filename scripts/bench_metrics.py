@@ -32,13 +32,9 @@ import numpy as np
 from bench_plan import SEED, SHAPES, build_fabric, hosts_of, machine, rates_tables, workload
 from prometheus_client import generate_latest
 
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.schema import MetricsConfig
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import MetricsConfig
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app

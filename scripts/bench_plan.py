@@ -65,12 +65,8 @@ import numpy as np
 import pandas as pd
 
 import ibqos
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.topology import Port, Topology
 from ibqos.fabric.xgft import build_xgft, parse_xgft

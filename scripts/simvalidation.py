@@ -15,17 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from simmixes import Mix, network
-from simrun import (
-    BEST_RATIO,
-    CLEAN_S,
-    EVAL_POLICIES,
-    MAIN,
-    TUNED,
-    clean,
-    run_fluid,
-    search,
-    tuned,
-)
+from simrun import BEST_RATIO, CLEAN_S, EVAL_POLICIES, MAIN, TUNED, clean, run_fluid, search, tuned
 from simtables import table
 
 from ibqos.jobs.jobfile import Job

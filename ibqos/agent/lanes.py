@@ -15,12 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ibqos.collect.portinfo import LaneCaps, read_lane_caps
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import Config
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
 from ibqos.opensm.conf import parse_conf, routing_engine

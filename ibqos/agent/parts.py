@@ -27,16 +27,10 @@ from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.collect.loop import Collector
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import Config
 from ibqos.errors import IbqosError
-from ibqos.fabric.model import (
-    Fabric,
-)
+from ibqos.fabric.model import Fabric
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import AgentMetrics, Counters, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app

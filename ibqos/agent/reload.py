@@ -15,9 +15,7 @@ import logging
 from ibqos.agent.cycle import CycleAgent
 from ibqos.agent.wiring import make_job_source
 from ibqos.classify.prior import make_priors
-from ibqos.config.load import (
-    load_config,
-)
+from ibqos.config.load import load_config
 from ibqos.errors import IbqosError
 from ibqos.opensm.apply import read_file
 

@@ -16,16 +16,10 @@ from pathlib import Path
 
 from ibqos.agent.state import load_state
 from ibqos.collect.portinfo import SmpqueryRunner
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.models import (
-    OpenSMConfig,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import OpenSMConfig
 from ibqos.errors import IbqosError
-from ibqos.fabric.model import (
-    Fabric,
-)
+from ibqos.fabric.model import Fabric
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import Counters
 from ibqos.opensm.apply import Applier, ApplyResult

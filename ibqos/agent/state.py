@@ -17,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ibqos.classify.prior import FinishedJob
-from ibqos.config.classes import (
-    CLASSES,
-    Class,
-)
+from ibqos.config.classes import CLASSES, Class
 from ibqos.errors import StateError
 from ibqos.fsio import atomic_write
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ibqos.attribute.jobmap import FileJobSource, JobSource
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.models import Config
 from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_ibnetdiscover
 from ibqos.slurm.source import SlurmJobSource
 

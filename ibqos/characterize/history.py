@@ -26,14 +26,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.classify.classifier import (
-    class_of,
-    intensity,
-)
-from ibqos.config.classes import (
-    Class,
-    Thresholds,
-)
+from ibqos.classify.classifier import class_of, intensity
+from ibqos.config.classes import Class, Thresholds
 from ibqos.errors import TraceError
 
 #: the per-level series of a job, by what they measure

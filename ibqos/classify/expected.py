@@ -22,10 +22,7 @@ from ibqos.classify.classifier import Classifier, class_of
 from ibqos.classify.levels import Characterizer
 from ibqos.classify.predict import Prior, predict
 from ibqos.classify.prior import FinishedJob, Matched, Priors
-from ibqos.config.classes import (
-    Class,
-    Thresholds,
-)
+from ibqos.config.classes import Class, Thresholds
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric
 

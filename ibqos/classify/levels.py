@@ -29,17 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ibqos.attribute.jobmap import host_ports, natural_key  # hosts sorted as the job mapper does
-from ibqos.classify.classifier import (
-    Capacities,
-    class_of,
-    intensity,
-    utilization,
-)
+from ibqos.classify.classifier import Capacities, class_of, intensity, utilization
 from ibqos.classify.traffic import NodeTraffic
-from ibqos.config.classes import (
-    Class,
-    Thresholds,
-)
+from ibqos.config.classes import Class, Thresholds
 from ibqos.errors import TopologyError
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, PortKey

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 
 from ibqos.classify.levels import Characterizer, Placement
 from ibqos.classify.profiles import Profile
-from ibqos.config.classes import (
-    Class,
-)
+from ibqos.config.classes import Class
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ibqos.classify.levels import Characterizer
 from ibqos.classify.predict import Prior, predict
 from ibqos.classify.profiles import NAME_PATTERN, Observation, Profile, ProfileStore
-from ibqos.config.classes import (
-    Class,
-)
+from ibqos.config.classes import Class
 from ibqos.errors import ProfileError
 from ibqos.jobs.jobfile import Job
 
 if TYPE_CHECKING:
-    from ibqos.config.models import (
-        ProfilesConfig,
-    )
+    from ibqos.config.models import ProfilesConfig
 
 log = logging.getLogger(__name__)
 

@@ -38,13 +38,8 @@ import numpy as np
 import yaml
 
 from ibqos.classify.traffic import NodeTraffic
-from ibqos.config.classes import (
-    CLASSES,
-    Class,
-)
-from ibqos.config.load import (
-    check_mapping,
-)
+from ibqos.config.classes import CLASSES, Class
+from ibqos.config.load import check_mapping
 from ibqos.errors import ConfigError, ProfileError
 from ibqos.fsio import atomic_write
 from ibqos.jobs.jobfile import PATTERNS, Job

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import click
 
-from ibqos.config.load import (
-    load_config,
-)
+from ibqos.config.load import load_config
 from ibqos.opensm.check import check_file
 
 

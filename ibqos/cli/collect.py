@@ -18,9 +18,7 @@ from ibqos.cli.options import (
 )
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
-from ibqos.config.models import (
-    BACKENDS,
-)
+from ibqos.config.models import BACKENDS
 from ibqos.fabric.model import Fabric, fabric_from_file
 
 

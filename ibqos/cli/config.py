@@ -9,10 +9,7 @@ import click
 import yaml
 
 from ibqos.cli.options import config_option
-from ibqos.config.load import (
-    find_config,
-    load_config,
-)
+from ibqos.config.load import find_config, load_config
 
 
 @click.command("config")

@@ -11,10 +11,7 @@ from pathlib import Path
 import click
 
 from ibqos.cli.options import config_option
-from ibqos.config.load import (
-    find_config,
-    load_config,
-)
+from ibqos.config.load import find_config, load_config
 from ibqos.deploy.install import UNIT, UNIT_DIR, install, plan
 from ibqos.deploy.restore import restore
 from ibqos.errors import ApplyError

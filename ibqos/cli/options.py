@@ -15,14 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ibqos.config.load import (
-    find_config,
-    load_config,
-    parse_config,
-)
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.load import find_config, load_config, parse_config
+from ibqos.config.models import Config
 from ibqos.fabric.topology import LANE_DATA_BITS_PER_S, WIDTHS
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,7 @@ from ibqos.cli.options import (
     load_or_defaults,
     profiles_option,
 )
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.models import Config
 from ibqos.errors import ProfileError
 from ibqos.plan.output import align
 

@@ -9,10 +9,7 @@ import click
 from ibqos.agent.daemon import Agent
 from ibqos.agent.sdnotify import Notifier
 from ibqos.cli.options import config_option
-from ibqos.config.load import (
-    find_config,
-    load_config,
-)
+from ibqos.config.load import find_config, load_config
 
 
 @click.command("run")

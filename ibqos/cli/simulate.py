@@ -16,10 +16,7 @@ from ibqos.cli.options import (
     width_option,
     xgft_option,
 )
-from ibqos.config.load import (
-    find_config,
-    load_config,
-)
+from ibqos.config.load import find_config, load_config
 from ibqos.sim.command import network, simulate
 from ibqos.sim.evaluate import MODELS
 from ibqos.sim.fluid import GRANULARITIES, Granularity

@@ -10,10 +10,7 @@ import click
 from ibqos.agent.state import load_state
 from ibqos.agent.status import render_status
 from ibqos.cli.options import config_option, format_option
-from ibqos.config.load import (
-    find_config,
-    load_config,
-)
+from ibqos.config.load import find_config, load_config
 from ibqos.plan.output import FORMATS
 
 

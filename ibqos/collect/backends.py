@@ -7,9 +7,7 @@ its port, the perfquery one first checks for a MAD device.
 from __future__ import annotations
 
 from ibqos.collect.sweep import Backend
-from ibqos.config.models import (
-    CollectConfig,
-)
+from ibqos.config.models import CollectConfig
 
 __all__ = ["make_backend"]
 

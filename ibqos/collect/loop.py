@@ -17,9 +17,7 @@ from ibqos.collect.backends import make_backend
 from ibqos.collect.rates import RateTracker
 from ibqos.collect.replay import RecordingExhausted, SweepRecorder
 from ibqos.collect.sweep import Sweep
-from ibqos.config.models import (
-    CollectConfig,
-)
+from ibqos.config.models import CollectConfig
 from ibqos.errors import IbqosError
 from ibqos.fabric.diff import diff_fabrics
 from ibqos.fabric.model import Fabric

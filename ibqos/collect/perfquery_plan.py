@@ -13,12 +13,7 @@ from typing import Literal
 
 import pandas as pd
 
-from ibqos.collect.perfquery_parse import (
-    CAP_XMIT_WAIT,
-    U64_MAX,
-    VL_FIELDS,
-    CounterBlock,
-)
+from ibqos.collect.perfquery_parse import CAP_XMIT_WAIT, U64_MAX, VL_FIELDS, CounterBlock
 from ibqos.collect.sweep import VL_WAIT_COLUMNS, empty_table, sweep_dtypes
 from ibqos.errors import MadError
 from ibqos.fabric.targets import Target

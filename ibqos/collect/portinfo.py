@@ -45,9 +45,7 @@ from typing import Protocol
 from ibqos.collect.diags import find_diag, last_message, run_diag
 from ibqos.errors import IbqosError, MadError, PortInfoError
 from ibqos.fabric.model import Fabric
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 
 log = logging.getLogger(__name__)
 

@@ -80,9 +80,7 @@ from ibqos.collect.sweep import (
     sweep_dtypes,
 )
 from ibqos.errors import CollectError
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 from ibqos.fsio import atomic_write
 
 __all__ = [

@@ -20,24 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ibqos.agent.lock import (
-    AgentLock,
-    holder,
-)
+from ibqos.agent.lock import AgentLock, holder
 from ibqos.agent.state import load_state, save_state
-from ibqos.config.models import (
-    Config,
-)
-from ibqos.errors import (
-    AgentLockError,
-    ApplyError,
-)
-from ibqos.opensm.apply import (
-    Applier,
-    ApplyResult,
-    make_signaller,
-    read_file,
-)
+from ibqos.config.models import Config
+from ibqos.errors import AgentLockError, ApplyError
+from ibqos.opensm.apply import Applier, ApplyResult, make_signaller, read_file
 
 #: the managed blocks' first lines (ibqos.opensm.conf and ibqos.opensm.policy)
 _MARKERS = ("# BEGIN ibqos managed keys", "# BEGIN ibqos managed block")

@@ -55,10 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ibqos.errors import TopologyError
-from ibqos.fabric.targets import (
-    Role,
-    Target,
-)
+from ibqos.fabric.targets import Role, Target
 from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
 from ibqos.tools import run_tool
 

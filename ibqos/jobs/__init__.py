@@ -6,14 +6,7 @@ give their JSON Schema; host lists are expanded by :func:`expand_hosts`.
 """
 
 from ibqos.jobs.hosts import expand_hosts
-from ibqos.jobs.jobfile import (
-    check_hosts,
-    dump_jobs,
-    job_files,
-    json_schema,
-    load_jobs,
-    parse_jobs,
-)
+from ibqos.jobs.jobfile import check_hosts, dump_jobs, job_files, json_schema, load_jobs, parse_jobs
 from ibqos.jobs.model import PATTERNS, TRAFFIC_KEYS, Job, shared_nodes
 
 __all__ = [

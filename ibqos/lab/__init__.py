@@ -5,14 +5,10 @@
 ``PrometheusServer`` a Prometheus that scrapes the lab's endpoints.
 """
 
-from ibqos.errors import (
-    PrometheusQueryError,
-)
+from ibqos.errors import PrometheusQueryError
 from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
 from ibqos.lab.lab import Lab, LabPaths, default_root
-from ibqos.lab.prometheus import (
-    PrometheusServer,
-)
+from ibqos.lab.prometheus import PrometheusServer
 from ibqos.lab.slurm import SlurmCluster
 
 __all__ = [

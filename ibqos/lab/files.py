@@ -28,9 +28,7 @@ from typing import Any
 
 import yaml
 
-from ibqos.config.models import (
-    LAB_DISCOVERED_FILE,
-)
+from ibqos.config.models import LAB_DISCOVERED_FILE
 from ibqos.errors import LabError, TopologyError
 from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
 from ibqos.fsio import atomic_write

@@ -41,10 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ibqos.collect.portinfo import parse_portinfo
-from ibqos.config.lanes import (
-    NUM_SLS,
-    Entry,
-)
+from ibqos.config.lanes import NUM_SLS, Entry
 from ibqos.errors import IbqosError, LabError
 from ibqos.fabric.topology import Port, Topology
 from ibqos.opensm.verify import parse_path_sl, parse_rows

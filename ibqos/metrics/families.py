@@ -27,9 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ibqos.config.classes import (
-    CLASSES,
-)
+from ibqos.config.classes import CLASSES
 from ibqos.metrics.snapshot import Snapshot
 from ibqos.plan.output import lane_weights
 

@@ -28,9 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from ibqos.config.models import (
-    MetricsConfig,
-)
+from ibqos.config.models import MetricsConfig
 from ibqos.errors import ExporterError
 from ibqos.metrics.health import AgentMetrics
 

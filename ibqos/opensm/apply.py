@@ -44,9 +44,7 @@ from ibqos.fsio import atomic_remove, atomic_write
 from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
-    from ibqos.config.models import (
-        OpenSMConfig,
-    )
+    from ibqos.config.models import OpenSMConfig
 
 log = logging.getLogger(__name__)
 

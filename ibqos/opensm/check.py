@@ -30,12 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ibqos.config.lanes import (
-    MAX_VLARB_ENTRIES,
-    NUM_SLS,
-    SL_OWNING_ENGINES,
-    VL15,
-)
+from ibqos.config.lanes import MAX_VLARB_ENTRIES, NUM_SLS, SL_OWNING_ENGINES, VL15
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,

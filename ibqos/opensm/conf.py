@@ -30,16 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.config.lanes import (
-    MAX_VLARB_ENTRIES,
-    NUM_SLS,
-    VL15,
-    Entry,
-)
+from ibqos.config.lanes import MAX_VLARB_ENTRIES, NUM_SLS, VL15, Entry
 from ibqos.errors import RenderError
-from ibqos.plan.planner import (
-    Tables,
-)
+from ibqos.plan.planner import Tables
 
 __all__ = [
     "BEGIN_MARK",

@@ -15,9 +15,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from ibqos.errors import (
-    StateError,
-)
+from ibqos.errors import StateError
 from ibqos.fsio import atomic_write
 from ibqos.opensm.apply import read_file
 

@@ -24,9 +24,7 @@ from ibqos.opensm.policy import PolicyJob, render_policy
 
 if TYPE_CHECKING:
     from ibqos.config.lanes import LaneConfig
-    from ibqos.config.models import (
-        OpenSMConfig,
-    )
+    from ibqos.config.models import OpenSMConfig
     from ibqos.plan.planner import Plan
 
 

@@ -20,15 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ibqos.config.lanes import (
-    NUM_SLS,
-    Entry,
-)
+from ibqos.config.lanes import NUM_SLS, Entry
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
-from ibqos.plan.planner import (
-    Plan,
-)
+from ibqos.plan.planner import Plan
 
 #: Runs a diag (argv) and returns its stdout; raises IbqosError on failure.
 Runner = Callable[[Sequence[str]], str]

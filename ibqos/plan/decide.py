@@ -37,27 +37,16 @@ from ibqos.attribute.sharing import SharingTables
 from ibqos.classify.classifier import Capacities, Classifier, JobUtilization
 from ibqos.classify.expected import Expectations, Running
 from ibqos.classify.prior import FinishedJob, JobProfiles, Priors, make_priors
-from ibqos.config.classes import (
-    Class,
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.classes import Class, Thresholds
+from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.jobfile import Job
-from ibqos.plan.planner import (
-    JobState,
-    Plan,
-    plan,
-)
+from ibqos.plan.planner import JobState, Plan, plan
 from ibqos.plan.report import Decision, JobReport, LevelFigures, build_decision
 
 if TYPE_CHECKING:
-    from ibqos.config.models import (
-        Config,
-    )
+    from ibqos.config.models import Config
 
 # the cycle's result, where its callers have always found it
 __all__ = ["Decider", "Decision", "JobReport", "LevelFigures"]

@@ -45,26 +45,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ibqos.config.classes import (
-    CLASSES,
-    Class,
-)
-from ibqos.config.lanes import (
-    MAX_VLARB_ENTRIES,
-    MTUS,
-    NUM_SLS,
-    WEIGHT_LAWS,
-    Entry,
-    LaneConfig,
-)
+from ibqos.config.classes import CLASSES, Class
+from ibqos.config.lanes import MAX_VLARB_ENTRIES, MTUS, NUM_SLS, WEIGHT_LAWS, Entry, LaneConfig
 from ibqos.errors import PlanError
 from ibqos.plan.grouping import optimal_grouping
-from ibqos.plan.weights import (
-    interleave,
-    lane_entries,
-    quantize,
-    weight_target,
-)
+from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
 
 __all__ = [
     "JobState",

@@ -21,13 +21,8 @@ from ibqos.attribute.sharing import JobSharing, SharingTables
 from ibqos.classify.classifier import JobClass, Utilizations
 from ibqos.classify.predict import Prior
 from ibqos.classify.prior import FinishedJob
-from ibqos.config.classes import (
-    Class,
-)
-from ibqos.plan.planner import (
-    Plan,
-    PlanResult,
-)
+from ibqos.config.classes import Class
+from ibqos.plan.planner import Plan, PlanResult
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

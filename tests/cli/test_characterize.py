@@ -12,14 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from ibqos.agent.state import (
-    AgentState,
-    load_state,
-    save_state,
-)
-from ibqos.classify.prior import (
-    FinishedJob,
-)
+from ibqos.agent.state import AgentState, load_state, save_state
+from ibqos.classify.prior import FinishedJob
 from ibqos.cli import cli
 from ibqos.jobs.jobfile import Job
 

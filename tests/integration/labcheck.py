@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 from ibqos.fabric.topology import Port, Topology
 
 QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps moving the counters

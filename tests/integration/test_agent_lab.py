@@ -18,9 +18,7 @@ import yaml
 from labcheck import QUIET
 
 from ibqos.fsio import atomic_write
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 from ibqos.opensm.conf import managed_keys, parse_conf
 
 LIGHT_A = {"id": "A", "name": "ft", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}

@@ -17,9 +17,7 @@ from ibqos.attribute.attribution import Attributor
 from ibqos.attribute.jobmap import MappedJob, map_jobs
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import RateTracker
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 
 JOBS_2 = """jobs:
   - {id: a2a, nodes: "cn[0001-0003,0009-0011]", pattern: all-to-all,

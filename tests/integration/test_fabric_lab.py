@@ -9,12 +9,8 @@ from collections import Counter
 import pytest
 
 from ibqos.fabric.diff import FabricChange, diff_fabrics
-from ibqos.fabric.model import (
-    fabric_from_ibnetdiscover,
-)
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.fabric.model import fabric_from_ibnetdiscover
+from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.lab import Lab
 
 QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps while the test looks

@@ -24,26 +24,15 @@ from pathlib import Path
 import pytest
 from labcheck import QUIET
 
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.fabric.model import (
-    Fabric,
-    FabricPort,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.fabric.model import Fabric, FabricPort
 from ibqos.fsio import atomic_write
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.opensm import MINIMAL_POLICY
 from ibqos.opensm.check import check_conf, check_policy
 from ibqos.opensm.conf import managed_values, parse_conf, render_conf
 from ibqos.opensm.policy import PolicyJob, render_policy
-from ibqos.plan.planner import (
-    JobState,
-    Tables,
-    plan,
-)
+from ibqos.plan.planner import JobState, Tables, plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "opensm"
 RECORD = os.environ.get("IBQOS_RECORD_OPENSM") == "1"

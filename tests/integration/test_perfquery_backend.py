@@ -31,14 +31,8 @@ from labcheck import (
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import ReplayBackend, SweepRecorder
-from ibqos.collect.sweep import (
-    SWEEP_DTYPES,
-    VL_WAIT_COLUMNS,
-    sweep_dtypes,
-)
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
+from ibqos.fabric.targets import Target
 
 
 def test_both_modes_read_what_the_lab_wrote(make_lab, jobs, tmp_path):

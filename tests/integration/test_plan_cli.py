@@ -15,9 +15,7 @@ from labcheck import QUIET
 from ibqos.cli import cli
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.replay import SweepRecorder
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 
 # 2 leaves of 4 hosts under 2 spines; both jobs on both leaves, so the uplinks are shared.
 # heavy: each host sends 2/3 of 10 GB/s off its leaf -> 13.3 GB/s of a leaf's 25 GB/s up

@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 
 from ibqos.collect.portinfo import SmpqueryRunner, read_lane_caps, sample_ports
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 
 QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps while the test looks
 MTU_CODES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}  # PathRecord MTU (IBA 15.2.5.16)

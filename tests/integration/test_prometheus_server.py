@@ -13,16 +13,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from ibqos.errors import (
-    LabError,
-    PrometheusQueryError,
-)
+from ibqos.errors import LabError, PrometheusQueryError
 from ibqos.lab import prometheus as prom_mod
 from ibqos.lab.procs import start_time
-from ibqos.lab.prometheus import (
-    PrometheusServer,
-    duration,
-)
+from ibqos.lab.prometheus import PrometheusServer, duration
 
 FIRST_SCRAPE = 15.0  # seconds: 5 s discovery throttle plus slack for a loaded machine
 RULES = """\

@@ -15,9 +15,7 @@ from ibqos.agent.daemon import Agent
 from ibqos.agent.state import load_state
 from ibqos.attribute.jobmap import host_ports
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
-from ibqos.config.load import (
-    load_config,
-)
+from ibqos.config.load import load_config
 
 TOPOLOGY = Path(__file__).parents[1] / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
 JOB = {"id": "7", "name": "ft", "nodes": "cn[0001-0002,0009-0010]"}

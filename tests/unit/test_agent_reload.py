@@ -16,9 +16,7 @@ from ibqos.agent.daemon import Agent
 from ibqos.agent.lock import AgentLock
 from ibqos.cli import cli
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
-from ibqos.config.load import (
-    load_config,
-)
+from ibqos.config.load import load_config
 from ibqos.opensm.apply import CommandSignaller
 
 TOPOLOGY = Path(__file__).parents[1] / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"

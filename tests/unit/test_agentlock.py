@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.agent.lock import (
-    AgentLock,
-    holder,
-)
-from ibqos.errors import (
-    AgentLockError,
-)
+from ibqos.agent.lock import AgentLock, holder
+from ibqos.errors import AgentLockError
 
 HOLD = (
     "import sys; from pathlib import Path; from ibqos.agent.lock import AgentLock;"

@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 import ibqos.opensm.apply as apply_module
-from ibqos.errors import (
-    ApplyError,
-)
+from ibqos.errors import ApplyError
 from ibqos.fsio import atomic_remove
-from ibqos.opensm.apply import (
-    Applier,
-    CommandSignaller,
-    PidFileSignaller,
-)
+from ibqos.opensm.apply import Applier, CommandSignaller, PidFileSignaller
 
 
 class FakeOpenSM:

@@ -14,23 +14,13 @@ from fabric_rates import leaf_up_ports, rates, setup
 from ibqos.characterize.command import characterize, fabric_of, model_of_trace, save_profile
 from ibqos.characterize.trace import parse_csv_trace
 from ibqos.classify.levels import Characterizer
-from ibqos.classify.prior import (
-    FinishedJob,
-    Priors,
-    learn,
-)
+from ibqos.classify.prior import FinishedJob, Priors, learn
 from ibqos.classify.profiles import Model, Observation, Profile, ProfileStore, parse_profile
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
 from ibqos.errors import ProfileError
 from ibqos.jobs.jobfile import Job
-from ibqos.plan.decide import (
-    Decider,
-)
+from ibqos.plan.decide import Decider
 from ibqos.plan.output import render, to_json
 
 LANES = LaneConfig(min_hold_s=0.0, min_interval_s=0.0)

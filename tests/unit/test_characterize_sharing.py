@@ -8,12 +8,8 @@ from test_metrics import full_rates, metrics
 
 from ibqos.attribute.jobmap import JobMapper
 from ibqos.attribute.sharing import SharingTables
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.load import (
-    parse_config,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.load import parse_config
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import build_snapshot, level_capacities

@@ -18,10 +18,7 @@ from ibqos.classify.classifier import (
     next_class,
     utilization,
 )
-from ibqos.config.classes import (
-    CLASSES,
-    Thresholds,
-)
+from ibqos.config.classes import CLASSES, Thresholds
 from ibqos.fabric.model import Fabric, fabric_from_file
 from ibqos.jobs.jobfile import Job
 

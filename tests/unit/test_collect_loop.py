@@ -14,9 +14,7 @@ from ibqos.cli import cli
 from ibqos.collect.loop import Collector
 from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep, empty_table
-from ibqos.config.models import (
-    CollectConfig,
-)
+from ibqos.config.models import CollectConfig
 from ibqos.fabric.model import Fabric, fabric_from_text
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"

@@ -12,17 +12,9 @@ from fabric_rates import leaf_up_ports, random_jobs, random_rates, rates, setup
 
 from ibqos.attribute.attribution import Attributor
 from ibqos.attribute.jobmap import map_jobs
-from ibqos.classify.classifier import (
-    Capacities,
-    Classifier,
-    utilization,
-)
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.classify.classifier import Capacities, Classifier, utilization
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.jobs.jobfile import Job

@@ -17,20 +17,11 @@ import pytest
 
 from ibqos.errors import TopologyError
 from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
-from ibqos.fabric.model import (
-    Fabric,
-    fabric_from_file,
-    fabric_from_ibnetdiscover,
-    fabric_from_text,
-)
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_ibnetdiscover, fabric_from_text
+from ibqos.fabric.targets import Target
 from ibqos.fabric.topology import Link, Node, Port, Topology, format_ibnetdiscover
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.lab.fabric import (
-    fabric_from_lab,
-)
+from ibqos.lab.fabric import fabric_from_lab
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"

@@ -8,16 +8,8 @@ import time
 
 import pytest
 
-from ibqos.agent.handoff import (
-    Answer,
-    SlBoard,
-    SlServer,
-    ask_sl,
-    check_job_id,
-)
-from ibqos.errors import (
-    HandoffError,
-)
+from ibqos.agent.handoff import Answer, SlBoard, SlServer, ask_sl, check_job_id
+from ibqos.errors import HandoffError
 
 
 def test_a_planned_job_is_answered_at_once() -> None:

@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 from ibqos import __version__
-from ibqos.deploy.install import (
-    plan,
-)
-from ibqos.errors import (
-    InstallError,
-)
+from ibqos.deploy.install import plan
+from ibqos.errors import InstallError
 
 ROOT = Path(__file__).parents[2]
 IBQOS = Path(sys.executable).parent / "ibqos"

@@ -14,15 +14,9 @@ from fabric_rates import leaf_up_ports, rates, setup
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
-from ibqos.config.classes import (
-    Thresholds,
-)
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.config.models import (
-    MetricsConfig,
-)
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import MetricsConfig
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.jobfile import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities

@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
-from ibqos.config.load import (
-    parse_config,
-)
-from ibqos.errors import (
-    ConfigError,
-    ExporterError,
-)
-from ibqos.metrics.server import (
-    Exporter,
-)
+from ibqos.config.load import parse_config
+from ibqos.errors import ConfigError, ExporterError
+from ibqos.metrics.server import Exporter
 
 
 def registry():

@@ -17,15 +17,9 @@ import numpy as np
 import pytest
 
 from ibqos.collect.native import REPROBE_SWEEPS, NativeBackend, NodeCaps, Pipeline, Request
-from ibqos.collect.sweep import (
-    SWEEP_DTYPES,
-    VL_WAIT_COLUMNS,
-    sweep_dtypes,
-)
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.errors import CollectError, MadError
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 from ibqos.mad import pma
 
 SWITCH_CAPS = 0x1300  # ibsim's switches: AllPortSelect, PCE, XmitWait in PortCounters

@@ -9,19 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.lanes import LaneConfig
 from ibqos.lab.opensm import MINIMAL_POLICY, OpenSMFiles
 from ibqos.lab.opensm import render_conf as lab_conf
 from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
 from ibqos.opensm.conf import managed_values, render_conf
 from ibqos.opensm.policy import PolicyJob, render_policy
-from ibqos.plan.planner import (
-    JobState,
-    Tables,
-    plan,
-)
+from ibqos.plan.planner import JobState, Tables, plan
 
 DATA = Path(__file__).parent.parent / "data" / "opensm"
 D = MINIMAL_POLICY  # a DEFAULT level, lines 2-7

@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.lanes import LaneConfig
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
@@ -24,11 +22,7 @@ from ibqos.opensm.conf import (
     split_lines,
     strtoul,
 )
-from ibqos.plan.planner import (
-    JobState,
-    Tables,
-    plan,
-)
+from ibqos.plan.planner import JobState, Tables, plan
 
 GOLDEN = Path(__file__).parent.parent / "data" / "opensm" / "golden"
 SL2VL = (0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)

@@ -13,15 +13,9 @@ from pathlib import Path
 import pytest
 
 from ibqos.collect.perfquery import PerfqueryBackend, last_message, parse_perfquery
-from ibqos.collect.sweep import (
-    SWEEP_DTYPES,
-    VL_WAIT_COLUMNS,
-    sweep_dtypes,
-)
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.errors import CollectError, MadError
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perfquery"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "expected.json").exists())

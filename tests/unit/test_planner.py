@@ -12,23 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibqos.config.classes import (
-    CLASSES,
-)
-from ibqos.config.lanes import (
-    NUM_SLS,
-    VL15,
-    LaneConfig,
-)
-from ibqos.errors import (
-    PlanError,
-)
-from ibqos.plan.planner import (
-    JobState,
-    Plan,
-    PlanResult,
-    plan,
-)
+from ibqos.config.classes import CLASSES
+from ibqos.config.lanes import NUM_SLS, VL15, LaneConfig
+from ibqos.errors import PlanError
+from ibqos.plan.planner import JobState, Plan, PlanResult, plan
 
 
 def _jobs(*specs: tuple[str, float, str]) -> list[JobState]:

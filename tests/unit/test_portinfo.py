@@ -25,10 +25,7 @@ from ibqos.collect.portinfo import (
     read_lane_caps,
     sample_ports,
 )
-from ibqos.errors import (
-    MadError,
-    PortInfoError,
-)
+from ibqos.errors import MadError, PortInfoError
 from ibqos.fabric.model import fabric_from_file, fabric_from_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -17,16 +17,8 @@ from ibqos.collect.rates import (
     rows_for_json,
     vl_wait_rate_column,
 )
-from ibqos.collect.sweep import (
-    COUNTERS,
-    SWEEP_DTYPES,
-    VL_WAIT_COLUMNS,
-    Sweep,
-    sweep_dtypes,
-)
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.collect.sweep import COUNTERS, SWEEP_DTYPES, VL_WAIT_COLUMNS, Sweep, sweep_dtypes
+from ibqos.fabric.targets import Target
 
 NA = pd.NA
 NAN = float("nan")

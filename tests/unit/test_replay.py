@@ -10,16 +10,9 @@ import pytest
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import CSV_COLUMNS, INDEX, VL_CSV_COLUMNS, ReplayBackend, SweepRecorder
-from ibqos.collect.sweep import (
-    SWEEP_DTYPES,
-    VL_WAIT_COLUMNS,
-    Sweep,
-    sweep_dtypes,
-)
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, Sweep, sweep_dtypes
 from ibqos.errors import CollectError
-from ibqos.fabric.targets import (
-    Target,
-)
+from ibqos.fabric.targets import Target
 
 U64 = 2**64 - 1
 TARGETS = [

@@ -10,20 +10,11 @@ import pytest
 
 from ibqos.agent.lock import AgentLock
 from ibqos.agent.state import AgentState, load_state, save_state
-from ibqos.config.load import (
-    parse_config,
-)
-from ibqos.config.models import (
-    Config,
-)
+from ibqos.config.load import parse_config
+from ibqos.config.models import Config
 from ibqos.deploy.restore import originals, restore
-from ibqos.errors import (
-    ApplyError,
-)
-from ibqos.opensm.apply import (
-    Applier,
-    make_signaller,
-)
+from ibqos.errors import ApplyError
+from ibqos.opensm.apply import Applier, make_signaller
 
 ADMIN_CONF = "# the admin's opensm.conf\nlog_max_size 0\n"
 SUBNET_UP = "Nov 22 10:00:00 000001 [0] 0x02 -> SUBNET UP"

@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.config.models import (
-    SlurmConfig,
-)
-from ibqos.errors import (
-    SlurmError,
-)
+from ibqos.config.models import SlurmConfig
+from ibqos.errors import SlurmError
 from ibqos.slurm.source import MIN_FORCED_POLL_S, Completed, SlurmJobSource
 
 DATA = Path(__file__).parents[1] / "data" / "squeue"

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.errors import (
-    SlurmError,
-)
+from ibqos.errors import SlurmError
 from ibqos.jobs.jobfile import Job
-from ibqos.slurm.squeue import (
-    is_running,
-    parse_json,
-    parse_text,
-    parse_version,
-)
+from ibqos.slurm.squeue import is_running, parse_json, parse_text, parse_version
 
 DATA = Path(__file__).parents[1] / "data" / "squeue"
 START = 1795329376.0  # both running jobs of the recording started then

@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.agent.state import (
-    STATE_FILE,
-    AgentState,
-    load_state,
-    save_state,
-)
-from ibqos.errors import (
-    StateError,
-)
+from ibqos.agent.state import STATE_FILE, AgentState, load_state, save_state
+from ibqos.errors import StateError
 
 
 def test_round_trip_and_empty(tmp_path: Path) -> None:

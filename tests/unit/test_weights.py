@@ -6,15 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibqos.config.lanes import (
-    CREDIT_BYTES,
-)
-from ibqos.plan.weights import (
-    interleave,
-    lane_entries,
-    quantize,
-    weight_target,
-)
+from ibqos.config.lanes import CREDIT_BYTES
+from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
 
 # -- weight laws ----------------------------------------------------------------------
 

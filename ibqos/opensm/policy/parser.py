@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ibqos.config.lanes import (
-    NUM_SLS,
-)
+from ibqos.config.lanes import NUM_SLS
 from ibqos.opensm.conf import strtoul
 from ibqos.opensm.policy.lexer import FIELD_KINDS, ULP_WORDS, Token, tokenize
 from ibqos.opensm.policy.model import (

@@ -49,9 +49,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ibqos.config.lanes import (
-    NUM_SLS,
-)
+from ibqos.config.lanes import NUM_SLS
 from ibqos.errors import RenderError
 from ibqos.opensm.conf import find_blocks, split_lines
 from ibqos.opensm.policy.model import Policy, fold
