@@ -17,13 +17,13 @@ from ibqos.fabric.topology import parse_ibnetdiscover
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import check_hosts, load_jobs
 from ibqos.sim.evaluate import Outcome, alone, evaluate, run
-from ibqos.sim.fluid import Granularity, auto_buffers
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, build, one_vl
 from ibqos.sim.qos import (
     Arbitration,
 )
 from ibqos.sim.report import BASELINE, load_plan, render
+from ibqos.sim.senders import Granularity, auto_buffers
 from ibqos.sim.workload import prepare
 
 #: the policies that plan by simulating the fluid model
@@ -70,7 +70,7 @@ def simulate(
     """Run the mix under each policy (and the plan file), return the rendered report.
 
     *buffer_packets*: switch buffers per VL per input of *model* (None: its default, for
-    the fluid model :func:`~ibqos.sim.fluid.auto_buffers`).  *fluid_buffers*: the fluid
+    the fluid model :func:`~ibqos.sim.senders.auto_buffers`).  *fluid_buffers*: the fluid
     model's, for the policies that plan by simulating it (ibqos, optimal) when *model* is
     the packet model (None: the same default); with the fluid model its own buffers serve
     both, and a second value is refused.  Under the packet model ``--buffers`` changes the

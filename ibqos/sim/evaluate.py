@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from ibqos.errors import (
     SimError,
 )
-from ibqos.sim.fluid import BUFFER_PACKETS, Granularity, granularity, simulate_fluid
+from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
 from ibqos.sim.qos import (
     Arbitration,
 )
+from ibqos.sim.senders import BUFFER_PACKETS, Granularity, granularity
 from ibqos.sim.workload import RunResult, SimJob
 
 MODELS = ("fluid", "packet")
@@ -95,7 +96,7 @@ def run(
     per: Granularity = "auto",
     buffer_packets: int | None = None,
 ) -> RunResult:
-    """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.fluid`;
+    """Run one model on a mix (*per*: the fluid model's senders, see :mod:`ibqos.sim.senders`;
     *buffer_packets*: the switch input buffers per VL, in packets; None: the model's own
     default, :data:`~ibqos.sim.packet.PACKET_BUFFER` or the fluid model's none).
 

@@ -40,12 +40,13 @@ from ibqos.fabric.topology import Port
 from ibqos.plan.decide import Decider
 from ibqos.plan.weights import interleave, lane_entries, quantize
 from ibqos.sim.evaluate import Outcome, alone, evaluate
-from ibqos.sim.fluid import Granularity, simulate_fluid
+from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import (
     Arbitration,
     from_tables,
 )
+from ibqos.sim.senders import Granularity
 from ibqos.sim.workload import RunResult, SimJob
 
 POLICIES = ("one-vl", "equal", "bandwidth", "ibqos", "optimal")

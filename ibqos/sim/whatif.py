@@ -1,6 +1,6 @@
 """The agent's what-if (``ibqos run --dry-run --simulate``): the running jobs under the QoS
 setup in force and under the one ibqos proposes, through the fluid model with the switch
-buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.fluid.auto_buffers`).
+buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.senders.auto_buffers`).
 
 Routes: D-mod-K over the discovered fabric (:func:`ibqos.sim.network.dmodk_lfts`), the
 spreading ftree/updn give a fat tree; not OpenSM's actual tables.  Jobs: those declaring
@@ -22,11 +22,11 @@ from ibqos.config.lanes import (
 from ibqos.jobs.jobfile import Job
 from ibqos.plan.decide import Decision
 from ibqos.sim.evaluate import alone, evaluate
-from ibqos.sim.fluid import auto_buffers
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.report import buffers_text, parse_plan, render
+from ibqos.sim.senders import auto_buffers
 from ibqos.sim.workload import SimJob, prepare
 
 ITERATIONS = 10
