@@ -16,9 +16,9 @@ from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import parse_ibnetdiscover
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import check_hosts, load_jobs
-from ibqos.sim.evaluate import Outcome, alone, evaluate, run
+from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import POLICIES, build, one_vl
+from ibqos.sim.policies import POLICIES, one_vl, setup_of
 from ibqos.sim.qos import (
     Arbitration,
 )
@@ -97,22 +97,20 @@ def simulate(
         buffer_packets = fluid_buffers = auto_buffers(sim_jobs, per, buffer_packets)
     else:
         fluid_buffers = auto_buffers(sim_jobs, per, fluid_buffers)
+    runs = RunSettings(model, net, sim_jobs, iterations, per, buffer_packets)
+    planning = RunSettings("fluid", net, sim_jobs, iterations, per, fluid_buffers)
     base_arb = one_vl(sim_jobs, lanes)
     # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
-    base_run = None
-    if model == "fluid":
-        base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffer_packets)
-    setups: list[Arbitration] = [
-        build(n, net, sim_jobs, iterations, lanes, per, base_run, fluid_buffers) for n in names
-    ]
+    base_run = runs.run(base_arb) if model == "fluid" else None
+    setups: list[Arbitration] = [setup_of(n, planning, lanes, base_run) for n in names]
     plan_arb = load_plan(plan) if plan is not None else None
     if plan_arb is not None:
         setups.append(plan_arb)
-    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffer_packets)
+    t_alone = runs.alone(base_arb)
 
     def outcome(arb: Arbitration) -> Outcome:
         reuse = base_run if arb.name == BASELINE else None
-        out = evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffer_packets, reuse)
+        out = runs.evaluate(arb, t_alone, reuse)
         planned = arb.name in PLANNED and arb is not plan_arb
         return replace(out, plan_buffer_packets=fluid_buffers) if planned else out
 

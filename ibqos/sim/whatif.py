@@ -21,7 +21,7 @@ from ibqos.config.lanes import (
 )
 from ibqos.jobs.jobfile import Job
 from ibqos.plan.decide import Decision
-from ibqos.sim.evaluate import alone, evaluate
+from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
@@ -82,9 +82,10 @@ def what_if(
     sim_jobs = prepare(net, chosen)
     current = current_setup(in_force, sim_jobs, decision.plan.cfg)
     bp = auto_buffers(sim_jobs)  # as `ibqos simulate` would
-    t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS, buffer_packets=bp)
-    now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone, buffer_packets=bp)
-    then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone, buffer_packets=bp)
+    runs = RunSettings("fluid", net, sim_jobs, ITERATIONS, buffer_packets=bp)
+    t_alone = runs.alone(current)
+    now = runs.evaluate(current, t_alone)
+    then = runs.evaluate(proposed, t_alone)
     how = f"{ITERATIONS} iterations, fluid model, {buffers_text(bp)}"
     head = f"simulated ({how}): in force vs proposed\n"
     return head + render([now, then], now, "table") + "".join(f"  {n}\n" for n in notes)
