@@ -16,14 +16,14 @@ from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import parse_ibnetdiscover
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import check_hosts, load_jobs
-from ibqos.sim.evaluate import Outcome, alone, evaluate, run
-from ibqos.sim.fluid import Granularity, auto_buffers
+from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import POLICIES, build, one_vl
+from ibqos.sim.policies import POLICIES, one_vl, setup_of
 from ibqos.sim.qos import (
     Arbitration,
 )
 from ibqos.sim.report import BASELINE, load_plan, render
+from ibqos.sim.senders import Granularity, auto_buffers
 from ibqos.sim.workload import prepare
 
 #: the policies that plan by simulating the fluid model
@@ -70,7 +70,7 @@ def simulate(
     """Run the mix under each policy (and the plan file), return the rendered report.
 
     *buffer_packets*: switch buffers per VL per input of *model* (None: its default, for
-    the fluid model :func:`~ibqos.sim.fluid.auto_buffers`).  *fluid_buffers*: the fluid
+    the fluid model :func:`~ibqos.sim.senders.auto_buffers`).  *fluid_buffers*: the fluid
     model's, for the policies that plan by simulating it (ibqos, optimal) when *model* is
     the packet model (None: the same default); with the fluid model its own buffers serve
     both, and a second value is refused.  Under the packet model ``--buffers`` changes the
@@ -97,22 +97,20 @@ def simulate(
         buffer_packets = fluid_buffers = auto_buffers(sim_jobs, per, buffer_packets)
     else:
         fluid_buffers = auto_buffers(sim_jobs, per, fluid_buffers)
+    runs = RunSettings(model, net, sim_jobs, iterations, per, buffer_packets)
+    planning = RunSettings("fluid", net, sim_jobs, iterations, per, fluid_buffers)
     base_arb = one_vl(sim_jobs, lanes)
     # the fluid run on one VL is both E's baseline and what ibqos's plan is built from
-    base_run = None
-    if model == "fluid":
-        base_run = run("fluid", net, sim_jobs, base_arb, iterations, per, buffer_packets)
-    setups: list[Arbitration] = [
-        build(n, net, sim_jobs, iterations, lanes, per, base_run, fluid_buffers) for n in names
-    ]
+    base_run = runs.run(base_arb) if model == "fluid" else None
+    setups: list[Arbitration] = [setup_of(n, planning, lanes, base_run) for n in names]
     plan_arb = load_plan(plan) if plan is not None else None
     if plan_arb is not None:
         setups.append(plan_arb)
-    t_alone = alone(model, net, sim_jobs, base_arb, iterations, per, buffer_packets)
+    t_alone = runs.alone(base_arb)
 
     def outcome(arb: Arbitration) -> Outcome:
         reuse = base_run if arb.name == BASELINE else None
-        out = evaluate(model, net, sim_jobs, arb, iterations, t_alone, per, buffer_packets, reuse)
+        out = runs.evaluate(arb, t_alone, reuse)
         planned = arb.name in PLANNED and arb is not plan_arb
         return replace(out, plan_buffer_packets=fluid_buffers) if planned else out
 

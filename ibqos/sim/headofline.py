@@ -1,6 +1,6 @@
 """Head-of-line paces of the fluid model's switch buffers, compiled.
 
-:meth:`ibqos.sim.fluid.Allocator.paces` states the rule; this module walks it.  A full
+:meth:`ibqos.sim.inputs.InputBuffers.paces` states the rule; this module walks it.  A full
 column (one lane of one link) holds the switch input buffers that feed it: each moves no
 more bytes per second per host than the fastest host the column lets through it, and the
 links into those inputs back up in turn.  The walk goes from every full column up the

@@ -1,6 +1,6 @@
 """The fluid model's solver: max-min fair rates by progressive freezing, compiled.
 
-:mod:`ibqos.sim.fluid` states the sharing rule; this module computes it.  The loop runs
+:mod:`ibqos.sim.allocator` states the sharing rule; this module computes it.  The loop runs
 once per distinct bottleneck level; a round water-fills a link three times over (between
 lanes, between a lane's inputs, within an input), and only the links whose offers changed
 since the last round, or, for the first round, since the last call.  It is compiled with
@@ -288,9 +288,9 @@ def solve_kept(
             ``row_entries[row_ptr[r]:row_ptr[r + 1]]``.
         col_open, col_ask: per column, whether its buffers have room left (it limits
             no one), and what its backlog asks its lane for (bytes per second, 0: none):
-            :class:`ibqos.sim.fluid.FluidSim`.
+            :class:`ibqos.sim.buffers.SwitchBuffers`.
         row_cap: the most (0..1] of its rate each sender may send (head of line, see
-            :class:`ibqos.sim.fluid.FluidSim`): it asks for that much, not its full rate.
+            :mod:`ibqos.sim.inputs`): it asks for that much, not its full rate.
         lane_weight, lane_high: each lane's packets per arbitration round, and priority.
         cap: each link's bytes per second.
         high_share: the most of a link high-priority lanes get while low data waits.

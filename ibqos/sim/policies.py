@@ -39,13 +39,14 @@ from ibqos.fabric.model import Fabric
 from ibqos.fabric.topology import Port
 from ibqos.plan.decide import Decider
 from ibqos.plan.weights import interleave, lane_entries, quantize
-from ibqos.sim.evaluate import Outcome, alone, evaluate
-from ibqos.sim.fluid import Granularity, simulate_fluid
+from ibqos.sim.evaluate import Outcome, RunSettings
+from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.qos import (
     Arbitration,
     from_tables,
 )
+from ibqos.sim.senders import Granularity
 from ibqos.sim.workload import RunResult, SimJob
 
 POLICIES = ("one-vl", "equal", "bandwidth", "ibqos", "optimal")
@@ -69,11 +70,25 @@ def build(
 ) -> Arbitration:
     """The setup policy *name* gives this mix (*per*, *buffer_packets*: the fluid model's
     senders and switch buffers, for the policies that simulate; *seen*: the mix's fluid
-    run on one VL, if already made).
+    run on one VL, if already made): :func:`setup_of`.
 
     Raises:
         SimError: an unknown policy, or a mix too large for ``optimal``.
     """
+    fluid = RunSettings("fluid", net, jobs, iterations, per, buffer_packets)
+    return setup_of(name, fluid, lanes, seen)
+
+
+def setup_of(
+    name: str, fluid: RunSettings, lanes: LaneConfig, seen: RunResult | None = None
+) -> Arbitration:
+    """The setup policy *name* gives the mix of *fluid*, the fluid model's runs of it
+    that the policies which simulate use (*seen*: its run on one VL, if already made).
+
+    Raises:
+        SimError: an unknown policy, or a mix too large for ``optimal``.
+    """
+    jobs = fluid.jobs
     if name == "one-vl":
         return one_vl(jobs, lanes)
     if name == "equal":
@@ -82,9 +97,9 @@ def build(
         ids = [[j.id] for j in jobs]
         return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
     if name == "ibqos":
-        return ibqos_plan(net, jobs, iterations, lanes, per, seen, buffer_packets)
+        return ibqos_plan(fluid, lanes, seen)
     if name == "optimal":
-        return optimal(net, jobs, iterations, lanes, per, buffer_packets)
+        return optimal(fluid, lanes)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
 
 
@@ -150,18 +165,13 @@ def grouped(
     return Arbitration(job_sl, tuple(sl_to_vl), entries, mtu=lanes.mtu, name=name)
 
 
-def ibqos_plan(
-    net: Network,
-    jobs: Sequence[SimJob],
-    iterations: int,
-    lanes: LaneConfig,
-    per: Granularity = "auto",
-    seen: RunResult | None = None,
-    buffer_packets: int | None = None,
-) -> Arbitration:
-    """What ibqos would program after watching the mix run on one VL (*seen*, or run now)."""
+def ibqos_plan(fluid: RunSettings, lanes: LaneConfig, seen: RunResult | None = None) -> Arbitration:
+    """What ibqos would program after watching the mix of *fluid* run on one VL (*seen*,
+    or run now)."""
+    net, jobs = fluid.net, fluid.jobs
     if seen is None:
-        seen = simulate_fluid(net, jobs, one_vl(jobs, lanes), iterations, per, buffer_packets)
+        base = one_vl(jobs, lanes)
+        seen = simulate_fluid(net, jobs, base, fluid.iterations, fluid.per, fluid.buffer_packets)
     rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
     fabric = Fabric(net.topo, source="simulated")
     keys = list(fabric.ports)
@@ -185,27 +195,21 @@ def ibqos_plan(
     return from_tables(plan.tables, plan.job_sl, lanes.mtu, "ibqos")
 
 
-def optimal(
-    net: Network,
-    jobs: Sequence[SimJob],
-    iterations: int,
-    lanes: LaneConfig,
-    per: Granularity = "auto",
-    buffer_packets: int | None = None,
-) -> Arbitration:
-    """The best setup of the exhaustive search (see the module docstring).
+def optimal(fluid: RunSettings, lanes: LaneConfig) -> Arbitration:
+    """The best setup of the exhaustive search (see the module docstring), each setup run
+    as *fluid* says.
 
     Raises:
         SimError: the search would run more than :data:`MAX_SEARCH` setups.
     """
+    jobs = fluid.jobs
     tried = grid(jobs, lanes)
-    base = one_vl(jobs, lanes)
-    t_alone = alone("fluid", net, jobs, base, iterations, per, buffer_packets)
+    t_alone = fluid.alone(one_vl(jobs, lanes))
     tried += [
-        replace(build(p, net, jobs, iterations, lanes, per, None, buffer_packets), name="optimal")
+        replace(setup_of(p, fluid, lanes), name="optimal")
         for p in ("one-vl", "equal", "bandwidth", "ibqos")
     ]
-    best, _ = best_of("fluid", net, jobs, tried, iterations, t_alone, per, buffer_packets)
+    best, _ = fluid.best_of(tried, t_alone)
     return best.setup
 
 
@@ -238,17 +242,10 @@ def best_of(
     buffer_packets: int | None = None,
 ) -> tuple[Outcome, list[float]]:
     """Each of *setups* run in *model*: the outcome of the one with the least total
-    contention (the first of equals), and every setup's total (s), in order."""
-    best: Outcome | None = None
-    totals: list[float] = []
-    for arb in setups:
-        out = evaluate(model, net, jobs, arb, iterations, t_alone, per, buffer_packets)
-        totals.append(out.total_contention_s)
-        if best is None or out.total_contention_s < best.total_contention_s:
-            best = out
-    if best is None:
-        raise SimError("the search has no setup to try")
-    return best, totals
+    contention (the first of equals), and every setup's total (s), in order
+    (:meth:`RunSettings.best_of`)."""
+    runs = RunSettings(model, net, jobs, iterations, per, buffer_packets)
+    return runs.best_of(setups, t_alone)
 
 
 def _setups(ids: Sequence[str], n_lanes: int) -> Iterator[tuple[list[list[str]], list[float]]]:

@@ -1,6 +1,6 @@
 """The agent's what-if (``ibqos run --dry-run --simulate``): the running jobs under the QoS
 setup in force and under the one ibqos proposes, through the fluid model with the switch
-buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.fluid.auto_buffers`).
+buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.senders.auto_buffers`).
 
 Routes: D-mod-K over the discovered fabric (:func:`ibqos.sim.network.dmodk_lfts`), the
 spreading ftree/updn give a fat tree; not OpenSM's actual tables.  Jobs: those declaring
@@ -21,12 +21,12 @@ from ibqos.config.lanes import (
 )
 from ibqos.jobs.jobfile import Job
 from ibqos.plan.decide import Decision
-from ibqos.sim.evaluate import alone, evaluate
-from ibqos.sim.fluid import auto_buffers
+from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
 from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.report import buffers_text, parse_plan, render
+from ibqos.sim.senders import auto_buffers
 from ibqos.sim.workload import SimJob, prepare
 
 ITERATIONS = 10
@@ -82,9 +82,10 @@ def what_if(
     sim_jobs = prepare(net, chosen)
     current = current_setup(in_force, sim_jobs, decision.plan.cfg)
     bp = auto_buffers(sim_jobs)  # as `ibqos simulate` would
-    t_alone = alone("fluid", net, sim_jobs, current, ITERATIONS, buffer_packets=bp)
-    now = evaluate("fluid", net, sim_jobs, current, ITERATIONS, t_alone, buffer_packets=bp)
-    then = evaluate("fluid", net, sim_jobs, proposed, ITERATIONS, t_alone, buffer_packets=bp)
+    runs = RunSettings("fluid", net, sim_jobs, ITERATIONS, buffer_packets=bp)
+    t_alone = runs.alone(current)
+    now = runs.evaluate(current, t_alone)
+    then = runs.evaluate(proposed, t_alone)
     how = f"{ITERATIONS} iterations, fluid model, {buffers_text(bp)}"
     head = f"simulated ({how}): in force vs proposed\n"
     return head + render([now, then], now, "table") + "".join(f"  {n}\n" for n in notes)

@@ -365,7 +365,7 @@ def test_per_job_senders_move_a_job_at_one_rate() -> None:
 def test_auto_goes_per_job_above_the_host_limit(
     pair_tree: Network, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ibqos.sim import fluid
+    from ibqos.sim import senders as fluid
 
     jobs = prepare(pair_tree, [flow("A", 1, 3, 6e9), flow("B", 2, 4, 6e9)])
     assert granularity(jobs) == "host"
@@ -379,7 +379,7 @@ def test_the_commands_buffers_follow_the_mix_s_senders(
     # Buffered per host, unbuffered per job (too slow there yet), decided by the whole mix
     # so that its jobs alone get the same buffers as the mix; the library's own default
     # stays none.
-    from ibqos.sim import fluid
+    from ibqos.sim import senders as fluid
 
     jobs = prepare(pair_tree, [flow("A", 1, 3, 6e9), flow("B", 2, 4, 6e9)])
     assert auto_buffers(jobs) == auto_buffers(jobs, "host") == fluid.AUTO_BUFFER_PACKETS == 8
