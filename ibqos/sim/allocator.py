@@ -54,9 +54,7 @@ import numpy.typing as npt
 from ibqos.sim.inputs import InputBuffers
 from ibqos.sim.layout import Layout, lay_out
 from ibqos.sim.network import Network
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import Senders
 from ibqos.sim.workload import SimJob
 

@@ -6,12 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ibqos.config.lanes import (
-    LaneConfig,
-)
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.config.lanes import LaneConfig
+from ibqos.errors import SimError
 from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import parse_ibnetdiscover
 from ibqos.fabric.xgft import parse_xgft
@@ -19,9 +15,7 @@ from ibqos.jobs.jobfile import check_hosts, load_jobs
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import POLICIES, one_vl, setup_of
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.report import BASELINE, load_plan, render
 from ibqos.sim.senders import Granularity, auto_buffers
 from ibqos.sim.workload import prepare

@@ -17,15 +17,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
 from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import BUFFER_PACKETS, Granularity, granularity
 from ibqos.sim.workload import RunResult, SimJob
 

@@ -36,16 +36,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.sim.allocator import Allocator
 from ibqos.sim.buffers import TRACK_DRAIN, SwitchBuffers
 from ibqos.sim.drains import last_packet_s
 from ibqos.sim.network import Network
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import (
     AUTO_BUFFER_PACKETS,
     AUTO_HOSTS,

@@ -56,15 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.sim.network import Network
-from ibqos.sim.qos import (
-    SWITCH_LATENCY_S,
-    VL_COUNT,
-    Arbitration,
-)
+from ibqos.sim.qos import SWITCH_LATENCY_S, VL_COUNT, Arbitration
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
 #: packet slots per VL at the receiving end of a link, by default

@@ -28,13 +28,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ibqos.config.lanes import (
-    NUM_SLS,
-    LaneConfig,
-)
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.config.lanes import NUM_SLS, LaneConfig
+from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.topology import Port
 from ibqos.plan.decide import Decider
@@ -42,10 +37,7 @@ from ibqos.plan.weights import interleave, lane_entries, quantize
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
-from ibqos.sim.qos import (
-    Arbitration,
-    from_tables,
-)
+from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.senders import Granularity
 from ibqos.sim.workload import RunResult, SimJob
 

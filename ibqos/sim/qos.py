@@ -22,14 +22,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ibqos.config.lanes import (
-    CREDIT_BYTES,
-    NUM_SLS,
-)
+from ibqos.config.lanes import CREDIT_BYTES, NUM_SLS
 from ibqos.errors import SimError
-from ibqos.plan.planner import (
-    Tables,
-)
+from ibqos.plan.planner import Tables
 
 Entry = tuple[int, int]  # (VL, weight in 64-byte units)
 VL_COUNT = 16

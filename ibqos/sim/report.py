@@ -18,16 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ibqos.config.lanes import (
-    NUM_SLS,
-)
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.config.lanes import NUM_SLS
+from ibqos.errors import SimError
 from ibqos.sim.evaluate import Outcome
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 
 FORMATS = ("table", "json")
 BASELINE = "one-vl"

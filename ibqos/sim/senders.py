@@ -23,9 +23,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.sim.network import Network
 from ibqos.sim.workload import SimJob
 

@@ -16,9 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from ibqos.config.lanes import (
-    LaneConfig,
-)
+from ibqos.config.lanes import LaneConfig
 from ibqos.jobs.jobfile import Job
 from ibqos.plan.decide import Decision
 from ibqos.sim.evaluate import RunSettings

@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.jobs.jobfile import Job
 from ibqos.sim.network import Flows, Network
 

@@ -8,9 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import Job
 from ibqos.sim.fluid import (
@@ -25,9 +23,7 @@ from ibqos.sim.fluid import (
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import simulate_packets
-from ibqos.sim.qos import (
-    Arbitration,
-)
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import SimJob, prepare
 
 EDR4 = 12.5e9  # bytes/s of a 4x EDR link
@@ -276,8 +272,8 @@ def test_a_full_column_holds_only_the_inputs_whose_buffers_it_fills() -> None:
     # uplink too, down to leaf 1, a port with room.  All on one lane.  Leaf 2's input at
     # the spine brings the in-cast far less than its share: its packets for it leave as
     # they come (1 GB/s for the 2.6 us they wait there is 2.6 kB of its 16 kB), so that
-    # buffer never fills and N is not held behind them (Little's law).  Until session 17
-    # every switch input of a full column was held at its fastest host's bytes: N at
+    # buffer never fills and N is not held behind them (Little's law).  A model that holds
+    # every switch input of a full column at its fastest host's bytes would give N
     # M's 1 GB/s, 847 us for 100.
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     incast = pairs(3, {(0, 2), (1, 2)})
@@ -300,8 +296,8 @@ def test_a_backlog_held_back_below_leaves_its_link_to_the_other_lanes() -> None:
     # 1.  H's lane on the uplink fills and holds a backlog, but the spine's input below
     # it is held at 6.25 GB/s by the full port down to leaf 3: the backlog cannot leave
     # faster, so it asks the uplink for no more, and L gets the other 6.25, not the 2.5
-    # of its weight (packet model: L ends at 202.65 us for 200).  Until session 17 the
-    # backlog drained into the held input at 10 GB/s and L ran at 2.5 meanwhile.
+    # of its weight (packet model: L ends at 202.65 us for 200).  A model that drained the
+    # backlog into the held input at 10 GB/s would run L at 2.5 meanwhile.
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     nodes = ("cn0001", "cn0002", "cn0007", "cn0008")
     h = Job("H", nodes, "matrix", EDR4, 1.0, 4e-4, matrix=pairs(4, {(0, 2), (1, 3)}))
@@ -536,10 +532,10 @@ def test_a_phase_ends_when_its_last_bytes_are_out_of_the_buffers(packets: int) -
     # done sooner, by what the buffers hold then, and the phase ends when the bytes are
     # out: behind what the queues on the path hold, at the rate each column sends on.  The
     # links after the uplink see the hosts' rate while it fills (a simplification,
-    # docs/simulate-validation.md session 14): their buffers (one input each) fill first
+    # docs/simulate-validation.md): their buffers (one input each) fill first
     # and hold the hosts to the link's rate, the uplink's half full.  The queues drain
     # together, so the last bytes wait for the longest one (one input's worth), not for
-    # their sum (session 17), and the phase ends at 200 us and the last packet's trip
+    # their sum, and the phase ends at 200 us and the last packet's trip
     # (0.8 us, store and forward over three more links), as in the packet model (200.8).
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
@@ -565,9 +561,9 @@ def test_every_iteration_alone_starts_with_empty_buffers() -> None:
     # The in-cast above with a 100 us compute phase before each 100 us of bytes.  When
     # the hosts stop, nothing feeds the uplink: its buffers are empty, not full, so the
     # next phase fills them again and every iteration alone lasts as long as the first.
-    # (Until session 16 a column stayed full with nothing held: from the second
-    # iteration on, the hosts were held at once: they sent their last bytes only at the
-    # end, with nothing left to drain.)
+    # (A column that stayed full with nothing held would hold the hosts at once from the
+    # second iteration on: they would send their last bytes only at the end, with nothing
+    # left to drain.)
     net = xgft_network(parse_xgft("2;3,3;1,1"))
     incast = ((0.0, 0.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
     job = Job("A", ("cn0001", "cn0002", "cn0004"), "matrix", EDR4, 0.5, 200e-6, matrix=incast)

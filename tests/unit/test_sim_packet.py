@@ -15,17 +15,12 @@ from typing import Any
 
 import pytest
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import Job
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import simulate_packets
-from ibqos.sim.qos import (
-    Arbitration,
-    Entry,
-)
+from ibqos.sim.qos import Arbitration, Entry
 from ibqos.sim.workload import RunResult, prepare
 
 CAP = 12.5e9  # bytes/s of an EDR 4x link

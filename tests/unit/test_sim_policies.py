@@ -6,9 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from ibqos.errors import (
-    SimError,
-)
+from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import Job
 from ibqos.sim.evaluate import alone, evaluate

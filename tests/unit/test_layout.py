@@ -1,0 +1,106 @@
+"""The package's house rules, read from its source (the layers and import circles are
+import-linter's, in ``make lint``): module size, logger names, where error classes live,
+and one way to run a tool."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "ibqos"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+MAX_LINES = 600
+
+#: Direct subprocess calls allowed outside ibqos/tools.py, and why.
+SUBPROCESS_ALLOWED = {
+    # the lab supervisor forks and detaches; capturing its output would wait for it to end
+    ("lab/manage.py", "run"),
+    # ``ibqos lab run`` hands the terminal to the user's command
+    ("cli/lab.py", "call"),
+    # long-running children (OpenSM, ibsim, slurmctld), ended by pid
+    ("lab/procs.py", "Popen"),
+}
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def test_the_package_has_modules() -> None:
+    assert len(MODULES) > 50 and (PACKAGE / "errors.py") in MODULES
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_rel)
+def test_no_module_is_a_giant(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{_rel(path)}: {lines} lines; split it along its seams"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_rel)
+def test_loggers_are_named_by_module(path: Path) -> None:
+    """``log = logging.getLogger(__name__)`` at module level, and no other getLogger."""
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "getLogger":
+            assert [ast.unparse(a) for a in node.args] == ["__name__"], (
+                f"{_rel(path)}:{node.lineno}: {ast.unparse(node)}"
+            )
+    module_level = [
+        ast.unparse(n)
+        for n in _tree(path).body
+        if isinstance(n, ast.Assign) and "getLogger" in ast.unparse(n.value)
+    ]
+    assert module_level in ([], ["log = logging.getLogger(__name__)"]), module_level
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_rel)
+def test_error_classes_live_in_errors(path: Path) -> None:
+    if _rel(path) == "errors.py":
+        return
+    errors = [
+        n.name
+        for n in ast.walk(_tree(path))
+        if isinstance(n, ast.ClassDef) and n.name.endswith(("Error", "Exception"))
+    ]
+    assert errors == [], f"{_rel(path)} defines {errors}: error classes belong in ibqos/errors.py"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_rel)
+def test_tools_run_through_one_runner(path: Path) -> None:
+    """One-shot tool runs go through :func:`ibqos.tools.run_tool` (timeouts, output
+    capture, errors that name the tool)."""
+    if _rel(path) == "tools.py":
+        return
+    calls = {
+        (_rel(path), n.func.attr)
+        for n in ast.walk(_tree(path))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "subprocess"
+    }
+    assert calls <= SUBPROCESS_ALLOWED, sorted(calls - SUBPROCESS_ALLOWED)
+
+
+@pytest.mark.parametrize(
+    "init", sorted(PACKAGE.rglob("__init__.py")), ids=lambda p: _rel(p.parent) or "ibqos"
+)
+def test_faces_do_not_hide_their_modules(init: Path) -> None:
+    """A face that imports a function named like one of its submodules replaces the module
+    by the function as the package's attribute (``import ibqos.x.y as m`` then gets the
+    function)."""
+    package = ".".join(("ibqos", *init.parent.relative_to(PACKAGE).parts))
+    face = importlib.import_module(package)
+    for sub in init.parent.iterdir():
+        name = sub.stem if sub.suffix == ".py" else sub.name
+        if name.startswith("_") or not (sub.suffix == ".py" or (sub / "__init__.py").exists()):
+            continue
+        found = getattr(face, name, None)
+        assert found is None or inspect.ismodule(found), f"{package}.{name} is a {found!r}"
