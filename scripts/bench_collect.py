@@ -59,8 +59,10 @@ from pathlib import Path
 from typing import Any
 
 import ibqos
-from ibqos.collect.native import NativeBackend, max_dgram_qlen, under_umad2sim
-from ibqos.collect.perfquery import PerfqueryBackend, parse_perfquery
+from ibqos.collect.native import NativeBackend
+from ibqos.collect.perfquery import PerfqueryBackend
+from ibqos.collect.perfquery_parse import parse_perfquery
+from ibqos.collect.pipeline import max_dgram_qlen, under_umad2sim
 from ibqos.errors import IbqosError, MadError
 from ibqos.fabric.model import fabric_from_file
 from ibqos.fabric.targets import Target

@@ -70,7 +70,7 @@ from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.topology import Port, Topology
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.jobs.jobfile import PATTERNS, Job
+from ibqos.jobs.model import PATTERNS, Job
 from ibqos.plan.decide import Decider
 
 #: fabric sizes: three-level XGFTs with 1058, 10754 and 50178 ports

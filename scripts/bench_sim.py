@@ -68,13 +68,15 @@ import numpy as np
 from bench_plan import machine
 
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job, dump_jobs
+from ibqos.jobs.jobfile import dump_jobs
+from ibqos.jobs.model import Job
 from ibqos.sim import policies
 from ibqos.sim.evaluate import alone
-from ibqos.sim.fluid import auto_buffers, forget_mix, simulate_fluid
+from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import PACKET_BUFFER
 from ibqos.sim.qos import Arbitration
+from ibqos.sim.senders import auto_buffers, forget_mix
 from ibqos.sim.workload import RunResult, SimJob, prepare
 
 SEED = 5

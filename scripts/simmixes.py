@@ -23,7 +23,7 @@ import numpy as np
 
 from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim import policies
 from ibqos.sim.network import Network, xgft_network
 

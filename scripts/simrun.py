@@ -18,8 +18,7 @@ from dataclasses import dataclass, field, replace
 from simmixes import Mix, network
 
 from ibqos.config.lanes import LaneConfig
-from ibqos.sim import fluid as fluid_model
-from ibqos.sim import policies
+from ibqos.sim import policies, senders
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration
@@ -153,7 +152,7 @@ def run_fluid(
     start = time.perf_counter()
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
-    bp = fluid_model.auto_buffers(jobs, given=fluid_buffers)
+    bp = senders.auto_buffers(jobs, given=fluid_buffers)
     base = policies.one_vl(jobs, mix.lanes)
     t_alone = alone("fluid", net, jobs, base, iterations, buffer_packets=bp)
     setups = {
@@ -193,7 +192,7 @@ def add_fluid_buffers_option(parser: argparse.ArgumentParser) -> None:
         "--fluid-buffers",
         type=int,
         help="the fluid model's switch buffers per lane per input, in packets, for every"
-        f" run (default: as `ibqos simulate`, {fluid_model.AUTO_BUFFER_PACKETS} with senders"
+        f" run (default: as `ibqos simulate`, {senders.AUTO_BUFFER_PACKETS} with senders"
         " per host, so for every mix here; 0: none, see docs/simulate-validation.md)",
     )
 

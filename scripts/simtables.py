@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from simrun import CLEAN_S
 
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim.evaluate import Outcome
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.report import buffers_text

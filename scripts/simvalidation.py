@@ -18,9 +18,8 @@ from simmixes import Mix, network
 from simrun import BEST_RATIO, CLEAN_S, EVAL_POLICIES, MAIN, TUNED, clean, run_fluid, search, tuned
 from simtables import table
 
-from ibqos.jobs.jobfile import Job
-from ibqos.sim import fluid as fluid_model
-from ibqos.sim import policies
+from ibqos.jobs.model import Job
+from ibqos.sim import policies, senders
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.workload import prepare
 
@@ -202,7 +201,7 @@ def mechanisms(buffer_packets: int, fluid_buffers: int | None) -> list[str]:
             "one-vl": policies.one_vl(jobs, lanes),
             "H 1 : M 4": policies.grouped([["H"], ["M"]], [1.0, 4.0], lanes, "H 1 : M 4"),
         }
-        fluid_bp = fluid_model.auto_buffers(jobs, given=fluid_buffers)
+        fluid_bp = senders.auto_buffers(jobs, given=fluid_buffers)
         for model, bp in (("fluid", fluid_bp), ("packet", buffer_packets)):
             t_alone = alone(model, net, jobs, setups["one-vl"], 1, buffer_packets=bp)
             for name, arb in setups.items():

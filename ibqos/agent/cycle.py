@@ -27,8 +27,8 @@ from ibqos.errors import IbqosError
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
 from ibqos.opensm.render import render_files
-from ibqos.plan.decide import Decision
 from ibqos.plan.output import to_json
+from ibqos.plan.report import Decision
 
 log = logging.getLogger(__name__)
 

@@ -41,12 +41,14 @@ import time
 from types import FrameType
 
 from ibqos.agent.reload import ReloadingAgent
-from ibqos.agent.wiring import make_job_source
 from ibqos.errors import IbqosError
 from ibqos.slurm.source import SlurmJobSource
 
 # ``make_job_source`` is where the CLI has always found it
-__all__ = ["Agent", "make_job_source", "next_tick"]
+__all__ = [
+    "Agent",
+    "next_tick",
+]
 
 log = logging.getLogger(__name__)
 

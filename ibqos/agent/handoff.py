@@ -43,7 +43,13 @@ from ibqos.errors import HandoffError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESULTS", "Answer", "HandoffError", "SlBoard", "SlServer", "ask_sl"]
+__all__ = [
+    "RESULTS",
+    "Answer",
+    "SlBoard",
+    "SlServer",
+    "ask_sl",
+]
 __all__ += ["check_job_id"]
 
 #: answers, as counted; all but "ok" are misses

@@ -31,12 +31,13 @@ from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import Config
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.opensm.apply import Applier, make_signaller, read_file
 from ibqos.opensm.observe import Observer
-from ibqos.plan.decide import Decider, Decision
+from ibqos.plan.decide import Decider
+from ibqos.plan.report import Decision
 from ibqos.slurm.source import SlurmJobSource
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,14 @@ from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import OpenSMConfig
 from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.metrics import Counters
 from ibqos.opensm.apply import Applier, ApplyResult
 from ibqos.opensm.observe import file_diffs
 from ibqos.opensm.verify import check_until, expected_after
-from ibqos.plan.decide import Decision
 from ibqos.plan.output import render as render_plan
 from ibqos.plan.planner import Plan
+from ibqos.plan.report import Decision
 from ibqos.sim.network import Network, dmodk_lfts
 from ibqos.sim.whatif import what_if
 

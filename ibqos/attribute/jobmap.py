@@ -29,13 +29,18 @@ from typing import Protocol
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from ibqos.errors import JobsError
-from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, HostMatcher
+from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, PortKey
-from ibqos.jobs.jobfile import Job, job_files, load_jobs
+from ibqos.jobs.jobfile import job_files, load_jobs
+from ibqos.jobs.model import Job
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_HOST_PATTERN", "FileJobSource", "HostMatcher", "JobSource", "MappedJob"]
+__all__ = [
+    "FileJobSource",
+    "JobSource",
+    "MappedJob",
+]
 __all__ += ["JobMapper", "host_ports", "log_warnings", "map_jobs"]
 
 _MAX_LOGGED = 10  # warnings logged one by one per mapping; the rest are counted

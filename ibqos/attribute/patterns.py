@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ibqos.errors import JobsError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ibqos.characterize import report
-from ibqos.classify.levels import Characterization, Characterizer, NodeTraffic
+from ibqos.classify.levels import Characterization, Characterizer
 from ibqos.classify.profiles import (
     MAX_MATRIX_NODES,
     Model,
@@ -22,12 +22,13 @@ from ibqos.classify.profiles import (
     ProfileStore,
     check_name,
 )
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.errors import TopologyError
 from ibqos.fabric.hostnames import LAB_SM_HOSTNAME
 from ibqos.fabric.model import Fabric, fabric_from_file
 from ibqos.fabric.topology import Port
 from ibqos.fabric.xgft import SM_HOSTNAME, build_xgft, parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 #: placements characterized when none are asked for: compact, every other fragmentation
 #: the tree allows (added by :func:`characterize`), and one random draw

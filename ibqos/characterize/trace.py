@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.classify.levels import NodeTraffic
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.errors import TraceError
 
 FloatArray = npt.NDArray[np.float64]

@@ -40,7 +40,6 @@ __all__ = [
     "Characterization",
     "Characterizer",
     "LevelRow",
-    "NodeTraffic",
     "Placement",
 ]
 

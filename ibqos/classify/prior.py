@@ -25,7 +25,7 @@ from ibqos.classify.predict import Prior, predict
 from ibqos.classify.profiles import NAME_PATTERN, Observation, Profile, ProfileStore
 from ibqos.config.classes import Class
 from ibqos.errors import ProfileError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 if TYPE_CHECKING:
     from ibqos.config.models import ProfilesConfig

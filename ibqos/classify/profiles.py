@@ -42,7 +42,7 @@ from ibqos.config.classes import CLASSES, Class
 from ibqos.config.load import check_mapping
 from ibqos.errors import ConfigError, ProfileError
 from ibqos.fsio import atomic_write
-from ibqos.jobs.jobfile import PATTERNS, Job
+from ibqos.jobs.model import PATTERNS, Job
 
 VERSION = 1
 #: observations kept per profile (the oldest go first)

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.errors import JobsError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

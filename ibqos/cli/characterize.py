@@ -18,8 +18,9 @@ import click
 from ibqos.characterize import command, report
 from ibqos.characterize.otf2trace import load_otf2
 from ibqos.characterize.trace import load_csv_trace
-from ibqos.classify.levels import Characterizer, NodeTraffic
+from ibqos.classify.levels import Characterizer
 from ibqos.classify.profiles import check_name
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.cli.history import history_command
 from ibqos.cli.options import (
     CHARACTERIZE_CONFIG_HELP,

@@ -23,7 +23,8 @@ from ibqos.errors import LabError, TopologyError
 from ibqos.fabric.topology import parse_ibnetdiscover
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
-from ibqos.lab.lab import READBACK_S, Lab, LabPaths, default_root, normalize_for_ibsim
+from ibqos.lab.files import LabPaths, default_root, normalize_for_ibsim
+from ibqos.lab.lab import READBACK_S, Lab
 from ibqos.lab.traffic import CONTENTION_MODELS
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 
 from ibqos.cli.options import root_option
-from ibqos.jobs.jobfile import PATTERNS, parse_jobs
+from ibqos.jobs.jobfile import parse_jobs
+from ibqos.jobs.model import PATTERNS
 from ibqos.lab import manage
-from ibqos.lab.lab import default_root
+from ibqos.lab.files import default_root
 
 
 @click.group("job")

@@ -19,9 +19,9 @@ from ibqos.cli.options import (
 from ibqos.config.load import find_config, load_config
 from ibqos.sim.command import network, simulate
 from ibqos.sim.evaluate import MODELS
-from ibqos.sim.fluid import GRANULARITIES, Granularity
 from ibqos.sim.policies import DEFAULT_LANES, POLICIES
 from ibqos.sim.report import FORMATS
+from ibqos.sim.senders import GRANULARITIES, Granularity
 
 
 @click.command("simulate")

@@ -32,7 +32,6 @@ from ibqos.collect.native_table import Plan, sweep_table
 from ibqos.collect.pipeline import (
     Pipeline,
     Request,
-    Result,
     Transport,
     max_dgram_qlen,
     under_umad2sim,
@@ -49,12 +48,6 @@ __all__ = [
     "REPROBE_SWEEPS",
     "NativeBackend",
     "NodeCaps",
-    "Pipeline",
-    "Request",
-    "Result",
-    "Transport",
-    "max_dgram_qlen",
-    "under_umad2sim",
 ]
 
 #: sweeps between two tries of a node whose ClassPortInfo (or PortVLXmitWaitCounters

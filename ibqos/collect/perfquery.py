@@ -85,10 +85,7 @@ log = logging.getLogger(__name__)
 # CounterBlock, last_message and parse_perfquery live in the modules that parse and run
 # diags; this module's path keeps naming them
 __all__ = [
-    "CounterBlock",
     "PerfqueryBackend",
-    "last_message",
-    "parse_perfquery",
 ]
 
 #: sweeps between two probes of a node whose PortVLXmitWaitCounters got no reply

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LaneCaps",
-    "PortInfoError",
     "PortInfoRunner",
     "PortVLInfo",
     "SmpqueryRunner",

@@ -21,23 +21,18 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from ibqos.errors import JobsError
-from ibqos.jobs.hosts import expand_hosts, shown
-from ibqos.jobs.model import PATTERNS, TRAFFIC_KEYS, Job, shared_nodes
+from ibqos.jobs.hosts import shown
+from ibqos.jobs.model import Job
 from ibqos.jobs.schema import PROBLEM, JobEntry, JobFile
 
 # the names other modules import from here, with those defined here
 __all__ = [
-    "PATTERNS",
-    "TRAFFIC_KEYS",
-    "Job",
     "check_hosts",
     "dump_jobs",
-    "expand_hosts",
     "job_files",
     "json_schema",
     "load_jobs",
     "parse_jobs",
-    "shared_nodes",
 ]
 
 log = logging.getLogger(__name__)

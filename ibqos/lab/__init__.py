@@ -7,7 +7,8 @@
 
 from ibqos.errors import PrometheusQueryError
 from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
-from ibqos.lab.lab import Lab, LabPaths, default_root
+from ibqos.lab.files import LabPaths, default_root
+from ibqos.lab.lab import Lab
 from ibqos.lab.prometheus import PrometheusServer
 from ibqos.lab.slurm import SlurmCluster
 

@@ -24,7 +24,6 @@ from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
 from ibqos.lab import counters, procs
-from ibqos.lab.counters import FIELDS, MIRRORS
 from ibqos.lab.files import (
     LabPaths,
     check_name,
@@ -33,7 +32,6 @@ from ibqos.lab.files import (
     hostnames,
     load_net,
     load_state,
-    normalize_for_ibsim,
     pick_sm,
     write_files,
 )
@@ -45,13 +43,8 @@ from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
 
 # the names other modules import from here, wherever they are defined
 __all__ = [
-    "FIELDS",
-    "MIRRORS",
     "READBACK_S",
     "Lab",
-    "LabPaths",
-    "default_root",
-    "normalize_for_ibsim",
 ]
 
 #: seconds between two reads of the QoS setup from the fabric (fluid contention)

@@ -25,6 +25,7 @@ from ibqos.errors import LabError
 from ibqos.fabric.topology import Topology
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
+from ibqos.jobs.model import Job
 from ibqos.lab import procs
 from ibqos.lab.files import LabPaths, check_name, hostnames, load_state
 from ibqos.lab.lab import READBACK_S, Lab
@@ -218,8 +219,8 @@ def _jobs_locked(paths: LabPaths) -> Iterator[None]:
 
 
 def edit_jobs(
-    name: str, *, root: Path, add: tuple[jobsmod.Job, ...] = (), remove: tuple[str, ...] = ()
-) -> tuple[jobsmod.Job, ...]:
+    name: str, *, root: Path, add: tuple[Job, ...] = (), remove: tuple[str, ...] = ()
+) -> tuple[Job, ...]:
     """Add and remove jobs in a lab's job file; the supervisor picks it up at its next tick.
 
     Raises:

@@ -87,7 +87,7 @@ import numpy as np
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.fabric.routes import FloatArray, IntArray, Router
 from ibqos.fabric.topology import Port, Topology
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.lab.progress import WINDOW_S, Window
 from ibqos.sim.qos import Arbitration
 

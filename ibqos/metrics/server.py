@@ -32,7 +32,10 @@ from ibqos.config.models import MetricsConfig
 from ibqos.errors import ExporterError
 from ibqos.metrics.health import AgentMetrics
 
-__all__ = ["Exporter", "ExporterError", "metrics_app"]
+__all__ = [
+    "Exporter",
+    "metrics_app",
+]
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ conf, policy and check only render and check text; apply alone writes OpenSM's f
 signals OpenSM.
 """
 
+from ibqos.errors import RenderError
 from ibqos.opensm.apply import Applier, ApplyResult, Signaller, make_signaller, read_file
 from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
 from ibqos.opensm.conf import (
     PORT_TYPES,
-    RenderError,
     managed_keys,
     managed_values,
     parse_conf,

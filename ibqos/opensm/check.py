@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Literal
 
 from ibqos.config.lanes import MAX_VLARB_ENTRIES, NUM_SLS, SL_OWNING_ENGINES, VL15
+from ibqos.errors import RenderError
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
     ConfLine,
-    RenderError,
     conf_lines,
     find_blocks,
     split_lines,

@@ -41,7 +41,6 @@ __all__ = [
     "FIELDS",
     "PORT_TYPES",
     "ConfLine",
-    "RenderError",
     "conf_lines",
     "find_blocks",
     "format_sl2vl",

@@ -41,15 +41,17 @@ from ibqos.config.classes import Class, Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.plan.planner import JobState, Plan, plan
-from ibqos.plan.report import Decision, JobReport, LevelFigures, build_decision
+from ibqos.plan.report import Decision, build_decision
 
 if TYPE_CHECKING:
     from ibqos.config.models import Config
 
 # the cycle's result, where its callers have always found it
-__all__ = ["Decider", "Decision", "JobReport", "LevelFigures"]
+__all__ = [
+    "Decider",
+]
 
 log = logging.getLogger(__name__)
 

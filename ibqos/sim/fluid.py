@@ -43,32 +43,15 @@ from ibqos.sim.drains import last_packet_s
 from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import (
-    AUTO_BUFFER_PACKETS,
-    AUTO_HOSTS,
     BUFFER_PACKETS,
-    GRANULARITIES,
     Granularity,
-    Senders,
-    auto_buffers,
-    forget_mix,
-    granularity,
     senders_of,
 )
 from ibqos.sim.workload import JobRun, RunResult, SimJob
 
 __all__ = [
-    "AUTO_BUFFER_PACKETS",
-    "AUTO_HOSTS",
-    "BUFFER_PACKETS",
-    "GRANULARITIES",
-    "Allocator",
     "FluidSim",
-    "Granularity",
     "JobPhase",
-    "Senders",
-    "auto_buffers",
-    "forget_mix",
-    "granularity",
     "simulate_fluid",
 ]
 

@@ -25,7 +25,7 @@ from ibqos.errors import TopologyError
 from ibqos.fabric.routes import Router
 from ibqos.fabric.topology import Port, Topology
 from ibqos.fabric.xgft import XgftSpec, build_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ibqos.config.lanes import LaneConfig
-from ibqos.jobs.jobfile import Job
-from ibqos.plan.decide import Decision
+from ibqos.jobs.model import Job
+from ibqos.plan.report import Decision
 from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ibqos.errors import SimError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim.network import Flows, Network
 
 FloatArray = npt.NDArray[np.float64]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ibqos.config.models import SlurmConfig
 from ibqos.errors import SlurmError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.slurm.notify import NotifyDir
 from ibqos.slurm.squeue import JSON_SINCE, parse_json, parse_text, parse_version, squeue_argv
 from ibqos.tools import run_tool

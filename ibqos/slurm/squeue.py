@@ -27,9 +27,15 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from ibqos.errors import JobsError, SlurmError
-from ibqos.jobs.jobfile import Job, expand_hosts
+from ibqos.jobs.hosts import expand_hosts
+from ibqos.jobs.model import Job
 
-__all__ = ["JSON_ARGS", "RUNNING_STATES", "TEXT_ARGS", "TEXT_FORMAT", "SlurmError"]
+__all__ = [
+    "JSON_ARGS",
+    "RUNNING_STATES",
+    "TEXT_ARGS",
+    "TEXT_FORMAT",
+]
 __all__ += ["is_running", "parse_json", "parse_text", "parse_version"]
 
 #: states (or state flags) of a job that holds its nodes and runs, or is about to

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ibqos.agent.state import AgentState, load_state, save_state
 from ibqos.classify.prior import FinishedJob
 from ibqos.cli import cli
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FABRIC = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"  # 4 leaves of 8 hosts, 2 spines

@@ -13,7 +13,9 @@ import pytest
 from ibqos.fabric.topology import Port, parse_ibnetdiscover
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
-from ibqos.lab.lab import FIELDS, MIRRORS, Lab, normalize_for_ibsim
+from ibqos.lab.counters import FIELDS, MIRRORS
+from ibqos.lab.files import normalize_for_ibsim
+from ibqos.lab.lab import Lab
 from ibqos.lab.procs import ProcRef, alive
 
 EXAMPLE_JOBS = Path(__file__).resolve().parents[2] / "examples" / "lab-jobs.yaml"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ibqos.attribute.jobmap import host_ports
 from ibqos.fabric.model import Fabric, PortKey, fabric_from_file
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 DATA = Path(__file__).parent.parent / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 

@@ -16,7 +16,7 @@ from ibqos.attribute.jobmap import MappedJob, map_jobs
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 
 def job(jid: str, nodes: list[str], pattern: str = "") -> Job:

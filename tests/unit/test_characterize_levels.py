@@ -11,9 +11,10 @@ import pytest
 
 from ibqos.characterize.command import fabric_of
 from ibqos.characterize.trace import format_csv_trace, load_csv_trace, parse_csv_trace
-from ibqos.classify.levels import Characterizer, NodeTraffic, Placement
+from ibqos.classify.levels import Characterizer, Placement
+from ibqos.classify.traffic import NodeTraffic
 from ibqos.errors import JobsError, TopologyError, TraceError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 LINK = 12.5e9
 TRACES = Path(__file__).resolve().parents[2] / "characterize" / "traces"

@@ -19,7 +19,7 @@ from ibqos.classify.profiles import Model, Observation, Profile, ProfileStore, p
 from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.errors import ProfileError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import render, to_json
 

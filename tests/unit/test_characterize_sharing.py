@@ -11,7 +11,7 @@ from ibqos.attribute.sharing import SharingTables
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.load import parse_config
 from ibqos.fabric.hostnames import HostMatcher
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.plan.decide import Decider
 

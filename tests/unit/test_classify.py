@@ -20,7 +20,7 @@ from ibqos.classify.classifier import (
 )
 from ibqos.config.classes import CLASSES, Thresholds
 from ibqos.fabric.model import Fabric, fabric_from_file
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"  # 4 leaves x 8 hosts, 2 spines

@@ -17,7 +17,7 @@ from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import lane_weights, render, to_json
 

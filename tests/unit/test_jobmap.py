@@ -12,7 +12,6 @@ import pytest
 
 from ibqos.attribute.jobmap import (
     FileJobSource,
-    HostMatcher,
     JobMapper,
     JobSource,
     MappedJob,
@@ -20,10 +19,11 @@ from ibqos.attribute.jobmap import (
     map_jobs,
 )
 from ibqos.errors import ConfigError, JobsError
+from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_text
 from ibqos.fabric.topology import Link, Port
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 LAB = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"

@@ -12,17 +12,9 @@ import pytest
 import yaml
 
 from ibqos.errors import JobsError
-from ibqos.jobs.jobfile import (
-    PATTERNS,
-    TRAFFIC_KEYS,
-    Job,
-    check_hosts,
-    dump_jobs,
-    expand_hosts,
-    load_jobs,
-    parse_jobs,
-    shared_nodes,
-)
+from ibqos.jobs.hosts import expand_hosts
+from ibqos.jobs.jobfile import check_hosts, dump_jobs, load_jobs, parse_jobs
+from ibqos.jobs.model import PATTERNS, TRAFFIC_KEYS, Job, shared_nodes
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "lab-jobs.yaml"
 LAB_HOSTS = [f"cn{i:04d}" for i in range(1, 33)]

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ibqos.errors import IbqosError, LabError
 from ibqos.fabric.topology import Port, parse_ibnetdiscover
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.lab.progress import LabCollector, Window, serve
 from ibqos.lab.readback import (
     OPENSM_DEFAULT,

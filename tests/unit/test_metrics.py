@@ -18,7 +18,7 @@ from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import MetricsConfig
 from ibqos.fabric.model import Fabric
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.families import SnapshotCollector
 from ibqos.metrics.server import Exporter, metrics_app

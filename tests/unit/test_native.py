@@ -16,7 +16,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from ibqos.collect.native import REPROBE_SWEEPS, NativeBackend, NodeCaps, Pipeline, Request
+from ibqos.collect.native import REPROBE_SWEEPS, NativeBackend, NodeCaps
+from ibqos.collect.pipeline import Pipeline, Request
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.errors import CollectError, MadError
 from ibqos.fabric.targets import Target

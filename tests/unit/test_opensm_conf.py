@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ibqos.config.lanes import LaneConfig
+from ibqos.errors import RenderError
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
-    RenderError,
     conf_lines,
     managed_keys,
     managed_values,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from ibqos.errors import RenderError
 from ibqos.lab.opensm import MINIMAL_POLICY
 from ibqos.opensm.check import check_policy
-from ibqos.opensm.conf import RenderError
 from ibqos.opensm.policy import (
     BEGIN_MARK,
     END_MARK,

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.collect.perfquery import PerfqueryBackend, last_message, parse_perfquery
+from ibqos.collect.diags import last_message
+from ibqos.collect.perfquery import PerfqueryBackend
+from ibqos.collect.perfquery_parse import parse_perfquery
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.errors import CollectError, MadError
 from ibqos.fabric.targets import Target

@@ -18,7 +18,7 @@ from ibqos.attribute.patterns import traffic_matrix
 from ibqos.errors import LabError
 from ibqos.fabric.routes import Router, parse_lft_dump
 from ibqos.fabric.topology import Node, Port, Topology, parse_ibnetdiscover
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.lab.traffic import (
     VL_XMIT_WAIT_FIELDS,
     XMIT_WAIT_FIELD,

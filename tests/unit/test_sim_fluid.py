@@ -10,20 +10,14 @@ import pytest
 
 from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
-from ibqos.sim.fluid import (
-    Allocator,
-    FluidSim,
-    Senders,
-    auto_buffers,
-    forget_mix,
-    granularity,
-    simulate_fluid,
-)
+from ibqos.jobs.model import Job
+from ibqos.sim.allocator import Allocator
+from ibqos.sim.fluid import FluidSim, simulate_fluid
 from ibqos.sim.maxmin import fill
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import simulate_packets
 from ibqos.sim.qos import Arbitration
+from ibqos.sim.senders import Senders, auto_buffers, forget_mix, granularity
 from ibqos.sim.workload import SimJob, prepare
 
 EDR4 = 12.5e9  # bytes/s of a 4x EDR link

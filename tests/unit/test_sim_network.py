@@ -7,7 +7,7 @@ import pytest
 
 from ibqos.errors import TopologyError
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim.network import Network, dmodk_lfts, xgft_network
 
 

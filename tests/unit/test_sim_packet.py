@@ -17,7 +17,7 @@ import pytest
 
 from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.packet import simulate_packets
 from ibqos.sim.qos import Arbitration, Entry

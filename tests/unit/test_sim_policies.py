@@ -8,7 +8,7 @@ import pytest
 
 from ibqos.errors import SimError
 from ibqos.fabric.xgft import parse_xgft
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.sim.evaluate import alone, evaluate
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import DEFAULT_LANES, POLICIES, _partitions, best_of, build, grid

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ibqos.errors import SlurmError
-from ibqos.jobs.jobfile import Job
+from ibqos.jobs.model import Job
 from ibqos.slurm.squeue import is_running, parse_json, parse_text, parse_version
 
 DATA = Path(__file__).parents[1] / "data" / "squeue"
