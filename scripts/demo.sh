@@ -138,12 +138,26 @@ for r in busy:
     print(f"{r['node_desc']:<16} {r['port']:>4} {r['level']:>5} {r['role']:<5} {x:10.2f} {y:10.2f}")
 PY
 
+# -- a job profile from the offline characterization (characterize/README.md) ----------
+say "a job profile, made offline: ibqos characterize on the example trace of a stencil code"
+note "characterize/traces/stencil-trace.csv: 8 ranks of a 2-D halo exchange; with 4 ranks per" \
+  "node it is a 2-node job. Per placement on this fabric, its traffic per level and its class:"
+"$IBQOS" characterize trace characterize/traces/stencil-trace.csv --xgft "2;8,4;1,2" \
+  --ranks-per-node 4 --placement contiguous --placement F1 | sed -n '1,/^$/p' | head -4
+# the agent reads (and learns into) a copy: the checkout's example profiles stay as shipped
+mkdir -p "$LAB/profiles"
+cp characterize/profiles/*.yaml "$LAB/profiles/"
+"$IBQOS" characterize profiles --profiles "$LAB/profiles"
+note "the agent gets profiles.dir = these: a new job named stencil on 2 nodes starts in the" \
+  "profile's class (low) instead of the default for a job with no history (moderate)."
+
 # -- the agent's config: the lab's, with short time constants so changes show quickly ---
 CFG=$LAB/agent.yaml
-"$PY" - "$LAB/ibqos.yaml" "$CFG" <<'PY'
+"$PY" - "$LAB/ibqos.yaml" "$CFG" "$LAB/profiles" <<'PY'
 import sys, yaml
 doc = yaml.safe_load(open(sys.argv[1]))
 doc |= {
+    "profiles": {"dir": sys.argv[3]},  # characterize/profiles, copied
     "collect": {"interval_s": 5},  # a sweep every 5 s (default 10)
     "classify": {"tau_s": 10},  # intensity smoothed over ~10 s (default 60)
     "lanes": {"min_hold_s": 10, "min_interval_s": 0},  # class changes held 10 s (60/300)
@@ -483,10 +497,11 @@ settle 5
 wait_plan 40 'all(j["class"] == j["measured_class"] for j in jobs.values()) and jobs["3001"]["class"] == "high"'
 report
 
-round "job 3010 (hpl, a ring on cn0025 + cn0026) starts: 10 jobs now" \
+round "job 3010 (stencil, the profiled application, on cn0025 + cn0026) starts: 10 jobs now" \
   "a start is planned at once, between sweeps: the job gets a free SL, and the SA serves it on" \
-  "the job's paths within a second or two, before its MPI ranks ask for them."
-"$IBQOS" lab job add "$NAME" --id 3010 --app hpl --user heidi --nodes "cn[0025-0026]" \
+  "the job's paths within a second or two, before its MPI ranks ask for them. Its expected" \
+  "class comes from its profile (stencil-n2.yaml: low), not the default (moderate)."
+"$IBQOS" lab job add "$NAME" --id 3010 --app stencil --user heidi --nodes "cn[0025-0026]" \
   --pattern ring --rate 2.0e9 --duty 0.5 --period 0.1
 show_path 3010 cn0025 cn0026
 settle

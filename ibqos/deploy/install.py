@@ -11,7 +11,8 @@ staging directory), at the places systemd and the docs name:
 ``etc/ibqos/ibqos.yaml``                           the configuration (the commented example)
 ``usr/local/libexec/ibqos/``                       the Slurm scripts (docs/slurm.md)
 ``usr/local/share/ibqos/``                         pristine copies: units, example config,
-                                                   dashboards, contrib, examples, docs
+                                                   dashboards, contrib, examples, the
+                                                   characterization workflow, schemas, docs
 ================================================  ==========================================
 
 An admin's files are never overwritten: an existing config, environment file or drop-in
@@ -48,6 +49,8 @@ SHARED = (
     ("dashboards", "*"),
     ("contrib", "*"),
     ("examples", "*"),
+    ("characterize", "*"),
+    ("schemas", "*"),
     ("docs", "*.md"),
 )
 #: what ``--opensm-unit`` accepts: a service name, template instances included
