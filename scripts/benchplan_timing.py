@@ -1,0 +1,174 @@
+"""The timed part of ``bench_plan.py``: what a fabric change costs, and rounds of decision
+cycles (first, steady, churn) on one case, each timed whole, per stage and for the garbage
+collector's part."""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+from benchplan_inputs import SHAPES, build_fabric, hosts_of
+
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.model import Job
+from ibqos.plan.decide import Decider
+
+INTERVAL_S = 10.0  # decider clock between cycles
+
+
+@dataclass
+class Case:
+    """One fabric and workload, with what was measured on it (seconds)."""
+
+    size: str
+    n_jobs: int
+    ports: int
+    hosts: int
+    jobs: tuple[Job, ...]
+    churn: list[tuple[Job, ...]]
+    tables: list[pd.DataFrame]
+    first_s: list[float] = field(default_factory=list)
+    steady_s: list[float] = field(default_factory=list)
+    churn_s: list[float] = field(default_factory=list)
+    stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    gc_s: dict[str, list[float]] = field(default_factory=dict)
+    gc_full: dict[str, int] = field(default_factory=dict)
+    classes: Counter[str] = field(default_factory=Counter)
+    replans: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.size}/{self.n_jobs}"
+
+    @property
+    def job_hosts(self) -> int:
+        return sum(len(j.nodes) for j in self.jobs)
+
+    def stage(self, kind: str, name: str) -> float:
+        """Median seconds of one stage over the cycles of *kind*."""
+        return statistics.median(self.stages[kind][name])
+
+
+@dataclass
+class FabricTimes:
+    """What a fabric change costs (seconds, one value per round)."""
+
+    size: str
+    shape: str
+    ports: int
+    hosts: int
+    switches: int
+    model_s: list[float] = field(default_factory=list)
+    tables_s: list[float] = field(default_factory=list)
+
+
+def time_fabric(size: str, rounds: int) -> tuple[Fabric, FabricTimes]:
+    """Build the fabric model and a decider's tables *rounds* times, each from scratch (as
+    after a fabric change); return the last fabric."""
+    topo = build_xgft(parse_xgft(SHAPES[size]))
+    fabric = build_fabric(topo)
+    times = FabricTimes(
+        size, SHAPES[size], len(fabric.ports), len(hosts_of(fabric)), len(fabric.levels)
+    )
+    for _ in range(rounds):
+        clock = time.perf_counter
+        t = clock()
+        fabric = build_fabric(topo)
+        times.model_s.append(clock() - t)
+        t = clock()
+        Decider(fabric, LaneConfig(), Thresholds())
+        times.tables_s.append(clock() - t)
+    return fabric, times
+
+
+class GcClock:
+    """Seconds the garbage collector ran, and its full passes, since :meth:`reset`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def reset(self) -> None:
+        self.seconds, self.full = 0.0, 0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info["generation"] == 2
+
+
+GC = GcClock()
+
+
+def _cycle(
+    case: Case,
+    decider: Decider,
+    kind: str,
+    table: pd.DataFrame,
+    jobs: tuple[Job, ...],
+    now_s: float,
+    profile: cProfile.Profile | None,
+) -> None:
+    if profile is not None:
+        profile.enable()
+    GC.reset()
+    t = time.perf_counter()
+    decision = decider.decide(table, jobs, now_s)
+    elapsed = time.perf_counter() - t
+    if profile is not None:
+        profile.disable()
+    case.gc_s.setdefault(kind, []).append(GC.seconds)
+    case.gc_full[kind] = case.gc_full.get(kind, 0) + GC.full
+    {"first": case.first_s, "steady": case.steady_s, "churn": case.churn_s}[kind].append(elapsed)
+    for stage, s in decider.timings.items():
+        case.stages.setdefault(kind, {}).setdefault(stage, []).append(s)
+    if kind == "steady":
+        case.replans += decision.result.replace
+        case.classes = Counter(j.cls for j in decision.jobs)
+
+
+def run_round(
+    case: Case,
+    fabric: Fabric,
+    cycles: int,
+    profile: cProfile.Profile | None = None,
+    freeze: bool = False,
+) -> None:
+    """A new decider, its first cycle, *cycles* steady-state cycles, then *cycles* cycles
+    with churn (only the steady ones are profiled).
+
+    With *freeze*, everything alive once the decider is built (the fabric, its tables, the
+    inputs) is moved out of the garbage collector's sight first (``gc.freeze``), as a
+    daemon could do after each fabric change, and let back in at the end.
+    """
+    decider = Decider(fabric, LaneConfig(), Thresholds())
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    try:
+        _cycles(case, decider, cycles, profile)
+    finally:
+        if freeze:
+            gc.unfreeze()
+
+
+def _cycles(case: Case, decider: Decider, cycles: int, profile: cProfile.Profile | None) -> None:
+    _cycle(case, decider, "first", case.tables[0], case.jobs, 0.0, None)
+    for k in range(1, cycles + 1):
+        table = case.tables[k % len(case.tables)]
+        _cycle(case, decider, "steady", table, case.jobs, k * INTERVAL_S, profile)
+    for k, jobs in enumerate(case.churn, start=cycles + 1):
+        table = case.tables[k % len(case.tables)]
+        _cycle(case, decider, "churn", table, jobs, k * INTERVAL_S, None)
