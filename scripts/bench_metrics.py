@@ -29,7 +29,8 @@ import time
 import urllib.request
 
 import numpy as np
-from bench_plan import SEED, SHAPES, build_fabric, hosts_of, machine, rates_tables, workload
+from benchplan_inputs import SEED, SHAPES, build_fabric, hosts_of, rates_tables, workload
+from benchutil import machine
 from prometheus_client import generate_latest
 
 from ibqos.config.classes import Thresholds

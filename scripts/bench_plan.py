@@ -56,24 +56,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from benchplan_inputs import SEED, SHAPES, build_fabric, churned, hosts_of, rates_tables, workload
+from benchplan_inputs import SEED, SHAPES, churned, hosts_of, rates_tables, workload
 from benchplan_report import report, targets
 from benchplan_timing import Case, FabricTimes, run_round, time_fabric
 from benchutil import code_hash, machine, say
 
 #: bench_metrics.py imports the inputs from here, and eval_sim.py, bench_sim.py and
 #: validate_sim.py import machine()
-__all__ = [
-    "SEED",
-    "SHAPES",
-    "build_fabric",
-    "hosts_of",
-    "machine",
-    "main",
-    "rates_tables",
-    "workload",
-]
-
 CASES: tuple[tuple[str, int], ...] = (
     ("1k", 100),
     ("10k", 100),

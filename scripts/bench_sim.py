@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-from bench_plan import machine
+from benchutil import machine
 
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import dump_jobs

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench_plan import machine
+from benchutil import machine
 from simmixes import SHAPES_64, TREES, host_link, mixes, network
 from simrun import (
     CLEAN_S,

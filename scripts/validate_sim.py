@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench_plan import machine
+from benchutil import machine
 from simmixes import SHAPES_32, VALIDATION_TREES, host_link, mixes, network
 from simrun import (
     BEST_RATIO,
