@@ -62,6 +62,10 @@ class CollectError(IbqosError):
     category = "collect"
 
 
+class RecordingExhausted(CollectError):
+    """A replay reached the end of its recording: the normal end of a replay."""
+
+
 class MadError(IbqosError):
     """A MAD reply is truncated, garbled or for another attribute."""
 

@@ -15,10 +15,10 @@ import pandas as pd
 
 from ibqos.collect.backends import make_backend
 from ibqos.collect.rates import RateTracker
-from ibqos.collect.replay import RecordingExhausted, SweepRecorder
+from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep
 from ibqos.config.models import CollectConfig
-from ibqos.errors import IbqosError
+from ibqos.errors import IbqosError, RecordingExhausted
 from ibqos.fabric.diff import diff_fabrics
 from ibqos.fabric.model import Fabric
 

@@ -79,7 +79,7 @@ from ibqos.collect.sweep import (
     has_vl_wait,
     sweep_dtypes,
 )
-from ibqos.errors import CollectError
+from ibqos.errors import CollectError, RecordingExhausted
 from ibqos.fabric.targets import Target
 from ibqos.fsio import atomic_write
 
@@ -173,10 +173,6 @@ class SweepRecorder:
         atomic_write(self.dir / INDEX, json.dumps(index, indent=1) + "\n")
         self._sweeps.append(entry)
         return path
-
-
-class RecordingExhausted(CollectError):
-    """A replay reached the end of its recording: the normal end of a replay."""
 
 
 class ReplayBackend:

@@ -60,16 +60,29 @@ def test_loggers_are_named_by_module(path: Path) -> None:
     assert module_level in ([], ["log = logging.getLogger(__name__)"]), module_level
 
 
-@pytest.mark.parametrize("path", MODULES, ids=_rel)
-def test_error_classes_live_in_errors(path: Path) -> None:
-    if _rel(path) == "errors.py":
-        return
-    errors = [
-        n.name
-        for n in ast.walk(_tree(path))
-        if isinstance(n, ast.ClassDef) and n.name.endswith(("Error", "Exception"))
-    ]
-    assert errors == [], f"{_rel(path)} defines {errors}: error classes belong in ibqos/errors.py"
+#: Exception classes allowed outside ibqos/errors.py: control flow that never leaves its
+#: package, and is turned there into a result (never reported as such).
+CONTROL_FLOW = {
+    "ibqos.jobs.checks.Invalid",  # a job-file check's problems, turned into pydantic's
+    "ibqos.opensm.policy.reader.Stop",  # the parse stops here, as OpenSM's does
+}
+
+
+def test_error_classes_live_in_errors() -> None:
+    """Every exception class is defined in ibqos/errors.py, but for internal control flow."""
+    found = set()
+    for path in MODULES:
+        name = ".".join(("ibqos", *path.relative_to(PACKAGE).with_suffix("").parts))
+        name = name.removesuffix(".__init__")
+        if name in ("ibqos.errors", "ibqos.__main__"):
+            continue
+        module = importlib.import_module(name)
+        found |= {
+            f"{name}.{attr}"
+            for attr, obj in vars(module).items()
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == name
+        }
+    assert found == CONTROL_FLOW, "error classes belong in ibqos/errors.py"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_rel)
