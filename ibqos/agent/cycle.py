@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +28,9 @@ from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
 from ibqos.opensm.render import render_files
 from ibqos.plan.output import to_json
+from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
+from ibqos.plan.saved import plan_to_doc
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +58,9 @@ class CycleAgent(AgentParts):
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
             learn(self.decider.priors.store, decision.finished, time.time())
-        # before applying: the SL is the job's from now on, whether or not this apply works
-        self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
+        running = [job.id for job in jobs]
+        # before applying: jobs whose SL is already in force are answered; new ones wait
+        self._publish(decision.plan, running, in_force=self.observing)
         if decision.result.replace:
             self.counters.plan_changes += 1
             self.counters.plan_changed_s = time.time()
@@ -71,10 +74,18 @@ class CycleAgent(AgentParts):
         elif self.observing:
             self.observer.show(files)
         else:
+            new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
             verify = verifier(
-                self.config.opensm, decision.plan, self.fabric, self.decider.job_lids, self.lanes
+                self.config.opensm,
+                decision.plan,
+                self.fabric,
+                self.decider.job_lids,
+                self.lanes,
+                new_jobs,
             )
             result = enforce(self.applier, files, verify, self.counters)
+            if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
+                self._publish(decision.plan, running, in_force=True)
         self.last = decision
         self._save(decision, result)
         now = time.time()
@@ -87,6 +98,24 @@ class CycleAgent(AgentParts):
             raise IbqosError(f"OpenSM did not take the new files: {result.summary()}")
         self.counters.last_success_s = now
         return decision
+
+    def _publish(self, plan: Plan, running: Sequence[str], *, in_force: bool) -> None:
+        """Tell the SL board which SLs OpenSM serves now.
+
+        *in_force*: OpenSM took the files of *plan* (or nothing is enforced: observe mode,
+        dry run), so every job of it has its SL.  Otherwise the jobs keep the SLs that were
+        in force before, and the others are *planned*: ``job-sl`` makes them wait, then
+        answers "pending", and their tasks start on the default SL rather than on an SL
+        that OpenSM maps elsewhere.
+        """
+        if in_force:
+            self.in_force = dict(plan.job_sl)
+        else:
+            self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
+        planned = [j for j in plan.job_sl if j not in self.in_force]
+        self.board.publish(self.in_force, running, planned)
+        if in_force or self.observing:
+            self.in_force_plan = plan
 
     def _sweep(self) -> pd.DataFrame:
         """One counter sweep (and a new fabric model if the topology changed)."""
@@ -122,6 +151,7 @@ class CycleAgent(AgentParts):
             last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
             updated_s=time.time(),
             mode=self.config.mode,
+            in_force=None if self.in_force_plan is None else plan_to_doc(self.in_force_plan),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             save_state(self.config.agent.state_dir, state)

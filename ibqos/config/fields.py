@@ -158,20 +158,27 @@ def _path(value: Any) -> Path:
     return value if isinstance(value, Path) else Path(_text(value))
 
 
-def file_name(*, optional: bool = False, off: bool = False) -> Check:
+def file_name(*, optional: bool = False, off: bool = False, absolute: bool = False) -> Check:
     """A file or directory name (relative names stay relative, as given).
 
     Args:
         optional: null (None) means none.
         off: null or "" mean none (a feature switched off).
+        absolute: only an absolute name is accepted (one that must not depend on the
+            directory a process happens to start in).
     """
 
     def check(value: Any) -> Path | None:
         if ((optional or off) and value is None) or (off and value == ""):
             return None
-        return _path(value)
+        path = _path(value)
+        if absolute and not path.is_absolute():
+            raise problem(f"expected an absolute path, got {str(path)!r}")
+        return path
 
     schema: Schema = {"type": "string", "minLength": 0 if off else 1}
+    if absolute:
+        schema["pattern"] = "^/"
     return Check(check, _nullable(schema) if optional or off else schema)
 
 

@@ -148,7 +148,9 @@ class AgentConfig:
     """The daemon (``ibqos run``); its cycle interval is ``collect.interval_s``.
 
     Attributes:
-        state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock.
+        state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock
+            (an absolute path: under systemd a relative one would name a directory of /,
+            and two agents started from different directories would not see each other).
         job_poll_s: seconds between two looks at the job source between cycles, so a job
             that starts or ends is acted on at once.
         socket: the local (UNIX) socket where ``ibqos job-sl`` asks for a job's SL; None
@@ -157,7 +159,7 @@ class AgentConfig:
             TaskProlog scripts on compute nodes (``docs/slurm.md``); None: not served.
     """
 
-    state_dir: Annotated[Path, file_name()] = Path("/var/lib/ibqos")
+    state_dir: Annotated[Path, file_name(absolute=True)] = Path("/var/lib/ibqos")
     job_poll_s: Annotated[float, number(0.05)] = 0.5
     socket: Annotated[Path | None, file_name(off=True)] = Path("/run/ibqos/ibqos.sock")
     sl_listen: Annotated[tuple[str, int] | None, address()] = None

@@ -98,8 +98,8 @@ class HealthCollector(Collector):
     Attributes:
         sl_answers: job SL questions answered, by result (``ibqos.agent.handoff.RESULTS``); the
             agent points it at its board's counts.
-        job_source_up: whether the job source answers (Slurm's squeue); None: a source
-            that cannot fail that way (a job file), and no metric.
+        job_source_up: whether the job source answers (Slurm's squeue; a job file whose
+            current version is valid); None: not known yet, and no metric.
     """
 
     def __init__(self, counters: Counters, fabric: str, routing_engine: str, dry_run: bool):
@@ -130,8 +130,8 @@ class HealthCollector(Collector):
         if up is not None:
             yield GaugeMetricFamily(
                 "ibqos_job_source_up",
-                "1 while the job source answers (Slurm: squeue), 0 while the last known jobs"
-                " are held (slurm.grace_s).",
+                "1 while the job source answers (Slurm: squeue; a job file: valid), 0 while"
+                " the last known jobs are held (slurm.grace_s; a job file that turned invalid).",
                 value=int(up),
             )
         build = GaugeMetricFamily(
