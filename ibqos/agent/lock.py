@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ibqos.config.models import Config
 from ibqos.errors import AgentLockError
 
 LOCK_FILE = "agent.lock"
@@ -151,3 +152,13 @@ def opensm_dirs(conf: Path, policy_file: Path) -> tuple[Path, ...]:
     """The directories an agent locks for the OpenSM whose files are *conf* and
     *policy_file*."""
     return (conf.parent, policy_file.parent)
+
+
+def claim(config: Config) -> AgentLock:
+    """The locks of an agent (or ``run --once``) on *config*'s state directory and OpenSM.
+
+    Raises:
+        AgentLockError: another agent runs on either.
+    """
+    osm = config.opensm
+    return AgentLock(config.agent.state_dir, config.mode, opensm_dirs(osm.conf, osm.policy_file))

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.lanes import resolve_lanes
-from ibqos.agent.lock import AgentLock, opensm_dirs
+from ibqos.agent.lock import AgentLock
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
@@ -186,18 +186,6 @@ class AgentParts:
         if isinstance(source, (SlurmJobSource, FileJobSource)):
             return source.up
         return None
-
-    def hold_lock(self) -> None:
-        """Claim the state directory and OpenSM's files for this daemon
-        (``ibqos.agent.lock``).
-
-        Raises:
-            AgentLockError: another agent runs on it, or on the same OpenSM.
-        """
-        osm = self.config.opensm
-        self.lock = AgentLock(
-            self.config.agent.state_dir, self.config.mode, opensm_dirs(osm.conf, osm.policy_file)
-        )
 
     def close(self) -> None:
         """Stop serving metrics and SLs, release the collector's MAD device and the lock."""
