@@ -3,15 +3,39 @@
 Both files pass it before ibqos writes anything, and ``ibqos check-opensm FILE...`` runs it
 for admins.  A finding is an **error** when OpenSM would drop or misread the file (the whole
 policy, a line, a value), a **warning** when OpenSM accepts it but it is likely not what
-was meant.  Each check cites the reference section or the OpenSM source it mirrors.
+was meant (OpenSM keeps the policy, and perhaps drops or never matches one rule).  Every
+finding is one line, ``FILE:LINE: message`` (a whole-file finding names line 1).  Each
+check cites the reference section or the OpenSM source it mirrors.
 
 qos-policy.conf (reference A.1; osm_qos_parser_l.l, osm_qos_parser_y.y, osm_qos_policy.c):
 the parse of :func:`ibqos.opensm.policy.parse_policy` (syntax errors, reserved keywords
-inside names, a last comment without newline, CRLF, the grammar's own checks), then what
-``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined qos-level: AC11, source
-group: AC12, destination group: AC13), then silent misreadings: SL > 15, unquoted blanks,
-octal numbers, wide GUID ranges, duplicate names, rules that shadow all later ones,
-``qos-setup`` (ignored).
+inside names, a last comment without newline, CRLF, a byte order mark, the grammar's own
+checks), then what ``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined
+qos-level: AC11, source group: AC12, destination group: AC13), then silent misreadings: SL >
+15, unquoted blanks, octal numbers, wide GUID ranges, duplicate names, rules that shadow all
+later ones, ``qos-setup`` (ignored).
+
+What OpenSM 3.3.23 does with the traps that depend on partitions or sizes (each run on an
+ibsim lab by ``tests/integration/test_policy_traps_lab.py``; docs/agent.md has the table):
+
+- ``ipoib, pkey P : SL`` or ``ipoib : SL`` (P = 0x7fff) whose partition is missing or has
+  fewer than two full members (with a partitions.conf, Default's only full member is the
+  SM port unless the file says more): ERR AC05, AC03, the whole policy dropped -> error
+  (a warning when the partitions are not known);
+- ``pkey: P`` in a match rule, or ``any, pkey P : SL``, no partition with P: ERR AC14 after
+  the parse, rule and policy kept -> warning;
+- a port-group's ``pkey:`` or ``partition:`` no partition has: silently no port -> warning;
+- one string value of 10 KiB or more (unbounded strcat into the parser's buffer): OpenSM
+  died -> error;
+- a byte order mark: AC05 at line 1, AC03 -> error.
+
+The partitions come from the partition file opensm.conf names (OpenSM's default path
+without one; :mod:`ibqos.opensm.partitions`).  ERR AC14 is logged but not fatal: a reload
+check that treats every ``ERR AC..`` line as a rejection would roll back a file OpenSM took.
+
+ibqos's own block must be delimited by exactly one begin and one end marker; anything else
+(a marker deleted or edited by hand, two blocks) is a warning here (OpenSM ignores comments)
+and a :class:`~ibqos.errors.RenderError` when ibqos renders (:func:`ibqos.opensm.conf.find_block`).
 
 opensm.conf (reference A.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
 osm_subnet.c, ``qos_build_config`` in osm_qos.c): ``key=value`` lines, unknown ``qos*``
