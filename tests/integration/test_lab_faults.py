@@ -17,7 +17,7 @@ import pytest
 
 from ibqos.fabric.topology import Port, parse_ibnetdiscover
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.lab import manage
+from ibqos.lab import faults, manage
 from ibqos.lab.lab import Lab
 from ibqos.lab.procs import ProcRef, alive
 
@@ -192,3 +192,53 @@ def test_down_ends_exactly_the_running_processes(sup: Supervised) -> None:
     # the supervisor reaped its children; it is itself detached (init reaps it)
     assert reaped(refs["ibsim"].pid) and reaped(refs["opensm"].pid)
     assert not (sup.root / NAME).exists()
+
+
+def test_in_process_lab_api_and_file_faults(make_lab: Callable[..., Lab]) -> None:
+    """The same faults on a Lab run in the test's own process, plus OpenSM's files."""
+    lab = make_lab("1;4;1", name="inproc")
+    host = Port(lab.resolve_node("cn0001"), 1)
+
+    def perfquery_ok() -> bool:
+        lid = str(lab.topo.lids[host])
+        return lab.run(["perfquery", "-x", lid, "1"], timeout=30).returncode == 0
+
+    def recorded() -> dict[str, Any]:
+        return dict(json.loads(lab.paths.state.read_text())["procs"])
+
+    first = lab.opensm_info()["pid"]
+    assert recorded()["opensm"]["pid"] == first
+    assert lab.stop_opensm() == 0
+    assert lab.opensm_info() == {
+        "running": False,
+        "pid": None,
+        "note": "stopped, exit status 0",
+    }
+    assert "opensm" not in recorded() and reaped(first)
+    assert lab.start_opensm(30) > 0
+    assert recorded()["opensm"]["pid"] == lab.opensm_info()["pid"] != first
+    lab.restart_opensm(30)
+    assert lab.run(["saquery", "NR"]).returncode == 0
+
+    assert lab.link_down("cn0001", 1) == "cn0001 port 1 down"
+    assert not perfquery_ok()
+    assert lab.link_up("cn0001", 1) == "cn0001 port 1 up"
+    wait_for(perfquery_ok, 20, "cn0001 did not come back")
+
+    osm = lab.opensm
+    assert osm is not None and osm.proc is not None
+    log = lab.paths.opensm.log
+    with faults.hidden_log(log) as hidden:
+        size = hidden.stat().st_size
+        osm.proc.send_signal(signal.SIGHUP)  # a reload: OpenSM logs its sweep...
+        wait_for(lambda: hidden.stat().st_size > size, 10, "OpenSM logged nothing")
+        assert not log.exists()  # ...into the file it holds, not a new one at the path
+    assert log.exists() and not hidden.exists()
+
+    with faults.stale_pid(lab.paths.opensm.pid) as decoy:
+        # the lab ends its own OpenSM, whatever its pid file says
+        running = osm.proc.pid
+        lab.stop_opensm()
+        assert reaped(running) and decoy.proc.poll() is None and decoy.hups() == 0
+        lab.start_opensm(30)  # writes its own pid, which stale_pid then leaves alone
+    assert int(lab.paths.opensm.pid.read_text()) == lab.opensm_info()["pid"]
