@@ -85,10 +85,13 @@ def ask(paths: LabPaths, op: str, args: dict[str, Any], timeout: float) -> Any:
     name = paths.name
     ref = _supervisor(paths)
     folder = control_dir(paths)
-    folder.mkdir(exist_ok=True)
     rid = f"{time.time_ns():020d}-{os.getpid()}"
     request, reply = folder / f"{rid}.request", folder / f"{rid}.reply"
-    atomic_write(request, json.dumps({"op": op, "args": args}) + "\n")
+    try:
+        folder.mkdir(exist_ok=True)
+        atomic_write(request, json.dumps({"op": op, "args": args}) + "\n")
+    except OSError as err:  # e.g. the lab was taken down meanwhile
+        raise LabError(f"lab {name}: cannot write {request}: {err.strerror}") from err
     try:
         os.kill(ref.pid, WAKE_SIGNAL)
     except ProcessLookupError:
