@@ -92,9 +92,22 @@ def test_bad_lab_name(run):
     one_line_error(run("lab", "up", "--name", "no/slash", "--xgft", "1;4;1"), "no/slash")
 
 
-@pytest.mark.parametrize("command", [("status", "ghost"), ("down", "ghost")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("status", "ghost"),
+        ("down", "ghost"),
+        ("opensm", "stop", "ghost"),
+        ("opensm", "restart", "ghost"),
+        ("link", "down", "ghost", "cn0001[1]"),
+    ],
+)
 def test_unknown_lab(run, command):
     one_line_error(run("lab", *command), "no lab ghost")
+
+
+def test_malformed_link_target(run):
+    one_line_error(run("lab", "link", "up", "ghost", "cn0001[x"), "cn0001[x", "NODE[PORT]")
 
 
 def test_run_on_unknown_lab(run):
