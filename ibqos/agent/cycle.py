@@ -26,7 +26,7 @@ from ibqos.classify.prior import learn
 from ibqos.errors import IbqosError
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
-from ibqos.opensm.render import render_files
+from ibqos.opensm.render import render_checked
 from ibqos.plan.output import to_json
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
@@ -137,7 +137,13 @@ class CycleAgent(AgentParts):
         """opensm.conf and the policy as they should be; both pass the checker or nothing
         is returned (RenderError)."""
         jobs = self.decider.port_guids()
-        return render_files(self.config.opensm, self.lanes, decision.plan, jobs)
+        rendered = render_checked(self.config.opensm, self.lanes, decision.plan, jobs)
+        warnings = frozenset(str(w) for w in rendered.warnings)
+        for warning in sorted(warnings - self._file_warnings):  # each once, while it lasts
+            log.warning("OpenSM's files: %s", warning)
+        self._file_warnings = warnings
+        self.counters.file_warnings = len(warnings)
+        return rendered.files
 
     def _save(self, decision: Decision, result: ApplyResult | None) -> None:
         plan = decision.plan

@@ -77,6 +77,7 @@ class AgentParts:
         self._reload = False
         self._config_text = read_file(config_path) if config_path else None
         self._last_error = ""
+        self._file_warnings: frozenset[str] = frozenset()  # the checker's, logged once each
         self.state = load_state(config.agent.state_dir)
         self.fabric: Fabric = fabric_from_config(config)
         self.lanes = self._lanes(config, self.fabric)

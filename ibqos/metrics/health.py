@@ -47,6 +47,8 @@ class Counters:
         sweep_failed: ports that did not.
         started_s: UNIX time the daemon started, seconds.
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
+        file_warnings: the checker's warnings about the files last rendered for OpenSM
+            (lines OpenSM accepts but likely reads otherwise than meant).
     """
 
     cycles: int = 0
@@ -65,6 +67,8 @@ class Counters:
     sweep_failed: int = 0
     started_s: float = field(default_factory=time.time)
     plan_changed_s: float | None = None
+    # the agent: OpenSM's files
+    file_warnings: int = 0
 
 
 #: (attribute, metric name without _total, help)
@@ -156,6 +160,12 @@ class HealthCollector(Collector):
             "ibqos_config_load_error",
             "1 while the last config reload was rejected and the previous config runs.",
             value=int(c.config_error_now),
+        )
+        yield GaugeMetricFamily(
+            "ibqos_opensm_file_warnings",
+            "Checker warnings about the files last rendered for OpenSM (lines it accepts"
+            " but likely reads otherwise than meant; each is logged once).",
+            value=c.file_warnings,
         )
         yield GaugeMetricFamily(
             "ibqos_dry_run",
