@@ -47,6 +47,10 @@ class Counters:
         sweep_failed: ports that did not.
         started_s: UNIX time the daemon started, seconds.
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
+        invalid_samples: port samples dropped because their rate was above the link's
+            capacity (counters reset and rewritten).
+        sweep_coverage: share of the last sweep's ports (0..1) read with usable rates;
+            None before the first sweep.
     """
 
     cycles: int = 0
@@ -65,6 +69,9 @@ class Counters:
     sweep_failed: int = 0
     started_s: float = field(default_factory=time.time)
     plan_changed_s: float | None = None
+    # collect: implausible samples and the share of ports a sweep reached
+    invalid_samples: int = 0
+    sweep_coverage: float | None = None
 
 
 #: (attribute, metric name without _total, help)
@@ -82,6 +89,13 @@ _COUNTED = (
         "Applies OpenSM did not take as written (log errors or SA read-back).",
     ),
     ("config_errors", "ibqos_config_load_errors", "Config reloads rejected (the old one runs)."),
+    # collect
+    (
+        "invalid_samples",
+        "ibqos_invalid_samples",
+        "Port samples dropped because their rate was above the link's capacity plus"
+        " collect.rate_margin (counters reset and rewritten).",
+    ),
 )
 
 
@@ -152,6 +166,13 @@ class HealthCollector(Collector):
         ports.add_metric(["answered"], c.sweep_answered)
         ports.add_metric(["failed"], c.sweep_failed)
         yield ports
+        if c.sweep_coverage is not None:
+            yield GaugeMetricFamily(
+                "ibqos_sweep_coverage_ratio",
+                "Share of the last sweep's ports (0..1) read with usable rates; below"
+                " collect.min_coverage the plan in force is kept.",
+                value=c.sweep_coverage,
+            )
         yield GaugeMetricFamily(
             "ibqos_config_load_error",
             "1 while the last config reload was rejected and the previous config runs.",
