@@ -4,7 +4,7 @@ every so often, so ports that vanish or appear are noticed between sweeps.
 ``ibqos collect`` and the agent drive it.  Each sweep is logged in one line: at info when
 every port answered, else a warning with how many ports were reached and the first few
 that were not (the backends log each port's failure at debug level only).  Its
-:attr:`Sweep.coverage` (the share of ports read with usable rates) is on
+:attr:`Sweep.coverage` (the share of ports that answered with a usable sample) is on
 :attr:`Collector.last`; :attr:`Collector.covered` says whether it reaches
 ``collect.min_coverage``, below which the agent keeps the plan in force.
 

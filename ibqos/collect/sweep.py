@@ -118,8 +118,8 @@ class Sweep:
 
     @property
     def coverage(self) -> float:
-        """Share of the targets (0..1) read with usable rates: neither failed nor dropped
-        as implausible.  0 for a sweep of no targets: nothing was measured."""
+        """Share of the targets (0..1) that answered with a usable sample: neither failed
+        nor dropped as implausible.  0 for a sweep of no targets: nothing was measured."""
         if not self.targets:
             return 0.0
         return max(0, self.answered - self.invalid) / len(self.targets)

@@ -272,7 +272,7 @@ class CollectConfig:
         rate_margin: a port's data rate (either direction) above its link's capacity
             times (1 + *rate_margin*) is not a measurement (counters reset and rewritten,
             a PMA that lies): that sample is dropped, as if the port had not answered.
-        min_coverage: the share of ports (0..1) a sweep must read with usable rates for
+        min_coverage: the share of ports (0..1) a sweep must read with a usable sample for
             the agent to change its plan on it; below it, the plan in force is kept.
         sweep_timeout_s: seconds one sweep may take (native: MADs still unanswered then
             fail their ports; perfquery: processes not started by then are not run, and

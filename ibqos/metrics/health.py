@@ -49,7 +49,7 @@ class Counters:
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
         invalid_samples: port samples dropped because their rate was above the link's
             capacity (counters reset and rewritten).
-        sweep_coverage: share of the last sweep's ports (0..1) read with usable rates;
+        sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
             None before the first sweep.
     """
 
@@ -169,7 +169,7 @@ class HealthCollector(Collector):
         if c.sweep_coverage is not None:
             yield GaugeMetricFamily(
                 "ibqos_sweep_coverage_ratio",
-                "Share of the last sweep's ports (0..1) read with usable rates; below"
+                "Share of the last sweep's ports (0..1) answered with a usable sample; below"
                 " collect.min_coverage the plan in force is kept.",
                 value=c.sweep_coverage,
             )
