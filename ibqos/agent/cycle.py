@@ -125,6 +125,8 @@ class CycleAgent(AgentParts):
             self.metrics.sweep_seconds.observe(sweep.duration_s)
             self.counters.sweep_failed = sweep.failed
             self.counters.sweep_answered = len(sweep.targets) - sweep.failed
+            self.counters.sweep_coverage = sweep.coverage
+            self.counters.invalid_samples += sweep.invalid
         if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
             gc.unfreeze()  # the old model may go now
             self.fabric = self.collector.fabric  # the topology changed

@@ -105,13 +105,18 @@ def _nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def number(minimum: float, maximum: float = math.inf, *, integer: bool = False) -> Check:
-    """A finite number (not a bool) in [minimum, maximum]; *integer*: an int."""
+def number(
+    minimum: float, maximum: float = math.inf, *, integer: bool = False, optional: bool = False
+) -> Check:
+    """A finite number (not a bool) in [minimum, maximum]; *integer*: an int;
+    *optional*: or null (None)."""
     kind = "an integer" if integer else "a number"
     upper = f" and <= {maximum:g}" if maximum != math.inf else ""
     want = f"expected {kind} >= {minimum:g}{upper}"
 
-    def check(value: Any) -> float | int:
+    def check(value: Any) -> float | int | None:
+        if optional and value is None:
+            return None
         got = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         if integer and not isinstance(got, int):
             got = None
@@ -124,7 +129,7 @@ def number(minimum: float, maximum: float = math.inf, *, integer: bool = False) 
     schema["minimum"] = int(minimum) if integer else minimum
     if maximum != math.inf:
         schema["maximum"] = int(maximum) if integer else maximum
-    return Check(check, schema)
+    return Check(check, _nullable(schema) if optional else schema)
 
 
 def flag() -> Check:

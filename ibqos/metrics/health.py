@@ -49,6 +49,10 @@ class Counters:
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
         file_warnings: the checker's warnings about the files last rendered for OpenSM
             (lines OpenSM accepts but likely reads otherwise than meant).
+        invalid_samples: port samples dropped because their rate was above the link's
+            capacity (counters reset and rewritten).
+        sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
+            None before the first sweep.
     """
 
     cycles: int = 0
@@ -69,6 +73,9 @@ class Counters:
     plan_changed_s: float | None = None
     # the agent: OpenSM's files
     file_warnings: int = 0
+    # collect: implausible samples and the share of ports a sweep reached
+    invalid_samples: int = 0
+    sweep_coverage: float | None = None
 
 
 #: (attribute, metric name without _total, help)
@@ -86,6 +93,13 @@ _COUNTED = (
         "Applies OpenSM did not take as written (log errors or SA read-back).",
     ),
     ("config_errors", "ibqos_config_load_errors", "Config reloads rejected (the old one runs)."),
+    # collect
+    (
+        "invalid_samples",
+        "ibqos_invalid_samples",
+        "Port samples dropped because their rate was above the link's capacity plus"
+        " collect.rate_margin (counters reset and rewritten).",
+    ),
 )
 
 
@@ -156,6 +170,13 @@ class HealthCollector(Collector):
         ports.add_metric(["answered"], c.sweep_answered)
         ports.add_metric(["failed"], c.sweep_failed)
         yield ports
+        if c.sweep_coverage is not None:
+            yield GaugeMetricFamily(
+                "ibqos_sweep_coverage_ratio",
+                "Share of the last sweep's ports (0..1) answered with a usable sample; below"
+                " collect.min_coverage the plan in force is kept.",
+                value=c.sweep_coverage,
+            )
         yield GaugeMetricFamily(
             "ibqos_config_load_error",
             "1 while the last config reload was rejected and the previous config runs.",
