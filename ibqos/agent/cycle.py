@@ -23,7 +23,7 @@ from ibqos.agent.parts import AgentParts, freeze_heap
 from ibqos.agent.sinks import enforce, verifier
 from ibqos.agent.state import AgentState, save_state
 from ibqos.classify.prior import learn
-from ibqos.errors import IbqosError
+from ibqos.errors import IbqosError, RenderError
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
 from ibqos.opensm.render import render_checked
@@ -52,8 +52,16 @@ class CycleAgent(AgentParts):
         self.jobs_seen = jobs
         fresh = sweep or self.rates is None
         if fresh or self.rates is None:
-            self.rates = self._sweep()
+            rates = self._sweep()
             self.notifier.ping_if_due()
+            if not self.collector.covered:
+                # a sweep that reached too few ports (links down, a PMA that stopped
+                # answering) does not change the plan: the last full sweep's rates stand,
+                # and jobs that start meanwhile begin in their expected classes
+                fresh = False
+                if self.rates is not None:
+                    rates = self.rates
+            self.rates = rates
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
@@ -83,7 +91,11 @@ class CycleAgent(AgentParts):
                 self.lanes,
                 new_jobs,
             )
-            result = enforce(self.applier, files, verify, self.counters)
+            self._applying = True  # a stop lets the apply finish: its waits are bounded
+            try:
+                result = enforce(self.applier, files, verify, self.counters)
+            finally:
+                self._applying = False
             if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
@@ -139,7 +151,12 @@ class CycleAgent(AgentParts):
         """opensm.conf and the policy as they should be; both pass the checker or nothing
         is returned (RenderError)."""
         jobs = self.decider.port_guids()
-        rendered = render_checked(self.config.opensm, self.lanes, decision.plan, jobs)
+        try:
+            rendered = render_checked(self.config.opensm, self.lanes, decision.plan, jobs)
+        except RenderError:
+            self.counters.render_error_now = True  # nothing is written until it is fixed
+            raise
+        self.counters.render_error_now = False
         warnings = frozenset(str(w) for w in rendered.warnings)
         for warning in sorted(warnings - self._file_warnings):  # each once, while it lasts
             log.warning("OpenSM's files: %s", warning)

@@ -74,6 +74,7 @@ class AgentParts:
         self.counters = Counters()
         self._wake = threading.Event()
         self._stop = False
+        self._applying = False  # an apply is under way (a stop waits for it)
         self._reload = False
         self._config_text = read_file(config_path) if config_path else None
         self._last_error = ""

@@ -49,6 +49,8 @@ class Counters:
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
         file_warnings: the checker's warnings about the files last rendered for OpenSM
             (lines OpenSM accepts but likely reads otherwise than meant).
+        render_error_now: the files as they should be fail the checker (an admin's line
+            OpenSM would reject, ibqos's markers edited by hand): nothing is written.
         invalid_samples: port samples dropped because their rate was above the link's
             capacity (counters reset and rewritten).
         sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
@@ -73,6 +75,7 @@ class Counters:
     plan_changed_s: float | None = None
     # the agent: OpenSM's files
     file_warnings: int = 0
+    render_error_now: bool = False
     # collect: implausible samples and the share of ports a sweep reached
     invalid_samples: int = 0
     sweep_coverage: float | None = None
@@ -187,6 +190,12 @@ class HealthCollector(Collector):
             "Checker warnings about the files last rendered for OpenSM (lines it accepts"
             " but likely reads otherwise than meant; each is logged once).",
             value=c.file_warnings,
+        )
+        yield GaugeMetricFamily(
+            "ibqos_opensm_files_refused",
+            "1 while OpenSM's files as they should be fail the checker (an admin's line OpenSM"
+            " would reject, ibqos's markers edited): nothing is written until it is fixed.",
+            value=int(c.render_error_now),
         )
         yield GaugeMetricFamily(
             "ibqos_dry_run",

@@ -109,9 +109,12 @@ class Guard:
         osm = self.lab.paths.opensm
         return {path: path.read_text() for path in (osm.conf, osm.policy)}
 
-    def check_files(self) -> None:
-        """OpenSM's files pass the checker and are the last good ones."""
+    def check_files(self, *, checker: bool = True) -> None:
+        """OpenSM's files are the last good ones (or as the admin left them) and, with
+        *checker*, pass ``check-opensm`` (not while the admin's own line is the fault)."""
         assert self.files() == self.good, "OpenSM's files changed during the fault"
+        if not checker:
+            return
         out = subprocess.run(
             ["ibqos", "check-opensm", *(str(p) for p in self.good)],
             env=self.lab.env(),
