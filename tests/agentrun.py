@@ -87,11 +87,13 @@ def drive(lab, until: Callable[[], bool], timeout: float, proc=None) -> float:
     return time.monotonic() - t0
 
 
-def start_agent(lab, config: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
+def start_agent(
+    lab, config: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     err = open(tmp_path / "agent.log", "w")
     proc = subprocess.Popen(
         ["ibqos", "run", "--config", str(config), *args],
-        env=lab.env(),
+        env=lab.env() | (env or {}),
         cwd=lab.paths.run,
         stdout=subprocess.DEVNULL,
         stderr=err,

@@ -72,8 +72,8 @@ class Guard:
 
     # -- the agent -------------------------------------------------------------------------
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        self.proc = start_agent(self.lab, self.config, self.tmp_path, *args)
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        self.proc = start_agent(self.lab, self.config, self.tmp_path, *args, env=env)
         return self.proc
 
     def stop(self) -> int:

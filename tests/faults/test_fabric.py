@@ -1,0 +1,146 @@
+"""Faults of the fabric and its tools: a hung discovery, counters rewritten, ports gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from agentrun import QUIET, write_jobs
+from faultcheck import XGFT, Guard, job
+
+from ibqos.fabric.topology import Port
+from ibqos.lab.counters import EXT, perfset
+
+A = job("A", "cn[0001-0002]")
+B = job("B", "cn[0003,0007]")
+
+
+class Watchdog:
+    """A NOTIFY_SOCKET like systemd's: the times ``WATCHDOG=1`` came."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.pings: list[float] = []
+        self._run = True
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while self._run:
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            if b"WATCHDOG=1" in data:
+                self.pings.append(time.monotonic())
+
+    def close(self) -> None:
+        self._run = False
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_a_hung_discovery_keeps_the_watchdog_fed_and_sigterm_ends_it(
+    make_lab, tmp_path: Path
+) -> None:
+    """ibsim stopped (SIGSTOP): ibnetdiscover and every MAD hang.  The agent pings the
+    watchdog through it and ends within 10 s of SIGTERM."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path, fabric={"source": "ibnetdiscover", "refresh_s": 2.0})
+    watchdog = Watchdog(tmp_path / "notify")
+    guard.start(env={"NOTIFY_SOCKET": str(watchdog.path), "WATCHDOG_USEC": "2000000"})
+    assert lab.ibsim is not None and lab.ibsim.proc is not None
+    ibsim = lab.ibsim.proc.pid
+    stopped = False
+    try:
+        guard.in_force("A", "B")
+        os.kill(ibsim, signal.SIGSTOP)  # the lab's own ibsim, by pid
+        stopped = True
+        t0 = time.monotonic()
+        time.sleep(8)  # a discovery (every 2 s) and sweeps now hang
+        assert guard.proc is not None and guard.proc.poll() is None
+        during = [t for t in watchdog.pings if t >= t0]
+        gaps = [b - a for a, b in zip([t0, *during], during, strict=False)]
+        assert during and max(gaps) < 2.0, gaps  # never as long as WatchdogSec
+        t1 = time.monotonic()
+        guard.proc.send_signal(signal.SIGTERM)
+        while "stopped while waiting on a tool or the fabric" not in guard.log():
+            assert time.monotonic() - t1 < 10, "SIGTERM did not end the wait within 10 s"
+            time.sleep(0.1)
+        print(f"SIGTERM during a hung discovery: agent done after {time.monotonic() - t1:.1f} s")
+        # umad2sim's exit handler waits for ibsim's goodbye (a real umad device does not):
+        # the process itself ends once ibsim runs again
+        os.kill(ibsim, signal.SIGCONT)
+        stopped = False
+        assert guard.proc.wait(timeout=10) == 0
+    finally:
+        if stopped:
+            os.kill(ibsim, signal.SIGCONT)
+        guard.stop()
+        watchdog.close()
+
+
+def test_counters_rewritten_give_no_implausible_rates(make_lab, tmp_path: Path) -> None:
+    """A counter set far ahead (as after a reset and rewrite): the sample is dropped and
+    counted, the job's intensity stays what the link can carry."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path)
+    guard.start()
+    try:
+        guard.in_force("A", "B")
+        assert guard.metric("ibqos_invalid_samples_total") == 0
+        sweeps = guard.sweeps()
+        host = Port(lab.resolve_node("cn0001"), 1)
+        assert lab.ibsim is not None
+        assert not lab.ibsim.command([perfset(host, f"{EXT}.PortXmitData", 2**50)])
+        guard.drive(lambda: (guard.metric("ibqos_invalid_samples_total") or 0) >= 1, 10)
+        guard.settle(3)
+        jobs = {j["id"]: j for j in guard.state()["plan"]["jobs"]}
+        assert jobs["A"]["intensity"] < 1.0 and jobs["A"]["class"] != "high"
+        assert guard.sweeps() == sweeps
+        guard.check_files()
+        guard.check_sls(["A", "B"])
+        guard.check_alive("A")
+    finally:
+        assert guard.stop() == 0
+
+
+def test_a_sweep_that_reaches_too_few_ports_changes_no_plan(make_lab, tmp_path: Path) -> None:
+    """Host links down: the sweeps reach half the ports; job A turns heavy meanwhile, but
+    the plan waits for a sweep that reaches enough ports."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path)
+    guard.start()
+    down = [f"cn000{n}" for n in range(3, 9)]
+    try:
+        guard.in_force("A", "B")
+
+        def classes() -> dict[str, str]:
+            return {j["id"]: j["class"] for j in guard.state()["plan"]["jobs"]}
+
+        guard.drive(lambda: classes()["A"] == "low", 15)
+        sweeps = guard.sweeps()
+        for host in down:
+            lab.link_down(host)
+        guard.drive(lambda: (guard.metric("ibqos_sweep_coverage_ratio") or 1) < 0.9, 10)
+        write_jobs(lab, A | {"rate_bytes_per_s": 2.0e10}, B)  # A turns heavy
+        guard.settle(5)  # longer than lanes.min_hold_s
+        assert classes()["A"] == "low"
+        assert guard.sweeps() == sweeps  # (OpenSM sweeps on its own for the links: none here)
+        guard.check_alive("A")
+        for host in down:
+            lab.link_up(host)
+        guard.drive(lambda: guard.metric("ibqos_sweep_coverage_ratio") == 1, 15)
+        guard.drive(lambda: classes()["A"] == "high", 20)
+    finally:
+        assert guard.stop() == 0
