@@ -1,8 +1,8 @@
 """The job-SL server's event loop: one thread, one selector, no thread per question.
 
 A big job's start is a burst of questions (every task's TaskProlog may ask at once), so the
-loop never blocks on one asker: it accepts in batches from listen queues of up to
-:data:`BACKLOG` connections, reads each question line, answers a job whose SL is known at
+loop never blocks on one asker: it accepts in batches from listen queues as long as the
+kernel allows (``net.core.somaxconn``), reads each question line, answers a job whose SL is known at
 once, and parks a question that must wait (for a read of the jobs, or for the job's SL to
 come into force) until the board changes (:meth:`ServeLoop.poke`, from the agent's loop)
 or the asker's bound runs out.  A parked question holds only its socket.
@@ -40,9 +40,10 @@ MAX_WAIT_S = 30.0
 DEFAULT_WAIT_S = 5.0
 #: bytes of a question line, at most
 MAX_LINE = 256
-#: connections the kernel queues for accept (capped by net.core.somaxconn): socketserver's
-#: default of 5 drops a burst's connections, and each dropped TCP SYN costs its asker 1 s
-BACKLOG = 4096
+#: connections the kernel may queue for accept, asked for; the kernel caps it at
+#: net.core.somaxconn (4096 by default since Linux 5.4).  socketserver's default of 5
+#: drops a burst's connections, and each dropped TCP SYN costs its asker 1 s or more
+BACKLOG = 65535
 #: open files the agent asks for (soft limit, up to the hard one): one per parked question
 FD_LIMIT = 65536
 #: seconds a connection may take to send its question (or to take its answer)
@@ -126,6 +127,7 @@ class _Conn:
     job: str = ""
     asked: float = 0.0
     out: bytes = b""
+    registered: bool = False
     writing: bool = False
     closed: bool = False
 
@@ -221,9 +223,9 @@ class ServeLoop:
             sock.setblocking(False)
             conn = _Conn(sock, self.board.clock() + _IO_TIMEOUT_S)
             self._open.add(conn)
-            self._sel.register(sock, selectors.EVENT_READ, conn)
-            self._timer(conn)
-            self._read(conn)  # the question usually came with the connection
+            # the question usually came with the connection: a known job's asker is then
+            # answered and gone without the selector ever seeing its socket
+            self._read(conn)
 
     def _pause(self, err: OSError) -> None:
         """Out of file descriptors: leave the askers in the kernel's queue for a moment."""
@@ -246,20 +248,27 @@ class ServeLoop:
             self._read(conn)
 
     def _read(self, conn: _Conn) -> None:
+        data: bytes | None
         try:
             data = conn.sock.recv(MAX_LINE)
         except BlockingIOError:
-            return
+            data = None
         except OSError:
             self._close(conn)
             return
-        conn.buf += data
-        if data and b"\n" not in conn.buf and len(conn.buf) < MAX_LINE:
-            return  # more to come
+        conn.buf += data or b""
+        if data is None or (data and b"\n" not in conn.buf and len(conn.buf) < MAX_LINE):
+            if not conn.registered:  # more to come
+                conn.registered = True
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._timer(conn)
+            return
         if not conn.buf:
             self._close(conn)  # gone without a question
             return
-        self._sel.unregister(conn.sock)  # one question per connection
+        if conn.registered:  # one question per connection
+            conn.registered = False
+            self._sel.unregister(conn.sock)
         line = conn.buf.split(b"\n", 1)[0][:MAX_LINE].decode("ascii", "replace")
         question = parse_question(line)
         if isinstance(question, str):
@@ -314,7 +323,7 @@ class ServeLoop:
         if not conn.out:
             self._close(conn)
         elif not conn.writing:
-            conn.writing = True
+            conn.writing = conn.registered = True
             conn.due = self.board.clock() + _IO_TIMEOUT_S
             self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
             self._timer(conn)
@@ -328,8 +337,9 @@ class ServeLoop:
         conn.closed = True
         self._open.discard(conn)
         self._parked.discard(conn)
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(conn.sock)
+        if conn.registered:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(conn.sock)
         conn.sock.close()
 
     def _wind_up(self) -> None:

@@ -170,7 +170,7 @@ def test_a_burst_of_questions_is_answered_at_once(served) -> None:
 
 def test_the_listen_queue_takes_a_burst() -> None:
     somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
-    assert listen_backlog() == min(BACKLOG, somaxconn) and BACKLOG == 4096
+    assert listen_backlog() == min(BACKLOG, somaxconn) and BACKLOG == 65535
 
 
 def test_out_of_file_descriptors_the_server_waits_and_goes_on(tmp_path, caplog) -> None:
