@@ -7,7 +7,8 @@
 - :mod:`~ibqos.agent.state`: the state file; :mod:`~ibqos.agent.status`: ``ibqos status``;
 - :mod:`~ibqos.agent.lock`: one agent per state directory;
 - :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
-- :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``);
+- :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``), served by
+  :mod:`~ibqos.agent.slserve` (one thread, one selector);
 - :mod:`~ibqos.agent.lanes`, :mod:`~ibqos.agent.wiring`: the lanes and the pipeline's
   parts as the config says.
 """

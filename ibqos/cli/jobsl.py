@@ -30,12 +30,13 @@ from ibqos.cli.options import config_option, load_or_defaults
 def job_sl_command(
     job_id: str, path: Path | None, socket_path: Path | None, server: str | None, timeout: float
 ) -> None:
-    """Print the SL ibqos gave job JOB_ID (asking the running agent; a job it does not
-    know yet gets one at once if its job source runs it).
+    """Print the SL ibqos gave job JOB_ID and OpenSM serves (asking the running agent;
+    a job it does not know yet gets one at once if its job source runs it).
 
-    Exit 1 with one line on stderr if ibqos is not running, the job is unknown or the
-    answer takes longer than --timeout: the job then runs on the default SL.  The
-    TaskProlog in contrib/slurm uses this (docs/slurm.md).
+    Exit 1 with one line on stderr if ibqos is not running, the job is unknown, its SL is
+    not in force yet (OpenSM has not taken the plan) or the answer takes longer than
+    --timeout: the job then runs on the default SL.  The Prolog and TaskProlog in
+    contrib/slurm use this (docs/slurm.md).
     """
     check_job_id(job_id, "JOB_ID")
     address: tuple[str, int] | None = None

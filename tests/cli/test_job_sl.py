@@ -65,3 +65,18 @@ def test_bad_server_and_conflicting_options(tmp_path) -> None:
     assert invoke("--server", "nohost", "1").exit_code == 2
     result = invoke("--server", "h:1", "--socket", str(tmp_path / "s"), "1")
     assert result.exit_code == 2 and "at most one of --socket and --server" in result.stderr
+
+
+def test_an_sl_not_in_force_is_a_miss(tmp_path) -> None:
+    board = SlBoard()
+    board.publish({}, ["1234"], planned=["1234"])  # planned; OpenSM has not taken it
+    board.round_done(time.monotonic() + 3600)
+    server = SlServer(board, tmp_path / "a.sock")
+    try:
+        result = invoke("--socket", str(tmp_path / "a.sock"), "--timeout", "0.3", "1234")
+        one_line_error(
+            result,
+            "ibqos: job-sl: the SL of job 1234 is not in force yet (OpenSM has not taken the plan)",
+        )
+    finally:
+        server.close()

@@ -1,7 +1,8 @@
 """ibqos with a real Slurm: munged, slurmctld and one slurmd per lab host, on this machine.
 
 The agent runs as an admin would run it (a process attached to the lab, jobs from squeue,
-the shipped PrologSlurmctld/EpilogSlurmctld and TaskProlog scripts wired into slurm.conf);
+the shipped PrologSlurmctld/EpilogSlurmctld, Prolog/Epilog and TaskProlog scripts wired into
+slurm.conf);
 the test submits jobs with sbatch and reads back what the SA serves and what the job's
 tasks saw in their environment.
 """
@@ -49,8 +50,9 @@ def wrapper(base: Path, script: str, **settings: str) -> Path:
 def slurm_lab(make_lab, tmp_path):
     """A lab, and a Slurm cluster of its hosts with ibqos's scripts in slurm.conf.
 
-    The TaskProlog asks the agent over TCP (``agent.sl_listen``), as compute nodes without
-    ibqos do; PrologSlurmctld/EpilogSlurmctld drop notifications into *notify*.
+    The Prolog asks the agent over TCP (``agent.sl_listen``), as compute nodes without
+    ibqos do, and leaves the answer in ``tmp_path/slrun`` for the TaskProlog;
+    PrologSlurmctld/EpilogSlurmctld drop notifications into *notify*.
     """
     lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
     notify = tmp_path / "notify"
@@ -59,14 +61,15 @@ def slurm_lab(make_lab, tmp_path):
     textfile.mkdir()
     sl_port = _free_port()
     ctld = wrapper(tmp_path, "ibqos-slurmctld", IBQOS_NOTIFY_DIR=str(notify))
-    task = wrapper(
-        tmp_path,
-        "ibqos-taskprolog",
-        IBQOS_SL_SERVER=f"127.0.0.1:{sl_port}",
-        IBQOS_SL_TIMEOUT="3",
-        IBQOS_TEXTFILE_DIR=str(textfile),
-    )
+    asking = {
+        "IBQOS_SL_SERVER": f"127.0.0.1:{sl_port}",
+        "IBQOS_SL_TIMEOUT": "3",
+        "IBQOS_SL_DIR": str(tmp_path / "slrun"),
+    }
+    task = wrapper(tmp_path, "ibqos-taskprolog", IBQOS_TEXTFILE_DIR=str(textfile), **asking)
+    node = wrapper(tmp_path, "ibqos-prolog", **asking)
     scripts = {"PrologSlurmctld": ctld, "EpilogSlurmctld": ctld, "TaskProlog": task}
+    scripts |= {"Prolog": node, "Epilog": node}
     with SlurmCluster(NODES, scripts=scripts) as cluster:
         cluster.start()
         yield lab, cluster, sl_port
@@ -146,6 +149,8 @@ def test_a_slurm_job_gets_its_sl_from_the_sa_and_in_its_tasks(slurm_lab, tmp_pat
         assert batch == {name: str(sl) for name in ENV_NAMES}
         for task in files[1:]:
             assert task.read_text().strip() == f"UCX_IB_SL={sl}"
+        # the Prolog asked (the lab's slurmds share one host, so one answer file)
+        assert (tmp_path / "slrun" / f"sl.{job}").read_text() == f"{sl}\n"
         # ibqos job-sl prints it; an unknown job is one line on stderr and exit 1
         done = job_sl(cluster, job)
         assert (done.returncode, done.stdout, done.stderr) == (0, f"{sl}\n", "")
@@ -160,6 +165,7 @@ def test_a_slurm_job_gets_its_sl_from_the_sa_and_in_its_tasks(slurm_lab, tmp_pat
         t_end = time.monotonic()
         drive(lab, lambda: f"ibqos_job_{job}" not in lab.paths.opensm.policy.read_text(), 15, proc)
         print(f"scancel -> port-group gone: {time.monotonic() - t_end:.2f} s")
+        drive(lab, lambda: not (tmp_path / "slrun" / f"sl.{job}").exists(), 15, proc)  # Epilog
         # the state is saved right after the apply
         drive(lab, lambda: job not in state(tmp_path)["job_sl"], 5, proc)
         assert path_sl(lab, lid["cn0001"], lid["cn0005"]) == 0

@@ -59,7 +59,7 @@ def test_no_answer_in_time_is_a_counted_and_logged_miss(caplog) -> None:
     board = SlBoard()
     assert board.ask("9", 0.05).result == "timeout"
     assert board.ask("9", 0.05).result == "timeout"
-    assert board.counts == {"ok": 0, "unknown": 0, "no_sl": 0, "timeout": 2}
+    assert board.counts == {"ok": 0, "unknown": 0, "no_sl": 0, "timeout": 2, "pending": 0}
     # logged once per job, not once per task asking
     assert caplog.text.count("job-sl: no SL for job 9 in time; its tasks start on the") == 1
 
@@ -141,3 +141,75 @@ def test_a_silent_agent_is_a_timeout(tmp_path) -> None:
 def test_job_ids_are_checked(bad) -> None:
     with pytest.raises(HandoffError, match="JOB_ID: expected a job id"):
         check_job_id(bad, "JOB_ID")
+
+
+# -- only SLs in force are handed out ---------------------------------------------------
+
+
+def test_a_planned_sl_is_handed_out_once_it_is_in_force() -> None:
+    board = SlBoard()
+    board.publish({}, ["42"], planned=["42"])  # planned, the apply still pending
+    assert board.known("42") is None
+    result: list[Answer] = []
+    thread = threading.Thread(target=lambda: result.append(board.ask("42", 5.0)))
+    thread.start()
+    time.sleep(0.1)
+    assert result == [] and not board.pending()  # it waits for the apply, not for a read
+    board.publish({"42": 5}, ["42"])  # applied and verified
+    thread.join(5)
+    assert result == [Answer("ok", 5)]
+
+
+def test_a_planned_sl_not_in_force_in_time_is_a_pending_miss(caplog) -> None:
+    woken = threading.Event()
+    board = SlBoard(wake=woken.set)
+    board.publish({"1": 2}, ["1", "42"], planned=["42"])  # e.g. the apply failed
+    t0 = time.monotonic()
+    answer = board.ask("42", 0.2)
+    assert time.monotonic() - t0 >= 0.2
+    text = "the SL of job 42 is not in force yet (OpenSM has not taken the plan)"
+    assert answer == Answer("pending", text=text)
+    assert answer.line() == f"PENDING {text}"
+    assert board.ask("42", 0.0).result == "pending"
+    assert board.counts["pending"] == 2 and board.counts["timeout"] == 0
+    assert caplog.text.count(f"job-sl: {text}; its tasks start on the default SL") == 1
+    assert not woken.is_set()  # the loop retries the apply on its own; no read needed
+
+
+def test_an_sl_in_force_wins_over_a_planned_change_and_old_callers_publish_in_force() -> None:
+    board = SlBoard()
+    board.publish({"7": 3}, ["7"], planned=["7"])
+    assert board.ask("7", 0.0) == Answer("ok", 3)
+    board.publish({"8": 1}, ["8"])  # planned defaults to none
+    assert board.ask("8", 0.0) == Answer("ok", 1)
+
+
+def test_the_event_loop_side_never_waits() -> None:
+    woken = threading.Event()
+    board = SlBoard(wake=woken.set)
+    changes: list[int] = []
+    board.listen(lambda: changes.append(1))
+    asked = board.clock()
+    assert board.open("5", asked) is None and woken.is_set() and board.pending()
+    board.publish({}, ["5"], planned=["5"])
+    board.round_done(asked)
+    assert board.again("5", asked) is None and not board.pending()  # now waits for the apply
+    assert board.expire("5").result == "pending"
+    assert changes == [1, 1]
+    assert board.open("6", asked + 1) is None
+    board.publish({"6": 4}, ["6"])
+    assert board.again("6", asked + 1) == Answer("ok", 4)
+    assert board.counts["ok"] == 1 and board.counts["pending"] == 1
+    assert not board.pending()  # nothing waits any more
+
+
+def test_a_waiting_question_whose_job_left_the_plan_asks_for_a_read() -> None:
+    woken = threading.Event()
+    board = SlBoard(wake=woken.set)
+    board.publish({}, ["5"], planned=["5"])
+    asked = board.clock()
+    assert board.open("5", asked) is None and not woken.is_set()
+    board.publish({}, [])  # the job ended before its SL came into force
+    assert board.again("5", asked) is None and woken.is_set() and board.pending()
+    board.round_done(asked)
+    assert board.again("5", asked) == Answer("unknown", text="job 5 is not running (job source)")

@@ -40,7 +40,7 @@ def test_install_puts_everything_in_place_and_keeps_the_admins_files(tmp_path: P
     assert "IBQOS_CONFIG=/etc/ibqos/ibqos.yaml" in (prefix / "etc/default/ibqos").read_text()
     config = prefix / "etc/ibqos/ibqos.yaml"
     assert config.read_text() == (ROOT / "opensm_conf/ibqos.yaml").read_text()
-    for script in ("ibqos-taskprolog", "ibqos-slurmctld"):  # the paths docs/slurm.md names
+    for script in ("ibqos-taskprolog", "ibqos-prolog", "ibqos-slurmctld"):  # docs/slurm.md
         assert (prefix / "usr/local/libexec/ibqos" / script).stat().st_mode & 0o777 == 0o755
     share = prefix / "usr/local/share/ibqos"
     assert (share / "dashboards/ibqos-lanes.json").is_file()
