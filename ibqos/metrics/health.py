@@ -47,6 +47,14 @@ class Counters:
         sweep_failed: ports that did not.
         started_s: UNIX time the daemon started, seconds.
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
+        reloads_deferred: applies not started because the reload budget was spent.
+        write_errors: applies that failed because OpenSM's files (or their backups)
+            could not be written.
+        reload_tokens: reloads the budget holds now; None: no budget (not enforcing).
+        opensm_up: OpenSM ran when last looked at; None: cannot tell (a reload command,
+            not looked at yet).
+        opensm_rejected: ibqos holds: OpenSM rejects its own files (the admin's part).
+        opensm_log_missing: OpenSM's log could not be read at the last apply.
     """
 
     cycles: int = 0
@@ -65,6 +73,13 @@ class Counters:
     sweep_failed: int = 0
     started_s: float = field(default_factory=time.time)
     plan_changed_s: float | None = None
+    # applying to OpenSM: the reload budget, write errors, OpenSM's state
+    reloads_deferred: int = 0
+    write_errors: int = 0
+    reload_tokens: float | None = None
+    opensm_up: bool | None = None
+    opensm_rejected: bool = False
+    opensm_log_missing: bool = False
 
 
 #: (attribute, metric name without _total, help)
@@ -82,6 +97,17 @@ _COUNTED = (
         "Applies OpenSM did not take as written (log errors or SA read-back).",
     ),
     ("config_errors", "ibqos_config_load_errors", "Config reloads rejected (the old one runs)."),
+    # applying to OpenSM
+    (
+        "reloads_deferred",
+        "ibqos_opensm_reloads_deferred",
+        "Applies not started because the reload budget (opensm.reload_budget) was spent.",
+    ),
+    (
+        "write_errors",
+        "ibqos_opensm_write_errors",
+        "Applies that failed because OpenSM's files or their backups could not be written.",
+    ),
 )
 
 
@@ -157,6 +183,7 @@ class HealthCollector(Collector):
             "1 while the last config reload was rejected and the previous config runs.",
             value=int(c.config_error_now),
         )
+        yield from _apply_gauges(c)
         yield GaugeMetricFamily(
             "ibqos_dry_run",
             "1 when the agent only shows what it would write (mode: observe, or --dry-run).",
@@ -177,6 +204,34 @@ class HealthCollector(Collector):
                 "UNIX time of the last cycle that succeeded.",
                 value=c.last_success_s,
             )
+
+
+def _apply_gauges(c: Counters) -> Iterator[Metric]:
+    """The state of the apply path: OpenSM up, rejecting its files, its log, the budget."""
+    if c.opensm_up is not None:
+        yield GaugeMetricFamily(
+            "ibqos_opensm_up",
+            "1 while OpenSM runs (its pid file's process, its unit active), 0 when it does"
+            " not; absent when ibqos cannot tell (a reload command).",
+            value=int(c.opensm_up),
+        )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_rejected",
+        "1 while ibqos holds because OpenSM rejects its own files (the admin's part):"
+        " nothing is written until they change.",
+        value=int(c.opensm_rejected),
+    )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_log_missing",
+        "1 when OpenSM's log could not be read at the last apply (no sweep line seen).",
+        value=int(c.opensm_log_missing),
+    )
+    if c.reload_tokens is not None:
+        yield GaugeMetricFamily(
+            "ibqos_opensm_reload_tokens",
+            "Reloads the budget (opensm.reload_budget) holds now; an apply needs 2.",
+            value=c.reload_tokens,
+        )
 
 
 class AgentMetrics:
