@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 #: OpenSM logs this at the end of every heavy sweep (``osm_state_mgr.c``).
 SWEEP_DONE = "SUBNET UP"
 #: where a message ibqos looks at starts within a line
-_MARK = re.compile(
-    r"ERR AC[0-9A-F]{2}:|Unrecognized token|Error in QoS Policy File|Error\(s\) in QoS policy"
-)
+_MARK = re.compile(r"ERR AC[0-9A-F]{2}:|Unrecognized token")
+#: the parser's words on stderr, where they have no ERR code (a log that is OpenSM's
+#: stdout and stderr); within an ERR AC04 line they are part of its message
+_STDERR = re.compile(r"Error in QoS Policy File|Error\(s\) in QoS policy")
 #: a following log line's time prefix (AC02's message has no newline: the next line
 #: runs on after it)
 _NEXT_PREFIX = re.compile(r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d+ \[[0-9A-Fa-f]+\].*$")
@@ -69,6 +70,8 @@ def messages(text: str) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     for line in text.splitlines():
         marks = [m.start() for m in _MARK.finditer(line)]
+        if not marks:
+            marks = [m.start() for m in _STDERR.finditer(line)][:1]
         if not marks:
             continue
         for start, end in zip(marks, [*marks[1:], len(line)], strict=True):
