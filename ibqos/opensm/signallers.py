@@ -128,7 +128,7 @@ class UnitSignaller:
     reference C.6); ``systemctl is-active`` says whether it runs."""
 
     unit: str
-    timeout_s: float = 30.0
+    timeout_s: float = 10.0  # systemctl kill returns at once; a hung one is cut short
 
     @property
     def argv(self) -> tuple[str, ...]:

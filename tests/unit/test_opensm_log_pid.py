@@ -14,7 +14,7 @@ from ibqos.opensm.apply import make_signaller
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.osmlog import messages, read_since, where
 from ibqos.opensm.pidcheck import opensm_pid, proc_info
-from ibqos.opensm.signallers import PidFileSignaller, UnitSignaller
+from ibqos.opensm.signallers import Liveness, PidFileSignaller, UnitSignaller
 
 STAMP = "Nov 26 10:00:00 123456 [7F1C2B3A] 0x01 -> "
 
@@ -126,3 +126,29 @@ def test_the_budget_refills_and_carries_over() -> None:
     fresh = ReloadBudget(2, 1.0, clock=lambda: now[0])
     fresh.carry(budget)  # a config reload neither refills nor empties the bucket
     assert fresh.tokens() == 2.0  # but holds no more than its own burst
+
+
+def test_the_unit_signaller_asks_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake systemctl on the PATH: is-active's answer, and the kill's arguments."""
+    calls = tmp_path / "calls"
+    state = tmp_path / "state"
+    fake = tmp_path / "systemctl"
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        f'if [ "$1" = is-active ]; then read s < {state}; echo "$s";'
+        ' [ "$s" = active ] && exit 0 || exit 3; fi\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    unit = UnitSignaller("opensm@0x1.service")
+    state.write_text("active\n")
+    assert unit.alive().up is True
+    state.write_text("inactive\n")
+    assert unit.alive() == Liveness(False, "OpenSM is not running (opensm@0x1.service is inactive)")
+    unit.signal()
+    assert calls.read_text().splitlines()[-1] == (
+        "kill --signal=SIGHUP --kill-whom=main opensm@0x1.service"
+    )
+    fake.unlink()
+    live = unit.alive()
+    assert live.up is None and "not found" in live.detail  # no systemctl: cannot tell
