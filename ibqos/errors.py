@@ -30,6 +30,18 @@ class IbqosError(Exception):
         return "\n".join(" ".join(line.split()) for line in lines)  # whatever the cause printed
 
 
+class StopRequested(BaseException):
+    """The process was asked to stop (SIGTERM) while it waited on something outside it.
+
+    Raised by the waiter a daemon sets (:func:`ibqos.tools.set_waiter`) from inside a wait
+    on a tool or on MAD replies, after the tool was ended.  It is not an
+    :class:`IbqosError`, and not even an :class:`Exception` (like KeyboardInterrupt): the
+    handlers that turn a failed cycle, a failed re-read of the topology or a failed job poll
+    into a log line must not swallow it, so it unwinds the whole cycle up to the loop that
+    set the waiter, which then stops.  Nothing else raises or catches it.
+    """
+
+
 class ConfigError(IbqosError):
     """An ibqos configuration file is missing, unreadable or invalid."""
 

@@ -14,21 +14,83 @@ Each caller turns a failure into its own error class and words (the messages are
 ibqos's interface), or uses :meth:`ToolRun.message`.  Long-running children (OpenSM,
 ibsim, slurmctld) are started and ended by pid in :mod:`ibqos.lab.procs`, which finds its
 programs with :func:`find_tool` too.
+
+The waiter.  :func:`run_tool` waits for a tool in slices of at most :data:`SLICE_S`
+seconds, and between two slices calls the process-wide *waiter*, if one is set
+(:func:`set_waiter`, or :func:`waiter` as a context manager).  A daemon sets one that pings
+its watchdog and raises :class:`~ibqos.errors.StopRequested` once it is asked to stop: a
+tool that hangs (ibnetdiscover on a sick fabric, perfquery on a dead LID) then never keeps
+the loop quiet for longer than a slice, and a stop ends the tool at once, by its pid, and
+reaps it, before the waiter's exception goes on up.  Other waits on the fabric (the native
+backend's MAD replies) call :func:`poll_waiter` as often.  The waiter runs in the thread
+that waits, which is not always the main one (the perfquery backend runs tools from a
+pool of threads): it must be safe to call from any thread, and whatever it raises reaches
+that thread's caller.  With no waiter (the default), a run only ends by itself or at its
+limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ToolRun", "find_tool", "run_tool"]
+__all__ = [
+    "SLICE_S",
+    "ToolRun",
+    "Waiter",
+    "find_tool",
+    "poll_waiter",
+    "run_tool",
+    "set_waiter",
+    "waiter",
+]
+
+#: Longest wait, seconds, between two calls of the waiter while a tool runs.
+SLICE_S = 0.5
+
+#: Called between slices of a wait; may raise to end the wait (and the tool).
+Waiter = Callable[[], None]
+
+_waiter: Waiter | None = None
+
+
+def set_waiter(fn: Waiter | None) -> Waiter | None:
+    """Make *fn* the process-wide waiter (None: no waiter); returns the one it replaces.
+
+    See the module docstring: *fn* is called at least every :data:`SLICE_S` seconds while
+    a tool runs or the native backend waits for MAD replies, from the waiting thread.
+    Whatever it raises ends the wait: a running tool is killed by its pid and reaped, and
+    the exception propagates to the caller of :func:`run_tool`.
+    """
+    global _waiter
+    previous, _waiter = _waiter, fn
+    return previous
+
+
+@contextlib.contextmanager
+def waiter(fn: Waiter | None) -> Iterator[None]:
+    """Set *fn* as the waiter for the ``with`` block, then put the previous one back."""
+    previous = set_waiter(fn)
+    try:
+        yield
+    finally:
+        set_waiter(previous)
+
+
+def poll_waiter() -> None:
+    """Call the waiter, if one is set (what it raises propagates)."""
+    fn = _waiter
+    if fn is not None:
+        fn()
 
 
 @dataclass(frozen=True)
@@ -144,7 +206,8 @@ def run_tool(
         argv: the command line; ``argv[0]`` is the program (looked up on the PATH of
             *env*) unless *executable* is given.
         timeout_s: wall-clock limit, seconds; the tool is killed (by its own pid) and
-            reaped when it runs longer.
+            reaped when it runs longer.  While it runs, the waiter is called every
+            :data:`SLICE_S` seconds (module docstring).
         env: the whole environment of the tool (default: this process's).
         cwd: its working directory (default: this process's).
         executable: the program to run instead of ``argv[0]``, which the tool then still
@@ -157,23 +220,63 @@ def run_tool(
     Returns:
         how the run ended; a run that could not start or timed out has ``cause`` set and
         ``returncode`` None.
+
+    Raises:
+        BaseException: whatever the waiter raised (e.g. StopRequested), after the tool
+            was killed and reaped.
     """
     args = list(argv)
     label = name or args[0]
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             args,
             executable=executable,
-            input=stdin,
+            stdin=None if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=None if env is None else dict(env),
             cwd=cwd,
-            capture_output=True,
             text=True,
             errors=errors,
-            timeout=timeout_s,
-            check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except OSError as err:
         log.debug("%s: %s", label, err)
         return ToolRun(label, tuple(args), timeout_s, cause=err)
-    return ToolRun(label, tuple(args), timeout_s, done.returncode, done.stdout, done.stderr)
+    deadline = time.monotonic() + timeout_s
+    feed = stdin
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                # communicate() may be called again after a timeout without losing
+                # output, but takes the input only the first time
+                out, err_text = proc.communicate(feed, timeout=max(0.0, min(SLICE_S, left)))
+                break
+            except subprocess.TimeoutExpired:
+                feed = None
+                if left <= SLICE_S:
+                    _end(proc)
+                    expired = subprocess.TimeoutExpired(args, timeout_s)
+                    log.debug("%s: %s", label, expired)
+                    return ToolRun(label, tuple(args), timeout_s, cause=expired)
+                poll_waiter()
+    except BaseException:
+        # the waiter (a stop), Ctrl-C, or a pipe error: no tool outlives its caller
+        _end(proc)
+        raise
+    return ToolRun(label, tuple(args), timeout_s, proc.returncode, out, err_text)
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Kill *proc* (by its pid), reap it and close its pipes.
+
+    The pipes are closed, not read to their end: a child of the tool that inherited them
+    would keep them open, and the output of a killed tool is not used anyway.
+    """
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()

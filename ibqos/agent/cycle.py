@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -23,12 +23,14 @@ from ibqos.agent.parts import AgentParts, freeze_heap
 from ibqos.agent.sinks import enforce, verifier
 from ibqos.agent.state import AgentState, save_state
 from ibqos.classify.prior import learn
-from ibqos.errors import IbqosError
+from ibqos.errors import IbqosError, RenderError
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
-from ibqos.opensm.render import render_files
+from ibqos.opensm.render import render_checked
 from ibqos.plan.output import to_json
+from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
+from ibqos.plan.saved import plan_to_doc
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +52,23 @@ class CycleAgent(AgentParts):
         self.jobs_seen = jobs
         fresh = sweep or self.rates is None
         if fresh or self.rates is None:
-            self.rates = self._sweep()
+            rates = self._sweep()
             self.notifier.ping_if_due()
+            if not self.collector.covered:
+                # a sweep that reached too few ports (links down, a PMA that stopped
+                # answering) does not change the plan: the last full sweep's rates stand,
+                # and jobs that start meanwhile begin in their expected classes
+                fresh = False
+                if self.rates is not None:
+                    rates = self.rates
+            self.rates = rates
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
             learn(self.decider.priors.store, decision.finished, time.time())
-        # before applying: the SL is the job's from now on, whether or not this apply works
-        self.board.publish(decision.plan.job_sl, [job.id for job in jobs])
+        running = [job.id for job in jobs]
+        # before applying: jobs whose SL is already in force are answered; new ones wait
+        self._publish(decision.plan, running, in_force=self.observing)
         if decision.result.replace:
             self.counters.plan_changes += 1
             self.counters.plan_changed_s = time.time()
@@ -71,10 +82,22 @@ class CycleAgent(AgentParts):
         elif self.observing:
             self.observer.show(files)
         else:
+            new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
             verify = verifier(
-                self.config.opensm, decision.plan, self.fabric, self.decider.job_lids, self.lanes
+                self.config.opensm,
+                decision.plan,
+                self.fabric,
+                self.decider.job_lids,
+                self.lanes,
+                new_jobs,
             )
-            result = enforce(self.applier, files, verify, self.counters)
+            self._applying = True  # a stop lets the apply finish: its waits are bounded
+            try:
+                result = enforce(self.applier, files, verify, self.counters)
+            finally:
+                self._applying = False
+            if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
+                self._publish(decision.plan, running, in_force=True)
         self.last = decision
         self._save(decision, result)
         now = time.time()
@@ -88,6 +111,24 @@ class CycleAgent(AgentParts):
         self.counters.last_success_s = now
         return decision
 
+    def _publish(self, plan: Plan, running: Sequence[str], *, in_force: bool) -> None:
+        """Tell the SL board which SLs OpenSM serves now.
+
+        *in_force*: OpenSM took the files of *plan* (or nothing is enforced: observe mode,
+        dry run), so every job of it has its SL.  Otherwise the jobs keep the SLs that were
+        in force before, and the others are *planned*: ``job-sl`` makes them wait, then
+        answers "pending", and their tasks start on the default SL rather than on an SL
+        that OpenSM maps elsewhere.
+        """
+        if in_force:
+            self.in_force = dict(plan.job_sl)
+        else:
+            self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
+        planned = [j for j in plan.job_sl if j not in self.in_force]
+        self.board.publish(self.in_force, running, planned)
+        if in_force or self.observing:
+            self.in_force_plan = plan
+
     def _sweep(self) -> pd.DataFrame:
         """One counter sweep (and a new fabric model if the topology changed)."""
         rates = self.collector.step()
@@ -96,6 +137,8 @@ class CycleAgent(AgentParts):
             self.metrics.sweep_seconds.observe(sweep.duration_s)
             self.counters.sweep_failed = sweep.failed
             self.counters.sweep_answered = len(sweep.targets) - sweep.failed
+            self.counters.sweep_coverage = sweep.coverage
+            self.counters.invalid_samples += sweep.invalid
         if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
             gc.unfreeze()  # the old model may go now
             self.fabric = self.collector.fabric  # the topology changed
@@ -108,7 +151,18 @@ class CycleAgent(AgentParts):
         """opensm.conf and the policy as they should be; both pass the checker or nothing
         is returned (RenderError)."""
         jobs = self.decider.port_guids()
-        return render_files(self.config.opensm, self.lanes, decision.plan, jobs)
+        try:
+            rendered = render_checked(self.config.opensm, self.lanes, decision.plan, jobs)
+        except RenderError:
+            self.counters.render_error_now = True  # nothing is written until it is fixed
+            raise
+        self.counters.render_error_now = False
+        warnings = frozenset(str(w) for w in rendered.warnings)
+        for warning in sorted(warnings - self._file_warnings):  # each once, while it lasts
+            log.warning("OpenSM's files: %s", warning)
+        self._file_warnings = warnings
+        self.counters.file_warnings = len(warnings)
+        return rendered.files
 
     def _save(self, decision: Decision, result: ApplyResult | None) -> None:
         plan = decision.plan
@@ -122,6 +176,7 @@ class CycleAgent(AgentParts):
             last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
             updated_s=time.time(),
             mode=self.config.mode,
+            in_force=None if self.in_force_plan is None else plan_to_doc(self.in_force_plan),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             save_state(self.config.agent.state_dir, state)

@@ -41,8 +41,9 @@ import time
 from types import FrameType
 
 from ibqos.agent.reload import ReloadingAgent
-from ibqos.errors import IbqosError
+from ibqos.errors import IbqosError, StopRequested
 from ibqos.slurm.source import SlurmJobSource
+from ibqos.tools import waiter
 
 # ``make_job_source`` is where the CLI has always found it
 __all__ = [
@@ -103,7 +104,29 @@ class Agent(ReloadingAgent):
         signal.signal(signal.SIGHUP, reload)
 
     def run(self, *, cycles: int | None = None) -> int:
-        """Run until stopped (or for *cycles* full cycles); return the exit status (0)."""
+        """Run until stopped (or for *cycles* full cycles); return the exit status (0).
+
+        While it runs, every wait on a tool (ibnetdiscover, perfquery, squeue, saquery) or
+        on MAD replies pings the systemd watchdog and ends at once on SIGTERM
+        (:func:`ibqos.tools.set_waiter`), so a hung discovery neither starves the watchdog
+        nor holds up a stop; an apply that is under way is let finish (its own waits for
+        OpenSM are bounded).
+        """
+        with waiter(self._waiting):
+            try:
+                return self._run(cycles)
+            except StopRequested:
+                self.notifier.stopping()
+                log.warning("stopped while waiting on a tool or the fabric (SIGTERM)")
+                return 0
+
+    def _waiting(self) -> None:
+        """Called while a tool runs or MAD replies are awaited (any thread)."""
+        self.notifier.ping_if_due()
+        if self._stop and not self._applying:
+            raise StopRequested("stop requested")
+
+    def _run(self, cycles: int | None) -> int:
         interval = self.config.collect.interval_s
         notify = self.notifier
         notify.status(f"{self._mode_name()}: first sweep and plan")

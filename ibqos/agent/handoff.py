@@ -120,8 +120,11 @@ class SlBoard:
         self._waiting = 0
         self._logged: set[tuple[str, str]] = set()
 
-    def publish(self, job_sl: Mapping[str, int], running: Collection[str]) -> None:
-        """The plan's job -> SL and the ids of every job the source runs (mapped or not)."""
+    def publish(
+        self, job_sl: Mapping[str, int], running: Collection[str], planned: Collection[str] = ()
+    ) -> None:
+        """The job -> SL in force and the ids of every job the source runs (mapped or not);
+        *planned*: running jobs whose SL is not in force yet."""
         with self._cond:
             self._sl = dict(job_sl)
             self._running = frozenset(running)

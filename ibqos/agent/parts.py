@@ -26,6 +26,7 @@ from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
 from ibqos.agent.wiring import fabric_from_config, make_job_source
+from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import Config
@@ -39,7 +40,9 @@ from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import HOLD_FILE
 from ibqos.opensm.observe import Observer
 from ibqos.plan.decide import Decider
+from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
+from ibqos.plan.saved import plan_from_doc
 from ibqos.slurm.source import SlurmJobSource
 
 log = logging.getLogger(__name__)
@@ -73,12 +76,21 @@ class AgentParts:
         self.counters = Counters()
         self._wake = threading.Event()
         self._stop = False
+        self._applying = False  # an apply is under way (a stop waits for it)
         self._reload = False
         self._config_text = read_file(config_path) if config_path else None
         self._last_error = ""
+        self._file_warnings: frozenset[str] = frozenset()  # the checker's, logged once each
         self.state = load_state(config.agent.state_dir)
         self.fabric: Fabric = fabric_from_config(config)
         self.lanes = self._lanes(config, self.fabric)
+        # the plan OpenSM serves, and its job -> SL (what ``job-sl`` hands out)
+        self.in_force_plan: Plan | None = plan_from_doc(self.state.in_force, self.lanes)
+        # an observing agent's plan was only shown: OpenSM may serve other SLs
+        trusted = self.in_force_plan is not None and self.state.mode == "enforce"
+        self.in_force: dict[str, int] = (
+            dict(self.in_force_plan.job_sl) if trusted and self.in_force_plan else {}
+        )
         self.decider = self._decider(config, self.fabric, self.lanes)
         self.source = make_job_source(config)
         self.board = SlBoard(wake=self._wake.set)
@@ -144,7 +156,9 @@ class AgentParts:
         decider = Decider.from_config(config, fabric, lanes)
         # continue from the saved state: running jobs keep their SLs and classes
         state = self.state
-        decider.restore(state.job_sl, state.job_cls, state.history, state.finished)
+        decider.restore(
+            state.job_sl, state.job_cls, state.history, state.finished, self.in_force_plan
+        )
         return decider
 
     def serve_metrics(self) -> None:
@@ -179,17 +193,12 @@ class AgentParts:
                 log.error("job SLs are not served: %s", err)
 
     def _source_up(self) -> bool | None:
-        """Whether the job source answers (Slurm: squeue); None when it cannot fail so."""
+        """Whether the job source answers (Slurm: squeue; a job file: its current version
+        is valid); None before it was read."""
         source = self.source
-        return source.up if isinstance(source, SlurmJobSource) else None
-
-    def hold_lock(self) -> None:
-        """Claim the state directory for this daemon (``ibqos.agent.lock``).
-
-        Raises:
-            AgentLockError: another agent runs on it.
-        """
-        self.lock = AgentLock(self.config.agent.state_dir, self.config.mode)
+        if isinstance(source, (SlurmJobSource, FileJobSource)):
+            return source.up
+        return None
 
     def close(self) -> None:
         """Stop serving metrics and SLs, release the collector's MAD device and the lock."""

@@ -53,6 +53,9 @@ class ReloadingAgent(CycleAgent):
             return
         text = read_file(self.config_path)
         if text == self._config_text:
+            # the file is back as the config in force was read (a fix undone to the last
+            # good text): nothing to load, and no rejected config is pending any more
+            self.counters.config_error_now = False
             log.info("SIGHUP: %s unchanged", self.config_path)
             return
         try:

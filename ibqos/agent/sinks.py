@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from ibqos.agent.state import load_state
@@ -33,8 +33,11 @@ from ibqos.sim.whatif import what_if
 
 log = logging.getLogger(__name__)
 
-#: jobs whose PathRecord SL is checked after an apply (each is one saquery process)
+#: jobs already in force whose PathRecord SL is checked after an apply (one saquery each)
 VERIFY_JOBS = 4
+#: new jobs checked after an apply: each one's SL is handed out only once OpenSM serves
+#: it, so all are checked up to this bound (a burst beyond it is sampled, ~30 ms a job)
+VERIFY_NEW_JOBS = 64
 
 
 def verifier(
@@ -43,6 +46,7 @@ def verifier(
     fabric: Fabric,
     job_lids: Callable[[], Sequence[tuple[str, list[int]]]],
     lanes: LaneConfig,
+    new_jobs: Collection[str] = frozenset(),
 ) -> Callable[[], Sequence[str]] | None:
     """What checks that OpenSM programmed *plan* (None: ``opensm.verify`` is off).
 
@@ -51,16 +55,20 @@ def verifier(
         plan: the plan being applied.
         fabric: the topology.
         job_lids: gives (job id, LIDs of its CA ports) of the planned jobs
-            (:meth:`ibqos.plan.decide.Decider.job_lids`); the first :data:`VERIFY_JOBS`
-            get a PathRecord check.
+            (:meth:`ibqos.plan.decide.Decider.job_lids`).
         lanes: the lanes in use.
+        new_jobs: jobs whose SL is not in force yet: each gets a PathRecord check (up to
+            :data:`VERIFY_NEW_JOBS`), and :data:`VERIFY_JOBS` of the others.
     """
     if not cfg.verify:
         return None
+    lids = job_lids()
+    fresh = [item for item in lids if item[0] in new_jobs][:VERIFY_NEW_JOBS]
+    others = [item for item in lids if item[0] not in new_jobs][:VERIFY_JOBS]
     expected = expected_after(
         plan,
         fabric,
-        job_lids()[:VERIFY_JOBS],
+        [*fresh, *others],
         switch_tables="swe" in cfg.port_types,
         vlarb_low_cap=lanes.vlarb_low_cap,
     )

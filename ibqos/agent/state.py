@@ -41,6 +41,9 @@ class AgentState:
         mode: the mode it ran in ("observe": *plan* was only proposed, not in force).
         finished: application name -> its last finished job that was measured (what
             ``ibqos characterize learn`` adds to profiles, once per job id and end time).
+        in_force: the plan whose files OpenSM took (:func:`ibqos.plan.saved.plan_to_doc`;
+            in observe mode the plan shown): a restart continues from it without re-packing
+            the lanes.  None: no plan in force yet.
     """
 
     job_sl: dict[str, int] = field(default_factory=dict)
@@ -52,6 +55,7 @@ class AgentState:
     mode: str = "enforce"
     # last: callers that build a state positionally keep working
     finished: dict[str, FinishedJob] = field(default_factory=dict)
+    in_force: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The file's text."""
@@ -65,6 +69,7 @@ class AgentState:
             "finished": {name: job.to_doc() for name, job in self.finished.items()},
             "last_apply": self.last_apply,
             "plan": self.plan,
+            "in_force": self.in_force,
         }
         return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
@@ -101,6 +106,7 @@ def load_state(state_dir: Path) -> AgentState:
             last_apply=doc.get("last_apply"),
             updated_s=float(doc.get("updated_s", 0.0)),
             mode=str(doc.get("mode", "enforce")),  # files of before modes existed: enforce
+            in_force=_mapping(doc.get("in_force")),  # absent in files of ibqos <= 0.2.0
         )
     except (KeyError, AttributeError, TypeError, ValueError) as err:
         raise StateError(f"{path}: damaged ({err})") from err
@@ -127,6 +133,14 @@ def _finished(name: str, doc: Any) -> FinishedJob:
         intensity=float(doc["intensity"]),
         end_s=None if end is None else float(end),
     )
+
+
+def _mapping(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("in_force is not an object")
+    return value
 
 
 def _sl(value: object) -> int:

@@ -21,7 +21,7 @@ def fabric_from_config(cfg: Config, env: Mapping[str, str] | None = None) -> Fab
     if fc.source == "lab":
         assert cfg.lab is not None  # checked by the config
         return fabric_from_file(cfg.lab.discovered, root_guids=roots)
-    return fabric_from_ibnetdiscover(env=env, root_guids=roots)
+    return fabric_from_ibnetdiscover(env=env, timeout=fc.discover_timeout_s, root_guids=roots)
 
 
 def make_job_source(config: Config) -> JobSource:

@@ -127,6 +127,13 @@ class FileJobSource(JobSource):
         self.path = Path(path)
         self._seen: tuple[_Stamp, ...] | str | None = None
         self._jobs: tuple[Job, ...] | None = None
+        self._up: bool | None = None
+
+    @property
+    def up(self) -> bool | None:
+        """False while the file's current version is invalid and the previous jobs are
+        kept (``ibqos_job_source_up``); None before the first read."""
+        return self._up
 
     def jobs(self) -> tuple[Job, ...]:
         """Return the jobs, re-reading the file(s) if they changed since the last call.
@@ -143,6 +150,7 @@ class FileJobSource(JobSource):
         try:
             jobs = load_jobs(self.path)
         except JobsError as err:
+            self._up = False
             if self._jobs is None:
                 raise
             self._seen = signature  # warn once per bad version, not on every call
@@ -151,6 +159,7 @@ class FileJobSource(JobSource):
         if self._jobs is not None:
             log.info("%s: re-read, %d jobs (were %d)", self.path, len(jobs), len(self._jobs))
         self._seen, self._jobs = signature, jobs
+        self._up = True
         return jobs
 
 

@@ -7,25 +7,37 @@ from pathlib import Path
 import click
 
 from ibqos.config.load import load_config
-from ibqos.opensm.check import check_file
+from ibqos.opensm.check import check_file, partitions_file
+from ibqos.opensm.partitions import read_partitions
 
 
 @click.command("check-opensm")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--data-vls", type=click.IntRange(1, 15), help="Data VLs of the fabric (OperVLs).")
 @click.option("--vlarb-cap", type=click.IntRange(1, 64), help="VLArbLowCap/HighCap of the ports.")
+@click.option(
+    "--partitions",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="OpenSM's partitions.conf (default: the one an opensm.conf among FILES names, else"
+    " /etc/opensm/partitions.conf; a missing file means OpenSM's Default partition only).",
+)
 def check_opensm_command(
-    files: tuple[Path, ...], data_vls: int | None, vlarb_cap: int | None
+    files: tuple[Path, ...], data_vls: int | None, vlarb_cap: int | None, partitions: Path | None
 ) -> None:
     """Check opensm.conf and qos-policy.conf files against OpenSM's grammar and its traps.
 
     One line per finding (FILE:LINE: message); exit 1 if any is an error, i.e. something
     OpenSM would drop or misread.
     """
+    parts = read_partitions(partitions or partitions_file(files))
     errors = 0
     for file in files:
         findings = check_file(
-            file, data_vls=data_vls, vlarb_low_cap=vlarb_cap, vlarb_high_cap=vlarb_cap
+            file,
+            data_vls=data_vls,
+            vlarb_low_cap=vlarb_cap,
+            vlarb_high_cap=vlarb_cap,
+            partitions=parts,
         )
         for finding in findings:
             click.echo(f"{finding.severity}: {finding}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ibqos.cli.lab_ctl import lab_link, lab_opensm
 from ibqos.cli.lab_job import lab_job
 from ibqos.cli.options import (
     format_option,
@@ -156,6 +157,9 @@ def lab_status(name: str, fmt: str, root: Path | None) -> None:
     click.echo(f"lab {info['name']}: {info['status']}  ({info['dir']})")
     for key, proc in info["processes"].items():
         click.echo(f"  {key:<11} pid {proc['pid']:<8} {'running' if proc['alive'] else 'gone'}")
+    osm = info["opensm"]
+    state = f"running, pid {osm['pid']}" if osm["running"] else "not running"
+    click.echo(f"  OpenSM {state}" + (f" ({osm['note']})" if osm["note"] else ""))
     click.echo(
         f"  ticks {info['ticks']}, model time {info['model_time_s']:.1f} s, "
         f"{info['lines_last_tick']} PerformanceSet lines last tick"
@@ -214,3 +218,5 @@ def lab_run(
 
 
 lab.add_command(lab_job)
+lab.add_command(lab_opensm)
+lab.add_command(lab_link)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ibqos.agent.daemon import Agent
+from ibqos.agent.lock import claim
 from ibqos.agent.sdnotify import Notifier
 from ibqos.cli.options import config_option
 from ibqos.config.load import find_config, load_config
@@ -35,19 +36,25 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
     config = load_config(found)
     if simulate and not dry_run:
         raise click.UsageError("--simulate needs --dry-run")
-    agent = Agent(
-        config,
-        found,
-        dry_run=dry_run,
-        simulate=simulate,
-        echo=lambda text: click.echo(text, nl=False),
-        notifier=None if once else Notifier.from_env(),  # Type=notify (ibqos.service)
-    )
+    # one writer per state directory and per OpenSM: a --once cycle writes OpenSM's files
+    # (enforce) and state.json like the daemon, and restore must not run meanwhile.  Taken
+    # first: a second agent stops before it touches the fabric or OpenSM's files.
+    lock = None if dry_run else claim(config)
     try:
-        if not dry_run:
-            # one writer per state directory: a --once cycle writes OpenSM's files (enforce)
-            # and state.json like the daemon, and restore must not run meanwhile
-            agent.hold_lock()
+        agent = Agent(
+            config,
+            found,
+            dry_run=dry_run,
+            simulate=simulate,
+            echo=lambda text: click.echo(text, nl=False),
+            notifier=None if once else Notifier.from_env(),  # Type=notify (ibqos.service)
+        )
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+    agent.lock = lock
+    try:
         if not once:
             agent.serve_metrics()
             if not dry_run:

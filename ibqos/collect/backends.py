@@ -31,6 +31,7 @@ def make_backend(cfg: CollectConfig) -> Backend:
             vl_xmit_wait=cfg.vl_xmit_wait,
             # one process reads many ports, and each starts a MAD client: seconds, not a reply
             timeout_s=max(cfg.timeout_s, 10.0),
+            sweep_timeout_s=cfg.sweep_deadline_s,
         )
     if cfg.backend == "replay":
         from ibqos.collect.replay import ReplayBackend
@@ -47,4 +48,5 @@ def make_backend(cfg: CollectConfig) -> Backend:
         retries=cfg.retries,
         xmit_wait=cfg.xmit_wait,
         vl_xmit_wait=cfg.vl_xmit_wait,
+        sweep_timeout_s=cfg.sweep_deadline_s,
     )

@@ -1,7 +1,16 @@
 """The collection loop: sweep, rates, optional recording, and a fresh look at the topology
 every so often, so ports that vanish or appear are noticed between sweeps.
 
-``ibqos collect`` drives it; the agent will too.
+``ibqos collect`` and the agent drive it.  Each sweep is logged in one line: at info when
+every port answered, else a warning with how many ports were reached and the first few
+that were not (the backends log each port's failure at debug level only).  Its
+:attr:`Sweep.coverage` (the share of ports that answered with a usable sample) is on
+:attr:`Collector.last`; :attr:`Collector.covered` says whether it reaches
+``collect.min_coverage``, below which the agent keeps the plan in force.
+
+A re-read of the topology that fails (ibnetdiscover timed out, or found no fat tree) keeps
+the last topology; that is logged once, until a re-read works again, and the next try is
+``refresh_s`` after the failed one ended, so a hung discovery never runs back to back.
 """
 
 from __future__ import annotations
@@ -21,8 +30,16 @@ from ibqos.config.models import CollectConfig
 from ibqos.errors import IbqosError, RecordingExhausted
 from ibqos.fabric.diff import diff_fabrics
 from ibqos.fabric.model import Fabric
+from ibqos.fabric.targets import Target
 
 log = logging.getLogger(__name__)
+
+#: ports named in a sweep's summary line when some did not answer
+_EXAMPLES = 3
+
+
+def _where(tg: Target) -> str:
+    return f"{tg.node_desc or f'0x{tg.node_guid:016x}'} port {tg.port}"
 
 
 class Collector:
@@ -51,10 +68,11 @@ class Collector:
         self.discover = discover
         self.refresh_s = refresh_s
         self.recorder = SweepRecorder(record) if record is not None else None
-        self.tracker = RateTracker()
+        self.tracker = RateTracker(cfg.rate_margin)
         self.backend = make_backend(cfg)
         self.last: Sweep | None = None
         self._seen_s = time.monotonic()
+        self._refresh_failing = False
 
     def close(self) -> None:
         """Release the backend."""
@@ -66,33 +84,80 @@ class Collector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def covered(self) -> bool:
+        """The last sweep read at least ``collect.min_coverage`` of its ports with usable
+        rates (False before the first sweep)."""
+        return self.last is not None and self.last.coverage >= self.cfg.min_coverage
+
     def step(self) -> pd.DataFrame:
-        """One sweep; returns its rates table (NaN rates for ports read the first time)."""
+        """One sweep; returns its rates table (NaN rates for ports read the first time,
+        and for ports that failed or whose sample was dropped as implausible)."""
         self._maybe_rediscover()
         sweep = self.backend.sweep(self.targets)
-        log.info(
-            "sweep: %d ports in %.3f s (%s), %d failed",
-            len(self.targets),
-            sweep.duration_s,
-            sweep.backend,
-            sweep.failed,
-        )
         if self.recorder is not None:
             self.recorder.record(sweep)
+        rates = self.tracker.update(sweep)
+        sweep.invalid = self.tracker.last_invalid
         self.last = sweep
-        return self.tracker.update(sweep)
+        self._report(sweep)
+        return rates
+
+    def _report(self, sweep: Sweep) -> None:
+        """One line for the sweep: info if every port was read usably, else a warning."""
+        n, failed = len(sweep.targets), sweep.failed
+        if not failed and not sweep.invalid:
+            log.info(
+                "sweep: %d ports in %.3f s (%s), %d failed", n, sweep.duration_s, sweep.backend, 0
+            )
+            return
+        errors = sweep.table["error"].tolist()
+        bad = [i for i, err in enumerate(errors) if err][:_EXAMPLES]
+        examples = ", ".join(f"{_where(sweep.targets[i])} ({errors[i]})" for i in bad)
+        dropped = f"; {sweep.invalid} sample(s) dropped as implausible" if sweep.invalid else ""
+        below = "" if self.covered else f", below collect.min_coverage {self.cfg.min_coverage:g}"
+        log.warning(
+            "sweep reached %d of %d ports in %.3f s (%s); %d did not answer%s%s%s "
+            "(coverage %.2f%s)",
+            n - failed,
+            n,
+            sweep.duration_s,
+            sweep.backend,
+            failed,
+            ", e.g. " if examples else "",
+            examples,
+            dropped,
+            sweep.coverage,
+            below,
+        )
 
     def _maybe_rediscover(self) -> None:
         if self.discover is None or time.monotonic() - self._seen_s < self.refresh_s:
             return
         if self.fabric is None:
             return
-        self._seen_s = time.monotonic()
         try:
             new = self.discover()
         except IbqosError as err:  # keep sweeping the ports we know
-            log.warning("topology not re-read, keeping the last one: %s", err)
+            if self._refresh_failing:
+                log.debug("topology not re-read again: %s", err)
+            else:
+                log.warning(
+                    "topology not re-read, keeping the last one (%d ports) until a re-read "
+                    "works (tried every %g s): %s",
+                    len(self.targets),
+                    self.refresh_s,
+                    err,
+                )
+            self._refresh_failing = True
             return
+        finally:
+            # counted from the end of the try: a discovery that hangs until its timeout
+            # is not started again at once
+            self._seen_s = time.monotonic()
+        if self._refresh_failing:
+            log.info("topology read again")
+            self._refresh_failing = False
         change = diff_fabrics(self.fabric, new)
         if change:
             log.warning("%s", change)

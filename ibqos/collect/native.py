@@ -16,6 +16,16 @@ fill the ``vl_xmit_wait0..15`` columns.  An error status (0x000C on a PMA withou
 not supported, for good; no reply is asked again after ``REPROBE_SWEEPS`` sweeps, since a
 lost probe would otherwise hide a node's lanes until a restart.  Per-VL readings that fail
 later leave only those columns empty: the row's data counters and ``error`` stand.
+
+Bounds.  With *sweep_timeout_s*, a sweep (probes included) ends by then: requests still
+unanswered fail their ports (``no reply before the sweep's time limit``; a probe cut short
+counts as unanswered, so the node is asked again after ``REPROBE_SWEEPS`` sweeps).
+Without it, a sweep where nothing answers takes about ``ceil(requests / window) x
+(retries + 1) x timeout_s`` (up to twice that, see :mod:`ibqos.collect.pipeline`), plus
+as much again for the probes of nodes seen for the first time.  Either way the sweep
+calls the tool runner's waiter at least every half second, so a stop it requests ends
+the sweep mid-way.  Per-port failures are logged at debug level; the collection loop
+says in one line how many ports a sweep reached.
 """
 
 from __future__ import annotations
@@ -107,6 +117,8 @@ class NativeBackend:
         vl_xmit_wait: also read PortVLXmitWaitCounters of every port whose node answers
             it (one more Get per port); the sweep table then has the ``vl_xmit_wait0..15``
             columns.
+        sweep_timeout_s: seconds a sweep may take, probes included (see the module
+            docstring); None: no limit but the one the timeouts and retries make.
         transport: an already open MAD port (tests); default opens ``UmadPort(ca, port)``.
     """
 
@@ -122,6 +134,7 @@ class NativeBackend:
         retries: int = 2,
         xmit_wait: bool = True,
         vl_xmit_wait: bool = False,
+        sweep_timeout_s: float | None = None,
         transport: Transport | None = None,
     ) -> None:
         if transport is None:
@@ -134,6 +147,8 @@ class NativeBackend:
         self.pipeline = Pipeline(transport, min(window, max(1, limit)), timeout_s, retries)
         self.xmit_wait = xmit_wait
         self.vl_xmit_wait = vl_xmit_wait
+        self.sweep_timeout_s = sweep_timeout_s
+        self._deadline: float | None = None  # of the sweep under way (monotonic seconds)
         self.caps: dict[int, NodeCaps | None] = {}  # None: ClassPortInfo failed
         self._warned_32bit: set[int] = set()
         self._caps_gen = 0  # bumped when caps change: cached request plans go stale
@@ -183,13 +198,15 @@ class NativeBackend:
         """ClassPortInfo of *nodes*, then PortXmitDataSL of the switches among them: the
         caps of those that answered (those that did not are recorded as failed)."""
         caps: dict[int, NodeCaps] = {}
-        res = self.pipeline.run([Request(tg.lid, pma.ATTR_CLASS_PORT_INFO, 0) for tg in nodes])
+        res = self.pipeline.run(
+            [Request(tg.lid, pma.ATTR_CLASS_PORT_INFO, 0) for tg in nodes], self._deadline
+        )
         recs = pma.decode(res.mads.tobytes(), pma.ATTR_CLASS_PORT_INFO)
         bad = pma.check_replies(recs, pma.ATTR_CLASS_PORT_INFO)
         for tg, rec, err, rerr in zip(nodes, recs, bad, res.error, strict=True):
             why = rerr or err
-            if why:
-                log.warning("%s: ClassPortInfo: %s", _where(tg), why)
+            if why:  # each of the node's ports says so in its row, summed up by the loop
+                log.debug("%s: ClassPortInfo: %s", _where(tg), why)
                 self.caps[tg.node_guid] = None
                 self._failed_at[tg.node_guid] = self._sweeps
                 continue
@@ -199,7 +216,8 @@ class NativeBackend:
         switches = [tg for tg in nodes if tg.is_switch and tg.node_guid in caps]
         if switches:
             res = self.pipeline.run(
-                [Request(tg.lid, pma.ATTR_PORT_XMIT_DATA_SL, tg.port) for tg in switches]
+                [Request(tg.lid, pma.ATTR_PORT_XMIT_DATA_SL, tg.port) for tg in switches],
+                self._deadline,
             )
             recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_XMIT_DATA_SL)
             bad = pma.check_replies(recs, pma.ATTR_PORT_XMIT_DATA_SL)
@@ -219,7 +237,7 @@ class NativeBackend:
         if not nodes:
             return
         attr = pma.ATTR_PORT_VL_XMIT_WAIT
-        res = self.pipeline.run([Request(tg.lid, attr, tg.port) for tg in nodes])
+        res = self.pipeline.run([Request(tg.lid, attr, tg.port) for tg in nodes], self._deadline)
         bad = pma.check_replies(pma.decode(res.mads.tobytes(), attr), attr)
         for tg, err, rerr in zip(nodes, bad, res.error, strict=True):
             self._vl_due.pop(tg.node_guid, None)
@@ -245,20 +263,31 @@ class NativeBackend:
     def sweep(self, targets: Sequence[Target]) -> Sweep:
         """Read PortCountersExtended (or PortCounters) of every target once, plus
         PortCounters for XmitWait and PortVLXmitWaitCounters where configured and
-        supported."""
+        supported, within *sweep_timeout_s* if set.
+
+        Raises:
+            CollectError: the MAD device refuses every send.
+            BaseException: whatever the tool runner's waiter raises (StopRequested).
+        """
         started, t0 = time.time(), time.monotonic()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         stats0 = dict(self.pipeline.stats)
-        self.probe(targets)
-        plan = self._plan(targets)
-        res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports)
+        limit = self.sweep_timeout_s
+        self._deadline = None if limit is None else t0 + limit
+        try:
+            self.probe(targets)
+            plan = self._plan(targets)
+            res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports, self._deadline)
+        finally:
+            self._deadline = None  # a probe outside a sweep has no deadline
         table = sweep_table(plan, res, self.vl_xmit_wait)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         stats = {k: v - stats0.get(k, 0) for k, v in self.pipeline.stats.items()}
         stats["failed"] = int((table["error"] != "").sum())
-        for tg, err in zip(targets, table["error"], strict=True):
-            if err:
-                log.warning("%s: %s", _where(tg), err)
+        if log.isEnabledFor(logging.DEBUG):
+            for tg, err in zip(targets, table["error"], strict=True):
+                if err:
+                    log.debug("%s: %s", _where(tg), err)
         return Sweep(
             targets=list(targets),
             table=table,

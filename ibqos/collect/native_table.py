@@ -107,9 +107,17 @@ def sweep_table(plan: Plan, res: Result, vl_xmit_wait: bool) -> pd.DataFrame:
         cols["xmit_wait"][rows[good]] = recs["xmit_wait"][good]
         missing["xmit_wait"][rows[good]] = False
         # the data counters of these rows stand; only XmitWait stays unknown
-        lost = (why != "") & (error[rows] == "")
-        for r, w in zip(rows[lost], why[lost], strict=True):
-            log.warning("lid %d port %d: XmitWait (PortCounters): %s", plan.lid[r], plan.port[r], w)
+        lost = np.flatnonzero((why != "") & (error[rows] == ""))
+        if len(lost):
+            r = rows[lost[0]]
+            log.warning(
+                "XmitWait (PortCounters) of %d ports not read, their data counters stand "
+                "(first: lid %d port %d: %s)",
+                len(lost),
+                plan.lid[r],
+                plan.port[r],
+                why[lost[0]],
+            )
     vl_cols = _vl_columns(plan, res, errors, error) if vl_xmit_wait else {}
     # every column already has its sweep_dtypes() dtype: no astype copy of the frame
     return pd.DataFrame(

@@ -50,6 +50,13 @@ the ``perfquery: iberror: ...`` line it prints on stdout.  ibsim accepts ten cli
 most (OpenSM is one); a client beyond that fails at once with ``ibpanic: ... sim_init:
 connect failed``, so keep ``workers`` at six or below on a lab.
 
+Bounds.  Each process runs at most ``timeout_s``; with *sweep_timeout_s* the whole sweep
+ends by then as well: a process is given only what is left of it, and one not started by
+then is not run (its rows fail with ``not read: the sweep's time limit passed``).  Every
+process runs through :func:`ibqos.tools.run_tool`, so the tool runner's waiter is called
+while it runs, and a stop it requests kills it.  Failures are logged per process at debug
+level; the collection loop says in one line how many ports a sweep reached.
+
 Data counters are converted to bytes here (x 4).  A PortXmitData above (2^64 - 1) / 4 words
 saturates at 2^64 - 1 bytes, as the counter itself would (decades at today's link rates).
 """
@@ -109,6 +116,8 @@ class PerfqueryBackend:
         vl_xmit_wait: also read PortVLXmitWaitCounters (one more process per port, see
             the module docstring); the sweep table then has the ``vl_xmit_wait0..15``
             columns.
+        sweep_timeout_s: seconds a sweep may take (module docstring); None: no limit
+            but each process's own.
 
     Raises:
         CollectError: *binary* is not found.
@@ -129,6 +138,7 @@ class PerfqueryBackend:
         binary: str = "perfquery",
         extra_args: Sequence[str] = (),
         vl_xmit_wait: bool = False,
+        sweep_timeout_s: float | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -139,6 +149,8 @@ class PerfqueryBackend:
         self.xmit_wait = xmit_wait
         self.vl_xmit_wait = vl_xmit_wait
         self.timeout_s = timeout_s
+        self.sweep_timeout_s = sweep_timeout_s
+        self._deadline: float | None = None  # of the sweep under way (monotonic seconds)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.extra_args = list(extra_args)
@@ -161,10 +173,13 @@ class PerfqueryBackend:
 
         Raises:
             CollectError: perfquery could not be started at all.
+            BaseException: whatever the tool runner's waiter raises (StopRequested).
         """
         targets = list(targets)
         started = time.time()
         t0 = time.monotonic()
+        limit = self.sweep_timeout_s
+        self._deadline = None if limit is None else t0 + limit
         cpu0 = _cpu_s()
         self._sweeps += 1
         for guid, due in list(self._vl_due.items()):
@@ -187,6 +202,23 @@ class PerfqueryBackend:
             raise CollectError(messages[0])
         if self.vl_xmit_wait:
             self._vl_learn(groups, results)
+        if self.xmit_wait:
+            lost = [m for r in results for p, m in r.errors.items() if p in r.extended]
+            if lost:  # the rows stand, so the loop's summary does not count these
+                log.warning(
+                    "XmitWait (PortCounters) of %d ports not read, their data counters "
+                    "stand (first: %s)",
+                    len(lost),
+                    lost[0],
+                )
+        vl_lost = [m for r in results for m in r.vl_lost]
+        if vl_lost:
+            log.warning(
+                "PortVLXmitWaitCounters of %d ports not read, their per-VL columns are "
+                "empty (first: %s)",
+                len(vl_lost),
+                vl_lost[0],
+            )
         table = sweep_table(targets, groups, results, self.xmit_wait, self.vl_xmit_wait)
         stats = {
             "sent": sum(r.processes for r in results),
@@ -250,11 +282,13 @@ class PerfqueryBackend:
             result.vl.update(got)
             if got:
                 result.vl_verdict = "yes"
-            elif known is None and not result.vl_verdict:
+                continue
+            if known is None and not result.vl_verdict:
                 verdict = vl_verdict(result, msg)
                 if verdict:  # the node's first answer says it has none: skip the rest
                     result.vl_verdict, result.vl_message = verdict, msg
                     return
+            result.vl_lost.append(f"lid {group.lid} port {port}: {msg}")
 
     def _vl_learn(self, groups: Sequence[Group], results: Sequence[GroupResult]) -> None:
         """Remember which nodes answer PortVLXmitWaitCounters, from the verdicts of the
@@ -313,13 +347,23 @@ class PerfqueryBackend:
     ) -> tuple[dict[int, CounterBlock], str]:
         """Run one process: the blocks it printed by port, and what went wrong ("" if not)."""
         argv, what = command(self.extra_args, kind, lid, ports)
+        timeout_s = self.timeout_s
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return self._failed(what, {}, "not read: the sweep's time limit passed", result)
+            timeout_s = min(timeout_s, left)
         result.processes += 1
         result.mads += 1 + len(ports)  # Get(ClassPortInfo), then one Get per port
         result.iberror = ""  # this process's, once its output is parsed
-        proc = run_diag(argv, self.binary, timeout_s=self.timeout_s, env=self.env, cwd=self.cwd)
+        proc = run_diag(argv, self.binary, timeout_s=timeout_s, env=self.env, cwd=self.cwd)
         if proc.timed_out:
             result.timeouts += 1
-            return self._failed(what, {}, f"perfquery timed out after {self.timeout_s:g} s", result)
+            if timeout_s < self.timeout_s:
+                msg = f"perfquery cut at the sweep's time limit ({self.sweep_timeout_s:g} s)"
+            else:
+                msg = f"perfquery timed out after {self.timeout_s:g} s"
+            return self._failed(what, {}, msg, result)
         if proc.exec_error is not None:
             result.exec_error = proc.reason
             return self._failed(what, {}, f"cannot run perfquery: {proc.reason}", result)
@@ -341,7 +385,7 @@ class PerfqueryBackend:
     ) -> tuple[dict[int, CounterBlock], str]:
         result.failed += 1
         result.message = msg
-        log.warning("%s: %s", what, msg)
+        log.debug("%s: %s", what, msg)  # the rows say it; the loop sums them up
         return blocks, msg
 
 

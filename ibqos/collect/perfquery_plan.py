@@ -70,6 +70,7 @@ class GroupResult:
     iberror: str = ""  # the iberror line the last process printed, if any
     vl_verdict: str = ""  # "yes", "no" or "lost": what the node's VL reads said
     vl_message: str = ""  # why "no" or "lost"
+    vl_lost: list[str] = field(default_factory=list)  # per-VL reads that failed, one line each
 
 
 def make_groups(targets: Sequence[Target], per_switch: bool) -> list[Group]:

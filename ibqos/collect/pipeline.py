@@ -9,6 +9,16 @@ once per 64 replies, or when none came for *timeout_s*, so a lost request is dec
 lost between one and two timeouts after it was sent.)  When every request is settled the
 buffer is decoded in bulk with numpy (``ibqos.mad.pma``).
 
+Bounds.  A batch where nothing answers ends after about ``ceil(n / window) x (retries + 1)
+x timeout_s`` (up to twice that, as the clock is read as said above), so it grows with the
+number of requests.  A batch may be given a *deadline* (a :func:`time.monotonic` time): at
+the first look at the clock past it, every request not settled yet fails
+(``no reply before the sweep's time limit``; ``Result.cut`` marks them), and the batch
+ends.  Replies that come after that are ignored by the next batch (transaction ids are
+never reused soon).  While it waits, the batch calls the tool runner's waiter at least
+every :data:`~ibqos.tools.SLICE_S` seconds (``recv`` waits no longer than that), so a
+daemon's watchdog is pinged and a stop requested by the waiter ends the batch at once.
+
 Window under the lab: umad2sim holds one lock while it writes a request to ibsim's datagram
 socket, and its receiver thread needs that lock to queue a reply.  With more requests out
 than a unix datagram queue holds (``net.unix.max_dgram_qlen``, 10 by default) both sides can
@@ -31,10 +41,14 @@ import numpy as np
 
 from ibqos.errors import CollectError
 from ibqos.mad import pma
+from ibqos.tools import SLICE_S, poll_waiter
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Pipeline", "Request", "Result", "Transport", "max_dgram_qlen", "under_umad2sim"]
+
+
+_CUT = "no reply before the sweep's time limit"
 
 
 class Transport(Protocol):
@@ -72,11 +86,13 @@ class Result:
         mads: (n, 256) uint8, the reply MADs (zeros where none came).
         time_s: UNIX time each reply arrived, seconds; NaN where none did.
         error: "" where a good reply came, else why not (one line).
+        cut: True where the request was still unsettled at the batch's deadline.
     """
 
     mads: np.ndarray
     time_s: np.ndarray
     error: list[str]
+    cut: np.ndarray
 
 
 def max_dgram_qlen(path: Path = Path("/proc/sys/net/unix/max_dgram_qlen")) -> int:
@@ -108,19 +124,37 @@ class Pipeline:
         self.timeout_s = timeout_s
         self.retries = retries
         self._tid = int.from_bytes(os.urandom(4), "big")  # start anywhere: stale replies miss
-        self.stats: dict[str, int] = {"sent": 0, "answered": 0, "retries": 0, "timeouts": 0}
+        self.stats: dict[str, int] = {
+            "sent": 0,
+            "answered": 0,
+            "retries": 0,
+            "timeouts": 0,
+            "cut": 0,
+        }
 
-    def run(self, requests: Sequence[Request]) -> Result:
-        """Send every request and wait until each has a reply or has used up its tries."""
+    def run(self, requests: Sequence[Request], deadline: float | None = None) -> Result:
+        """Send every request and wait until each has a reply or has used up its tries,
+        or until *deadline* (monotonic seconds; None: none)."""
         return self.run_arrays(
             np.array([r.lid for r in requests], dtype=np.int64),
             np.array([r.attr for r in requests], dtype=np.int64),
             np.array([r.port_select for r in requests], dtype=np.int64),
+            deadline,
         )
 
-    def run_arrays(self, lids: np.ndarray, attrs: np.ndarray, ports: np.ndarray) -> Result:
+    def run_arrays(
+        self,
+        lids: np.ndarray,
+        attrs: np.ndarray,
+        ports: np.ndarray,
+        deadline: float | None = None,
+    ) -> Result:
         """``run`` for requests given as arrays: request *i* is a Get of ``attrs[i]`` to
         ``lids[i]`` with PortSelect ``ports[i]``.
+
+        Raises:
+            CollectError: the device refuses every send (module docstring).
+            BaseException: whatever the tool runner's waiter raises (StopRequested).
 
         Each try of a request has its own transaction id, ``base + (try - 1) * n + i``: a
         kernel refuses a Get whose id matches one it still waits on, and a late reply or a
@@ -151,19 +185,24 @@ class Pipeline:
         done = [False] * n
         tries = [0] * n
         pending: deque[int] = deque(range(n))
-        # (deadline, index, try number) in send order; deadlines grow, so the oldest is first
+        # (due, index, try number) in send order; due times grow, so the oldest is first
         flying: deque[tuple[float, int, int]] = deque()
         live: dict[int, int] = {}  # index -> try number of the copy in flight
         inp = t.mad_in
         send_at, recv, monotonic, now_s = t.send_at, t.recv, time.monotonic, time.time
         timeout_s, window = self.timeout_s, self.window
         timeout_ms = max(1, int(timeout_s * 1000))
+        # recv() returns at least every slice, so the clock, the deadline and the waiter
+        # are looked at even when nothing answers
+        recv_ms = max(1, min(timeout_ms, int(SLICE_S * 1000)))
+        cut = np.zeros(n, dtype=np.bool_)
+        waited = monotonic()
         unpack_tid = struct.Struct(">I").unpack_from
         pack_tid = struct.Struct(">I").pack_into
         sent = answered = timeouts = settled = turns = refused = 0
         while settled < n:
             if pending and len(live) < window:
-                deadline = monotonic() + timeout_s
+                due = monotonic() + timeout_s
                 while pending and len(live) < window:
                     i = pending.popleft()
                     k = tries[i] = tries[i] + 1
@@ -179,9 +218,9 @@ class Pipeline:
                         settled += 1
                         continue
                     live[i] = k
-                    flying.append((deadline, i, k))
+                    flying.append((due, i, k))
                     sent += 1
-            length = recv(timeout_ms)
+            length = recv(recv_ms)
             if length >= 0:
                 off = (unpack_tid(inp, pma.TID_LOW_OFFSET)[0] - base) & 0xFFFFFFFF
                 i, k = off % n if n else 0, off // n + 1 if n else 0
@@ -209,8 +248,17 @@ class Pipeline:
                 turns += 1
                 if turns & 63:  # look at the clock every 64 replies, or when none came
                     continue
+            now = monotonic()
+            if deadline is not None and now >= deadline:
+                for i in range(n):
+                    if not done[i]:
+                        errors[i], done[i], cut[i] = _CUT, True, True
+                self.stats["cut"] += int(cut.sum())
+                break
+            if now - waited >= SLICE_S:
+                waited = now
+                poll_waiter()
             if flying:
-                now = monotonic()
                 while flying and flying[0][0] <= now:
                     _, i, k = flying.popleft()
                     if live.get(i) == k:  # this copy is still unanswered: it timed out
@@ -221,7 +269,7 @@ class Pipeline:
         self.stats["answered"] += answered
         self.stats["timeouts"] += timeouts
         mads = np.frombuffer(replies, dtype=np.uint8).reshape(n, pma.MAD_SIZE)
-        return Result(mads, np.array(times, dtype=np.float64), errors)
+        return Result(mads, np.array(times, dtype=np.float64), errors, cut)
 
     @staticmethod
     def _settle(i: int, live: dict[int, int], pending: deque[int]) -> None:

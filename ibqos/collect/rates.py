@@ -15,7 +15,13 @@ number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates tab
   error now, a counter the port does not have (XmitWait), an interval that is not
   positive, or a counter stuck at its maximum (PMA counters saturate instead of wrapping:
   a 32-bit PortXmitData after 16 GiB, a 16-bit PortVLXmitWait after 65,535 ticks), which
-  is logged once per port and counter.
+  is logged once per port and counter;
+- a sample whose data rate, sent or received, is above what the port's link can carry
+  (its ``Target.capacity_bytes_per_s`` times ``1 + margin``) is not a measurement but
+  counters that were reset and rewritten, or a PMA that lies: every rate of that row is
+  NaN, its ``error`` says why, it is counted (``invalid_samples``) and logged in one line
+  per sweep.  Its counters still become the port's previous reading, so the next
+  interval is measured from them.  Ports of unknown capacity (0) are not checked.
 
 Rates table columns (``RATES_DTYPES``), one row per row of the sweep, in its order.  They
 are the stable output of ``ibqos collect`` (see :func:`rows_for_json`):
@@ -37,7 +43,8 @@ xmit_pkts_per_s   float64   packets per second sent
 rcv_pkts_per_s    float64   packets per second received
 xmit_wait_per_s   float64   PortXmitWait ticks per second
 reset             bool      a counter of this port went down since the previous reading
-error             object    "" or why the port was not read (str), from the sweep
+error             object    "" or why the port has no rates (str): the sweep's error, or
+                            the implausible rate that was dropped
 ================  ========  ==========================================================
 
 When the sweep has the per-VL columns (``collect.vl_xmit_wait``), and only then, 16 more
@@ -67,10 +74,12 @@ import numpy.typing as npt
 import pandas as pd
 
 from ibqos.collect.sweep import COUNTERS, VL_COUNT, VL_WAIT_COLUMNS, Sweep, has_vl_wait
+from ibqos.fabric.targets import Target
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_RATE_MARGIN",
     "RATES_DTYPES",
     "RATE_COLUMNS",
     "VL_WAIT_RATE_COLUMNS",
@@ -117,18 +126,32 @@ _U64 = npt.NDArray[np.uint64]
 _BOOL = npt.NDArray[np.bool_]
 
 
+#: ``RateTracker(margin=...)`` by default: 10 % above the link's data rate
+DEFAULT_RATE_MARGIN = 0.1
+
+
 class RateTracker:
     """Turns successive sweeps into per-port rates (see the module docstring).
+
+    Args:
+        margin: a data rate above the port's capacity times ``1 + margin`` is dropped.
 
     Attributes:
         resets: number of rows flagged ``reset``, per (node GUID, port).
         total_resets: their sum.
+        invalid_samples: rows whose rates were dropped as implausible, since the start.
+        last_invalid: those of the last update.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, margin: float = DEFAULT_RATE_MARGIN) -> None:
+        if margin < 0:
+            raise ValueError(f"margin must not be negative, got {margin}")
+        self.margin = margin
         self._stuck: set[tuple[int, int, str]] = set()  # (GUID, port, counter) warned about
         self.resets: dict[Key, int] = {}
         self.total_resets = 0
+        self.invalid_samples = 0
+        self.last_invalid = 0
         self._prev: pd.DataFrame | None = None  # good rows of the last sweep, by key
 
     def update(self, sweep: Sweep) -> pd.DataFrame:
@@ -178,6 +201,8 @@ class RateTracker:
         self.total_resets += int(reset.sum())
         self._remember(table, keys, good, counters)
         targets = sweep.targets
+        errors = table["error"].to_numpy(dtype=object, copy=True)
+        self._drop_implausible(targets, rates, errors)
         out = pd.DataFrame(
             {
                 "node_guid": table["node_guid"].to_numpy(np.uint64),
@@ -190,11 +215,45 @@ class RateTracker:
                 "interval_s": interval,
                 **{RATE_COLUMNS[c]: rates[RATE_COLUMNS[c]] for c in COUNTERS},
                 "reset": reset,
-                "error": table["error"].astype(object).to_numpy(),
+                "error": errors,
                 **{c: rates[c] for c in (VL_WAIT_RATE_COLUMNS if vl_wait else ())},
             }
         )
         return out.astype({**RATES_DTYPES, **(VL_WAIT_RATE_DTYPES if vl_wait else {})})
+
+    def _drop_implausible(
+        self,
+        targets: list[Target],
+        rates: dict[str, npt.NDArray[np.float64]],
+        errors: npt.NDArray[np.object_],
+    ) -> None:
+        """NaN every rate of the rows whose data rate is above their link's capacity
+        (plus the margin), say why in *errors* (both changed in place), count them and
+        log one line for them all."""
+        cap = np.array([t.capacity_bytes_per_s for t in targets], dtype=np.float64)
+        limit = cap * (1.0 + self.margin)
+        rate = np.fmax(rates["xmit_bytes_per_s"], rates["rcv_bytes_per_s"])  # NaN if both are
+        with np.errstate(invalid="ignore"):
+            over = (cap > 0) & (rate > limit)  # NaN compares False: unknown is not invalid
+        self.last_invalid = n = int(over.sum())
+        if not n:
+            return
+        self.invalid_samples += n
+        for col, values in rates.items():
+            rates[col] = np.where(over, np.nan, values)
+        rows = np.flatnonzero(over).tolist()
+        for i in rows:
+            errors[i] = f"rate {rate[i]:.3g} B/s above the link's {cap[i]:.3g} B/s: sample dropped"
+        first = rows[0]
+        log.warning(
+            "dropped %d implausible sample(s), rates above the link's capacity + %g %% "
+            "(counters reset and rewritten?), e.g. %s: %.3g B/s on a %.3g B/s link",
+            n,
+            self.margin * 100,
+            _where(targets[first]),
+            rate[first],
+            cap[first],
+        )
 
     def _warn_stuck(self, table: pd.DataFrame, col: str, stuck: _BOOL) -> None:
         """Log once per port and counter that it is stuck at its maximum."""
@@ -257,6 +316,10 @@ def _saturated(col: str, cur: _U64, narrow: _BOOL) -> _BOOL:
     if col == "xmit_wait":
         return np.asarray(stuck | (cur == _U32_MAX), dtype=np.bool_)
     return np.asarray(stuck | (narrow & (cur == top32)), dtype=np.bool_)
+
+
+def _where(tg: Target) -> str:
+    return f"{tg.node_desc or f'0x{tg.node_guid:016x}'} port {tg.port}"
 
 
 def _u64(series: pd.Series[Any]) -> tuple[_U64, _BOOL]:

@@ -93,6 +93,8 @@ class Sweep:
         duration_s: wall-clock length of the sweep, seconds.
         cpu_s: CPU time the collecting process (and its children) spent on it, seconds.
         stats: counts such as ``sent``, ``answered``, ``retries``, ``timeouts``, ``failed``.
+        invalid: rows that were read but whose rates were dropped as implausible; set by
+            :class:`~ibqos.collect.loop.Collector` once the rates are computed (0 before).
     """
 
     targets: list[Target]
@@ -102,11 +104,25 @@ class Sweep:
     duration_s: float
     cpu_s: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
+    invalid: int = 0
 
     @property
     def failed(self) -> int:
         """Number of targets that were not read."""
         return int((self.table["error"] != "").sum())
+
+    @property
+    def answered(self) -> int:
+        """Number of targets that were read."""
+        return len(self.targets) - self.failed
+
+    @property
+    def coverage(self) -> float:
+        """Share of the targets (0..1) that answered with a usable sample: neither failed
+        nor dropped as implausible.  0 for a sweep of no targets: nothing was measured."""
+        if not self.targets:
+            return 0.0
+        return max(0, self.answered - self.invalid) / len(self.targets)
 
 
 class Backend(Protocol):

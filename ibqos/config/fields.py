@@ -105,13 +105,18 @@ def _nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def number(minimum: float, maximum: float = math.inf, *, integer: bool = False) -> Check:
-    """A finite number (not a bool) in [minimum, maximum]; *integer*: an int."""
+def number(
+    minimum: float, maximum: float = math.inf, *, integer: bool = False, optional: bool = False
+) -> Check:
+    """A finite number (not a bool) in [minimum, maximum]; *integer*: an int;
+    *optional*: or null (None)."""
     kind = "an integer" if integer else "a number"
     upper = f" and <= {maximum:g}" if maximum != math.inf else ""
     want = f"expected {kind} >= {minimum:g}{upper}"
 
-    def check(value: Any) -> float | int:
+    def check(value: Any) -> float | int | None:
+        if optional and value is None:
+            return None
         got = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         if integer and not isinstance(got, int):
             got = None
@@ -124,7 +129,7 @@ def number(minimum: float, maximum: float = math.inf, *, integer: bool = False) 
     schema["minimum"] = int(minimum) if integer else minimum
     if maximum != math.inf:
         schema["maximum"] = int(maximum) if integer else maximum
-    return Check(check, schema)
+    return Check(check, _nullable(schema) if optional else schema)
 
 
 def flag() -> Check:
@@ -158,20 +163,27 @@ def _path(value: Any) -> Path:
     return value if isinstance(value, Path) else Path(_text(value))
 
 
-def file_name(*, optional: bool = False, off: bool = False) -> Check:
+def file_name(*, optional: bool = False, off: bool = False, absolute: bool = False) -> Check:
     """A file or directory name (relative names stay relative, as given).
 
     Args:
         optional: null (None) means none.
         off: null or "" mean none (a feature switched off).
+        absolute: only an absolute name is accepted (one that must not depend on the
+            directory a process happens to start in).
     """
 
     def check(value: Any) -> Path | None:
         if ((optional or off) and value is None) or (off and value == ""):
             return None
-        return _path(value)
+        path = _path(value)
+        if absolute and not path.is_absolute():
+            raise problem(f"expected an absolute path, got {str(path)!r}")
+        return path
 
     schema: Schema = {"type": "string", "minLength": 0 if off else 1}
+    if absolute:
+        schema["pattern"] = "^/"
     return Check(check, _nullable(schema) if optional or off else schema)
 
 

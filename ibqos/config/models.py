@@ -35,6 +35,7 @@ from ibqos.config.fields import (
 from ibqos.config.planning import CLASSIFY, LANES, LanesConfig
 from ibqos.errors import ConfigError
 from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, LAB_SM_HOSTNAME, HostMatcher
+from ibqos.fabric.model import DISCOVER_TIMEOUT_S
 
 JOB_SOURCES = ("file", "slurm")
 SQUEUE_FORMATS = ("auto", "json", "text")
@@ -173,7 +174,9 @@ class AgentConfig:
     """The daemon (``ibqos run``); its cycle interval is ``collect.interval_s``.
 
     Attributes:
-        state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock.
+        state_dir: job -> SL bindings, the plan, backups of OpenSM's files, the apply lock
+            (an absolute path: under systemd a relative one would name a directory of /,
+            and two agents started from different directories would not see each other).
         job_poll_s: seconds between two looks at the job source between cycles, so a job
             that starts or ends is acted on at once.
         socket: the local (UNIX) socket where ``ibqos job-sl`` asks for a job's SL; None
@@ -182,7 +185,7 @@ class AgentConfig:
             TaskProlog scripts on compute nodes (``docs/slurm.md``); None: not served.
     """
 
-    state_dir: Annotated[Path, file_name()] = Path("/var/lib/ibqos")
+    state_dir: Annotated[Path, file_name(absolute=True)] = Path("/var/lib/ibqos")
     job_poll_s: Annotated[float, number(0.05)] = 0.5
     socket: Annotated[Path | None, file_name(off=True)] = Path("/run/ibqos/ibqos.sock")
     sl_listen: Annotated[tuple[str, int] | None, address()] = None
@@ -253,13 +256,17 @@ class FabricConfig:
         root_guids: GUIDs of the top-level switches, for fabrics where levels cannot be
             inferred from the leaves (like OpenSM's ftree root_guid_file); empty: infer.
         refresh_s: seconds between two reads of the topology while collecting, to notice
-            ports that vanish or appear (0: never read it again).
+            ports that vanish or appear (0: never read it again).  A read that fails
+            keeps the last topology; the next try is *refresh_s* after it ended.
+        discover_timeout_s: seconds one ibnetdiscover run may take before it is killed
+            (source "ibnetdiscover"); a fabric of thousands of nodes needs tens.
     """
 
     source: Annotated[str, choice(FABRIC_SOURCES)] = "ibnetdiscover"
     path: Annotated[Path | None, file_name(optional=True)] = None
     root_guids: Annotated[tuple[int, ...], _guids()] = ()
     refresh_s: Annotated[float, number(0)] = 300.0
+    discover_timeout_s: Annotated[float, number(1)] = DISCOVER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.source == "file" and self.path is None:
@@ -289,6 +296,15 @@ class CollectConfig:
         per_switch: one perfquery process per switch rather than per port.
         replay_path: recording directory for the replay backend.
         replay_loop: start the recording over when it ends.
+        rate_margin: a port's data rate (either direction) above its link's capacity
+            times (1 + *rate_margin*) is not a measurement (counters reset and rewritten,
+            a PMA that lies): that sample is dropped, as if the port had not answered.
+        min_coverage: the share of ports (0..1) a sweep must read with a usable sample for
+            the agent to change its plan on it; below it, the plan in force is kept.
+        sweep_timeout_s: seconds one sweep may take (native: MADs still unanswered then
+            fail their ports; perfquery: processes not started by then are not run, and
+            none runs past it); null (the default): *interval_s*, so a sweep ends before
+            the next one is due.
     """
 
     backend: Annotated[str, choice(BACKENDS)] = "native"
@@ -304,10 +320,18 @@ class CollectConfig:
     per_switch: Annotated[bool, flag()] = True
     replay_path: Annotated[Path | None, file_name(optional=True)] = None
     replay_loop: Annotated[bool, flag()] = False
+    rate_margin: Annotated[float, number(0, 10)] = 0.1
+    min_coverage: Annotated[float, _fraction()] = 0.9
+    sweep_timeout_s: Annotated[float | None, number(0.01, optional=True)] = None
 
     def __post_init__(self) -> None:
         if self.backend == "replay" and self.replay_path is None:
             raise problem("required when collect.backend is replay", key="replay_path")
+
+    @property
+    def sweep_deadline_s(self) -> float:
+        """Seconds one sweep may take: *sweep_timeout_s*, else *interval_s*."""
+        return self.interval_s if self.sweep_timeout_s is None else self.sweep_timeout_s
 
 
 @dataclass(frozen=True, config=_SECTION)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ibqos.agent.lock import AgentLock, holder
+from ibqos.agent.lock import AgentLock, holder, opensm_dirs
 from ibqos.agent.state import load_state, save_state
 from ibqos.config.models import Config
 from ibqos.errors import AgentLockError, ApplyError
@@ -75,7 +75,8 @@ def restore(config: Config) -> Restored:
     if not state_dir.is_dir():  # ibqos never ran here: nothing kept, nothing to lock
         return Restored(ApplyResult(), {})
     try:
-        lock = AgentLock(state_dir, "restore")
+        osm = config.opensm
+        lock = AgentLock(state_dir, "restore", opensm_dirs(osm.conf, osm.policy_file))
     except AgentLockError as err:
         who = holder(state_dir)
         if who is None:

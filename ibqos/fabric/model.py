@@ -52,17 +52,16 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ibqos.errors import TopologyError
 from ibqos.fabric.targets import Role, Target
 from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
 from ibqos.tools import run_tool
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger(__name__)
+
+#: Seconds ibnetdiscover may run before it is killed (``fabric.discover_timeout_s``).
+DISCOVER_TIMEOUT_S = 60.0
 
 #: A port by (node GUID, port number), as the PMA sees it; stable across sweeps.
 PortKey = tuple[int, int]
@@ -292,6 +291,7 @@ class Fabric:
             level=fp.level,
             role=fp.role,
             is_switch=fp.is_switch,
+            capacity_bytes_per_s=fp.capacity_bytes_per_s,
         )
 
     # -- queries --------------------------------------------------------------------
@@ -428,7 +428,7 @@ def fabric_from_ibnetdiscover(
     command: Sequence[str] = ("ibnetdiscover",),
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
-    timeout: float = 120.0,
+    timeout: float = DISCOVER_TIMEOUT_S,
     root_guids: Collection[int] | None = None,
 ) -> Fabric:
     """(b) Discover the fabric live by running ``ibnetdiscover`` (infiniband-diags).
@@ -442,7 +442,9 @@ def fabric_from_ibnetdiscover(
         command: the command line; add e.g. ``-C mlx5_0 -P 1`` to pick the port.
         env: the whole environment of the command (default: this process's).
         cwd: working directory of the command.
-        timeout: seconds before the command is killed; a large fabric needs tens.
+        timeout: seconds before the command is killed (by its pid); a large fabric needs
+            tens.  While it runs, the tool runner's waiter is called every half second
+            (:mod:`ibqos.tools`), so a daemon stays responsive and can stop it.
         root_guids: see :class:`Fabric`.
 
     Raises:

@@ -21,6 +21,9 @@ class Target:
         role: "host" (a CA port), "down" (a switch port towards a lower level or a CA) or
             "up" (a switch port towards a higher level).
         is_switch: the node is a switch (PortSelect selects the port; AllPortSelect may work).
+        capacity_bytes_per_s: data capacity of the port's link in each direction, bytes
+            per second (width x lane data rate); 0 when unknown (a recording's ports),
+            and then rates of the port are not checked against it.
     """
 
     node_guid: int
@@ -30,3 +33,4 @@ class Target:
     level: int
     role: Role
     is_switch: bool
+    capacity_bytes_per_s: float = 0.0

@@ -3,7 +3,8 @@
 Layout of ``<root>/<name>/``::
 
     lab.json            what the lab is (name, sockname, SM host, tick, contention model)
-    state.json          its processes (pid + start time), status, metrics endpoint
+    state.json          its processes (pid + start time), status, metrics endpoint,
+                        whether OpenSM runs
     fabric.net          topology given to ibsim (ibnetdiscover format)
     ibnetdiscover.txt   the fabric as discovered once OpenSM is up (with LIDs)
     jobs.yaml           the job mix (re-read when it changes)
@@ -11,6 +12,7 @@ Layout of ``<root>/<name>/``::
                         the QoS setup read back (fluid contention)
     ibqos.yaml          ibqos configuration for this lab
     opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
+    control/            requests to the supervisor and its replies (ibqos.lab.control)
     run/                working directory of umad2sim clients (they create sys-<pid>/)
 """
 

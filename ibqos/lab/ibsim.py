@@ -22,6 +22,16 @@ from ibqos.lab import procs
 PROMPT = b"sim> "
 MAX_LINE = 127  # the console reads at most 127 characters a line (sim_run_console)
 UMAD2SIM_GLOB = "/usr/lib/*/umad2sim/libumad2sim.so"
+#: console command per link action: Unlink keeps the link to restore, ReLink restores it
+LINK_COMMANDS = {"down": "Unlink", "up": "ReLink"}
+
+
+def link_line(action: str, node_id: str, port: int | None) -> str:
+    """Console line taking *node_id*'s link at *port* (every link when None) down or up.
+
+    *node_id* is the net-file id; ports count from 1 on CAs and switches alike.
+    """
+    return f'{LINK_COMMANDS[action]} "{node_id}"' + ("" if port is None else f"[{port}]")
 
 
 def umad2sim_path() -> str:

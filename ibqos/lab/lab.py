@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from ibqos.lab.files import (
     pick_sm,
     write_files,
 )
-from ibqos.lab.ibsim import IbSim, client_env
+from ibqos.lab.ibsim import LINK_COMMANDS, IbSim, client_env, link_line
 from ibqos.lab.opensm import OpenSM
 from ibqos.lab.progress import WINDOW_S
 from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
@@ -46,6 +47,8 @@ __all__ = [
     "READBACK_S",
     "Lab",
 ]
+
+log = logging.getLogger(__name__)
 
 #: seconds between two reads of the QoS setup from the fabric (fluid contention)
 READBACK_S = 2.0
@@ -160,7 +163,11 @@ class Lab:
             self._save_state("starting")
             self.timings["ibsim_s"] = time.monotonic() - t0
             self.opensm = OpenSM(self.paths.opensm, self.env(self.sm_node), self.paths.run)
-            self.timings["opensm_s"] = self.opensm.start(timeout)
+            t1 = time.monotonic()
+            self.opensm.spawn()
+            self._save_state("starting")  # its pid, before the wait: 'lab down' may come
+            self.opensm.wait_up(timeout)
+            self.timings["opensm_s"] = time.monotonic() - t1
             self._save_state("starting")
             t1 = time.monotonic()
             self._discover()
@@ -323,6 +330,129 @@ class Lab:
         assert self.model is not None
         return counters.truth(self.model, self.readback, self.ticks, self.lines_last_tick)
 
+    # -- OpenSM and links, for fault injection ----------------------------------------
+    def stop_opensm(self) -> int | None:
+        """End the lab's OpenSM (its own child process) and reap it; its exit status.
+
+        ibsim, the ticks and the diags go on; SA queries fail until :meth:`start_opensm`.
+
+        Raises:
+            LabError: the lab or its OpenSM is not running.
+        """
+        osm = self._opensm()
+        if not osm.running:
+            raise LabError(f"lab {self.paths.name}: OpenSM is not running ({osm.note})")
+        code = osm.stop()
+        log.info("lab %s: OpenSM %s", self.paths.name, osm.note)
+        self._save_state(self._status())
+        return code
+
+    def start_opensm(self, timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> float:
+        """Start the lab's OpenSM again (same opensm.conf, pid file, log appended to,
+        environment under umad2sim) and return once it logs MASTER and SUBNET UP.
+
+        Args:
+            timeout: seconds to wait for the subnet to come up.
+            abort: polled while waiting; True gives up (the lab is being taken down).
+
+        Returns:
+            seconds it took.
+
+        Raises:
+            LabError: OpenSM runs already, exited, or was not up within *timeout* (it is
+                ended again); the message has its last log lines.
+        """
+        osm, t0 = self._opensm(), time.monotonic()
+        if osm.running:
+            raise LabError(f"lab {self.paths.name}: OpenSM already runs (pid {osm.info()['pid']})")
+        osm.spawn()
+        self._save_state(self._status())  # its pid, before the wait: 'lab down' may come
+        try:
+            osm.wait_up(timeout, abort)
+        except LabError as err:
+            osm.stop()
+            osm.note = f"failed to start: {err}"
+            raise LabError(f"lab {self.paths.name}: {err}") from err
+        finally:
+            self._save_state(self._status())
+        log.info("lab %s: OpenSM up (pid %s)", self.paths.name, osm.info()["pid"])
+        return time.monotonic() - t0
+
+    def restart_opensm(
+        self, timeout: float = 60.0, abort: Callable[[], bool] | None = None
+    ) -> float:
+        """:meth:`stop_opensm` (if it runs), then :meth:`start_opensm`."""
+        if self._opensm().running:
+            self.stop_opensm()
+        return self.start_opensm(timeout, abort)
+
+    def check_opensm(self) -> int | None:
+        """Reap and record an OpenSM that exited on its own; its status if it just did."""
+        code = self.opensm.reap() if self.opensm is not None else None
+        if code is not None:
+            self._save_state(self._status())
+        return code
+
+    def opensm_info(self) -> dict[str, Any]:
+        """Whether OpenSM runs, its pid, and what last happened to it."""
+        return self.opensm.info() if self.opensm else {"running": False, "pid": None, "note": ""}
+
+    def link_down(self, node: str, port: int | None = None) -> str:
+        """Take *node*'s link at *port* (every link of it when None) down in ibsim.
+
+        *node*: host name (cn0001), switch name (sw-L1-0001), description or net-file id.
+        ibsim marks both ends Down and sends trap 128 from the switch end, so OpenSM
+        sweeps; this returns once ibsim has acknowledged, not once OpenSM has swept.
+        The traffic model keeps its routes and still writes the port's counters.
+
+        Returns:
+            what was done, e.g. ``cn0001 port 1 down``.
+
+        Raises:
+            LabError: unknown node or port, or ibsim refused (e.g. not linked).
+        """
+        return self.links("down", [(node, port)])[0]
+
+    def link_up(self, node: str, port: int | None = None) -> str:
+        """Restore a link :meth:`link_down` took down (ibsim's ReLink); see there."""
+        return self.links("up", [(node, port)])[0]
+
+    def links(self, action: str, targets: Sequence[tuple[str, int | None]]) -> list[str]:
+        """Take several links *action* ("down" or "up"), in order; what was done.
+
+        Raises:
+            LabError: a bad target (nothing is sent), or ibsim refused one (those
+                before it were done, those after it not tried).
+        """
+        if self.ibsim is None or action not in LINK_COMMANDS:
+            raise LabError(f"lab {self.paths.name}: cannot take links {action!r} now")
+        lines = []
+        for name, port in targets:
+            node = self.topo.nodes[self.resolve_node(name)]
+            if port is not None and not 1 <= port <= node.nports:
+                raise LabError(f"lab {self.paths.name}: {name} has ports 1-{node.nports}")
+            what = f"{name}{'' if port is None else f' port {port}'} {action}"
+            lines.append((what, link_line(action, node.id, port)))
+        done: list[str] = []
+        for what, line in lines:  # one at a time: a refusal then names its target
+            errors = self.ibsim.command([line])
+            if errors:
+                raise LabError(
+                    f"lab {self.paths.name}: ibsim refused {what} ({line}): "
+                    f"{errors[0].lstrip('# ')}" + (f"; done: {', '.join(done)}" if done else "")
+                )
+            done.append(what)
+        log.info("lab %s: %s", self.paths.name, "; ".join(done))
+        return done
+
+    def _opensm(self) -> OpenSM:
+        if self.opensm is None or self.ibsim is None:
+            raise LabError(f"lab {self.paths.name} is not running")
+        return self.opensm
+
+    def _status(self) -> str:
+        return str(load_state(self.paths).get("status", "up"))
+
     def stop(self, status: str = "stopped") -> None:
         """End OpenSM and ibsim (this lab's own processes); keep the directory."""
         if self.opensm is not None:
@@ -401,19 +531,28 @@ class Lab:
 
     # -- state ----------------------------------------------------------------------
     def _save_state(self, status: str) -> None:
+        """Record *status* and the processes running now (pid + start time).
+
+        A process recorded is one ``lab down`` ends: OpenSM is recorded while it runs
+        and dropped once stopped or reaped, and a restarted one replaces the old entry.
+        """
         state = load_state(self.paths)
         state["status"] = status
+        recorded = state.setdefault("procs", {})
         children = (
             ("ibsim", self.ibsim.proc if self.ibsim else None),
             ("opensm", self.opensm.proc if self.opensm else None),
         )
         for key, proc in children:
-            if proc is not None and proc.poll() is None and key not in state.get("procs", {}):
-                state.setdefault("procs", {})[key] = procs.ref_of(proc.pid).to_dict()
+            if proc is not None and proc.poll() is None:
+                if recorded.get(key, {}).get("pid") != proc.pid:
+                    recorded[key] = procs.ref_of(proc.pid).to_dict()
+            elif key == "opensm" and proc is not None:
+                recorded.pop(key, None)
+        if self.opensm is not None:
+            state["opensm"] = self.opensm.info()
         if status in ("stopped", "failed"):
             state["procs"] = {
-                k: v
-                for k, v in state.get("procs", {}).items()
-                if procs.alive(procs.ProcRef.from_dict(v))
+                k: v for k, v in recorded.items() if procs.alive(procs.ProcRef.from_dict(v))
             }
         atomic_write(self.paths.state, json.dumps(state, indent=1) + "\n")

@@ -26,10 +26,13 @@ from ibqos.fabric.topology import Topology
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
 from ibqos.jobs.model import Job
-from ibqos.lab import procs
+from ibqos.lab import control, procs
 from ibqos.lab.files import LabPaths, check_name, hostnames, load_state
 from ibqos.lab.lab import READBACK_S, Lab
 from ibqos.lab.progress import WINDOW_S
+
+#: seconds ibsim may take to acknowledge a batch of link changes
+LINK_TIMEOUT_S = 30.0
 
 
 def up(
@@ -143,10 +146,11 @@ def down(name: str, *, root: Path) -> list[str]:
 def status(name: str, *, root: Path) -> dict[str, Any]:
     """What a lab is and how it is doing, as plain data.
 
-    ``progress`` holds each running job's iterations and iterations per second (over
-    ``progress_window_s``), ``qos`` (fluid contention) the setup last read back from the
-    fabric, ``metrics_url`` where the supervisor serves the lab's metrics (None when the
-    lab is down or runs in-process).
+    ``opensm`` says whether OpenSM runs, its pid, and what last happened to it (stopped,
+    exited with a status).  ``progress`` holds each running job's iterations and
+    iterations per second (over ``progress_window_s``), ``qos`` (fluid contention) the
+    setup last read back from the fabric, ``metrics_url`` where the supervisor serves the
+    lab's metrics (None when the lab is down or runs in-process).
     """
     paths = LabPaths(root, check_name(name))
     if not paths.spec.exists():
@@ -160,7 +164,14 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
     truth: dict[str, Any] = {}
     if paths.truth.exists():
         truth = json.loads(paths.truth.read_text())
-    running = bool(processes) and all(p["alive"] for p in processes.values())
+    # OpenSM may be down on purpose (or crashed) while the lab itself runs on
+    running = bool(processes) and all(p["alive"] for k, p in processes.items() if k != "opensm")
+    osm_proc = processes.get("opensm", {"pid": None, "alive": False})
+    opensm = {
+        "running": running and osm_proc["alive"],
+        "pid": osm_proc["pid"] if osm_proc["alive"] else None,
+        "note": state.get("opensm", {}).get("note", ""),
+    }
     osm = paths.opensm
     jobs = truth.get("jobs", {})
     return {
@@ -173,6 +184,7 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
         "contention": spec.get("contention", "crude"),
         "metrics_url": state.get("metrics_url") if running else None,
         "processes": processes,
+        "opensm": opensm,
         "paths": {
             "config": str(paths.config),
             "jobs": str(paths.jobs),
@@ -245,3 +257,45 @@ def edit_jobs(
         jobsmod.check_hosts(add, hostnames(lab.topo), "new jobs")
         atomic_write(lab.paths.jobs, text)
         return checked
+
+
+def opensm(name: str, action: str, *, root: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """Stop, start or restart a supervised lab's OpenSM (through its supervisor).
+
+    ``start`` and ``restart`` return once OpenSM's log says SUBNET UP again.
+
+    Returns:
+        :meth:`Lab.opensm_info` afterwards: running, pid, note.
+
+    Raises:
+        LabError: no such lab or no supervisor, OpenSM already in that state, or it did
+            not come up within *timeout* seconds.
+    """
+    if action not in control.OPENSM_ACTIONS:
+        raise LabError(f"opensm action {action!r}: expected one of {control.OPENSM_ACTIONS}")
+    paths = LabPaths(root, check_name(name))
+    info: dict[str, Any] = control.ask(
+        paths, "opensm", {"action": action, "timeout": timeout}, timeout
+    )
+    return info
+
+
+def link(name: str, action: str, targets: list[str], *, root: Path) -> list[str]:
+    """Take links of a supervised lab down or up (``NODE`` or ``NODE[PORT]`` each).
+
+    Returns once ibsim has acknowledged; OpenSM notices through traps or its next sweep.
+
+    Returns:
+        one line per target saying what was done.
+
+    Raises:
+        LabError: a malformed target, unknown node or port, or ibsim refused.
+    """
+    if action not in control.LINK_ACTIONS:
+        raise LabError(f"link action {action!r}: expected down or up")
+    parsed = [control.parse_target(t) for t in targets]
+    paths = LabPaths(root, check_name(name))
+    done: list[str] = control.ask(
+        paths, "link", {"action": action, "targets": parsed}, LINK_TIMEOUT_S
+    )
+    return done

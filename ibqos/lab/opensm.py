@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ibqos.errors import LabError
+from ibqos.fsio import atomic_write
 from ibqos.lab import procs
 
 MASTER_LINE = "Entering MASTER state"
@@ -113,8 +117,44 @@ class OpenSM:
         self.env = dict(env, OSM_CACHE_DIR=str(files.cache), OSM_TMP_DIR=str(files.cache))
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
+        #: (inode, size) of the log when OpenSM was last started
+        self._log_from = (0, 0)
+        #: what last happened to it, for 'lab status'
+        self.note = "not started"
 
-    def start(self, timeout: float) -> float:
+    @property
+    def running(self) -> bool:
+        """True while the OpenSM this object started has not exited (reaps it if it has)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def info(self) -> dict[str, Any]:
+        """``running``, ``pid`` (None when not running) and ``note``."""
+        running = self.running
+        pid = self.proc.pid if running and self.proc is not None else None
+        return {"running": running, "pid": pid, "note": self.note}
+
+    def reap(self) -> int | None:
+        """Notice an OpenSM that exited on its own (killed, crashed): reap it, drop its pid
+        file, note it.
+
+        Returns:
+            its exit status if it was found gone just now, else None.
+        """
+        if self.proc is None or self.note != "up":
+            return None
+        code = self.proc.poll()
+        if code is not None:
+            self.files.pid.unlink(missing_ok=True)
+            self._clean(self.proc.pid)
+            self.note = f"exited on its own, status {code}"
+        return code
+
+    def _clean(self, pid: int) -> None:
+        """Remove the fake sysfs umad2sim made for *pid* (it does so itself only on a
+        clean exit, so a killed OpenSM leaves it in the work directory)."""
+        shutil.rmtree(self.workdir / f"sys-{pid}", ignore_errors=True)
+
+    def start(self, timeout: float, abort: Callable[[], bool] | None = None) -> float:
         """Start OpenSM and wait until it is MASTER and the subnet is up (routed).
 
         Returns:
@@ -125,17 +165,45 @@ class OpenSM:
                 message carries the last lines of its log.
         """
         t0 = time.monotonic()
+        self.spawn()
+        self.wait_up(timeout, abort)
+        return time.monotonic() - t0
+
+    def spawn(self) -> int:
+        """Start OpenSM (same files, pid file, log and environment every time); its pid.
+
+        OpenSM appends to its log (``accum_log_file`` defaults to TRUE), so where the log
+        ends now is remembered: :meth:`wait_up` looks for this start's lines only.
+        """
+        if self.proc is not None and self.running:
+            raise LabError(f"OpenSM already runs (pid {self.proc.pid})")
         self.files.cache.mkdir(parents=True, exist_ok=True)
+        self._log_from = self._log_end()
         with self.files.stdout.open("ab") as out:
             self.proc = procs.spawn(
                 ["opensm", "-F", str(self.files.conf)], env=self.env, cwd=self.workdir, stdout=out
             )
-        self.files.pid.write_text(f"{self.proc.pid}\n")
-        deadline = t0 + timeout
+        atomic_write(self.files.pid, f"{self.proc.pid}\n")
+        self.note = "starting"
+        return self.proc.pid
+
+    def wait_up(self, timeout: float, abort: Callable[[], bool] | None = None) -> None:
+        """Wait until the OpenSM last spawned logs MASTER and SUBNET UP.
+
+        Args:
+            timeout: seconds.
+            abort: polled every 0.1 s; True gives up (the lab is being taken down).
+
+        Raises:
+            LabError: OpenSM exited, did not get there in time, or *abort* said so.
+        """
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
         while True:
             text = self._log_text()
             if MASTER_LINE in text and SUBNET_UP_LINE in text:
-                return time.monotonic() - t0
+                self.note = "up"
+                return
             code = self.proc.poll()
             if code is not None:
                 raise LabError(
@@ -147,6 +215,8 @@ class OpenSM:
                     f"OpenSM did not bring the subnet up within {timeout:.0f} s: "
                     f"{self.last_lines()}"
                 )
+            if abort is not None and abort():
+                raise LabError("OpenSM start given up: the lab is stopping")
             time.sleep(0.1)
 
     def last_lines(self, n: int = 5) -> str:
@@ -154,13 +224,40 @@ class OpenSM:
         text = procs.tail(self.files.log, n) or procs.tail(self.files.stdout, n)
         return " | ".join(line.strip() for line in text.splitlines()) or "(no log output)"
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            procs.stop_child(self.proc)
+    def stop(self) -> int | None:
+        """End OpenSM (SIGTERM, then SIGKILL), reap it and remove its pid file.
+
+        Returns:
+            its exit status, or None if none was started.
+        """
         self.files.pid.unlink(missing_ok=True)
+        if self.proc is None:
+            return None
+        if self.running:
+            procs.stop_child(self.proc)
+            self.note = f"stopped, exit status {self.proc.returncode}"
+        self._clean(self.proc.pid)
+        return self.proc.returncode
+
+    def _log_end(self) -> tuple[int, int]:
+        """(inode, size) of the log now; (0, 0) when there is none."""
+        try:
+            st = self.files.log.stat()
+        except OSError:
+            return (0, 0)
+        return (st.st_ino, st.st_size)
 
     def _log_text(self) -> str:
+        """What OpenSM logged since the last :meth:`spawn`.
+
+        A log replaced since (renamed away, rotated) is read from its start.
+        """
+        inode, offset = self._log_from
         try:
-            return self.files.log.read_text(errors="replace")
+            with self.files.log.open("rb") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino == inode and st.st_size >= offset:
+                    fh.seek(offset)
+                return fh.read().decode(errors="replace")
         except FileNotFoundError:
             return ""

@@ -5,7 +5,10 @@ metrics (jobs' iterations, :mod:`ibqos.lab.progress`) on a loopback port it reco
 state.json as ``metrics_url``, tells ``lab up`` through an inherited pipe whether the
 fabric came up, then every ``tick_s`` seconds re-reads the job file if it changed and
 writes the new counters (with fluid contention, re-reading the QoS setup from the fabric
-every ``readback_s``).  SIGTERM ends OpenSM and ibsim and exits.  Run as
+every ``readback_s``).  Between ticks it serves control requests (stop, start or restart
+OpenSM, take links down and up; :mod:`ibqos.lab.control`), woken by SIGUSR1.  An OpenSM
+that exits on its own is reaped and recorded, and the lab runs on; an ibsim that exits ends
+the lab.  SIGTERM ends OpenSM and ibsim and exits.  Run as
 ``python -m ibqos.lab.supervisor LAB_DIR READY_FD TIMEOUT``.
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from ibqos.errors import IbqosError, JobsError
 from ibqos.fsio import atomic_write
-from ibqos.lab import procs
+from ibqos.lab import control, procs
 from ibqos.lab.files import LabPaths, load_state
 from ibqos.lab.lab import Lab
 from ibqos.lab.progress import MetricsServer
@@ -31,8 +34,12 @@ from ibqos.lab.progress import serve as serve_metrics
 log = logging.getLogger(__name__)
 
 
-def serve(lab: Lab, ready_fd: int, timeout: float, stop: threading.Event) -> int:
+def serve(
+    lab: Lab, ready_fd: int, timeout: float, stop: threading.Event, wake: threading.Event
+) -> int:
     """Start *lab*, report readiness on *ready_fd*, tick until *stop* is set.
+
+    *wake* is set (by a signal) when *stop* is, or when a control request waits.
 
     Returns:
         exit status: 0 after a requested stop, 1 if the lab failed.
@@ -52,7 +59,7 @@ def serve(lab: Lab, ready_fd: int, timeout: float, stop: threading.Event) -> int
     try:
         _record(lab.paths, "metrics_url", metrics.url)
         _report(ready_fd, "ok")
-        return _loop(lab, stop, metrics)
+        return _loop(lab, stop, wake, metrics)
     finally:
         metrics.close()
 
@@ -63,7 +70,7 @@ def _record(paths: LabPaths, key: str, value: str) -> None:
     atomic_write(paths.state, json.dumps(state, indent=1) + "\n")
 
 
-def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
+def _loop(lab: Lab, stop: threading.Event, wake: threading.Event, metrics: MetricsServer) -> int:
     tick_s = float(lab.spec.get("tick_s", 1.0))
     log.info(
         "lab %s up in %.1f s (%s contention); ticking every %.2f s; metrics on %s",
@@ -75,8 +82,16 @@ def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
     )
     last = next_at = time.monotonic()
     bad_jobs = ""
-    while not stop.wait(max(0.0, next_at - time.monotonic())):
+    while not stop.is_set():
+        wake.wait(max(0.0, next_at - time.monotonic()))
+        # cleared before looking, so a request that arrives meanwhile wakes the next wait
+        wake.clear()
+        if stop.is_set():
+            break
+        control.serve_pending(lab, stop.is_set)
         now = time.monotonic()
+        if now < next_at:
+            continue  # woken for a request only
         try:
             if lab.reload_jobs():
                 log.info("job file changed: %d jobs", len(lab.model.jobs if lab.model else {}))
@@ -90,13 +105,12 @@ def _loop(lab: Lab, stop: threading.Event, metrics: MetricsServer) -> int:
         except IbqosError as err:
             log.error("tick failed: %s", err)
         last = now
-        dead = [
-            name
-            for name, child in (("ibsim", lab.ibsim), ("OpenSM", lab.opensm))
-            if child is None or child.proc is None or child.proc.poll() is not None
-        ]
-        if dead:
-            log.error("%s exited; stopping the lab", " and ".join(dead))
+        code = lab.check_opensm()
+        if code is not None:
+            # a fault to observe, not the lab's end: 'lab opensm start' brings it back
+            log.error("OpenSM exited with status %d; the lab runs on without it", code)
+        if lab.ibsim is None or lab.ibsim.proc is None or lab.ibsim.proc.poll() is not None:
+            log.error("ibsim exited; stopping the lab")
             lab.stop("failed")
             return 1
         next_at += tick_s
@@ -127,9 +141,15 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    stop = threading.Event()
+    stop, wake = threading.Event(), threading.Event()
+
+    def on_stop(*_: object) -> None:
+        stop.set()
+        wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_stop)
+    signal.signal(control.WAKE_SIGNAL, lambda *_: wake.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     paths = LabPaths(lab_dir.parent, lab_dir.name)
     state = load_state(paths)
@@ -140,7 +160,7 @@ def main(argv: list[str]) -> int:
     except IbqosError as err:
         _report(ready_fd, f"error: {err}")
         return 1
-    return serve(lab, ready_fd, timeout, stop)
+    return serve(lab, ready_fd, timeout, stop, wake)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,14 @@ class Counters:
         sweep_failed: ports that did not.
         started_s: UNIX time the daemon started, seconds.
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
+        file_warnings: the checker's warnings about the files last rendered for OpenSM
+            (lines OpenSM accepts but likely reads otherwise than meant).
+        render_error_now: the files as they should be fail the checker (an admin's line
+            OpenSM would reject, ibqos's markers edited by hand): nothing is written.
+        invalid_samples: port samples dropped because their rate was above the link's
+            capacity (counters reset and rewritten).
+        sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
+            None before the first sweep.
         reloads_deferred: applies not started because the reload budget was spent.
         write_errors: applies that failed because OpenSM's files (or their backups)
             could not be written.
@@ -73,6 +81,12 @@ class Counters:
     sweep_failed: int = 0
     started_s: float = field(default_factory=time.time)
     plan_changed_s: float | None = None
+    # the agent: OpenSM's files
+    file_warnings: int = 0
+    render_error_now: bool = False
+    # collect: implausible samples and the share of ports a sweep reached
+    invalid_samples: int = 0
+    sweep_coverage: float | None = None
     # applying to OpenSM: the reload budget, write errors, OpenSM's state
     reloads_deferred: int = 0
     write_errors: int = 0
@@ -97,6 +111,13 @@ _COUNTED = (
         "Applies OpenSM did not take as written (log errors or SA read-back).",
     ),
     ("config_errors", "ibqos_config_load_errors", "Config reloads rejected (the old one runs)."),
+    # collect
+    (
+        "invalid_samples",
+        "ibqos_invalid_samples",
+        "Port samples dropped because their rate was above the link's capacity plus"
+        " collect.rate_margin (counters reset and rewritten).",
+    ),
     # applying to OpenSM
     (
         "reloads_deferred",
@@ -124,8 +145,8 @@ class HealthCollector(Collector):
     Attributes:
         sl_answers: job SL questions answered, by result (``ibqos.agent.handoff.RESULTS``); the
             agent points it at its board's counts.
-        job_source_up: whether the job source answers (Slurm's squeue); None: a source
-            that cannot fail that way (a job file), and no metric.
+        job_source_up: whether the job source answers (Slurm's squeue; a job file whose
+            current version is valid); None: not known yet, and no metric.
     """
 
     def __init__(self, counters: Counters, fabric: str, routing_engine: str, dry_run: bool):
@@ -156,8 +177,8 @@ class HealthCollector(Collector):
         if up is not None:
             yield GaugeMetricFamily(
                 "ibqos_job_source_up",
-                "1 while the job source answers (Slurm: squeue), 0 while the last known jobs"
-                " are held (slurm.grace_s).",
+                "1 while the job source answers (Slurm: squeue; a job file: valid), 0 while"
+                " the last known jobs are held (slurm.grace_s; a job file that turned invalid).",
                 value=int(up),
             )
         build = GaugeMetricFamily(
@@ -178,10 +199,29 @@ class HealthCollector(Collector):
         ports.add_metric(["answered"], c.sweep_answered)
         ports.add_metric(["failed"], c.sweep_failed)
         yield ports
+        if c.sweep_coverage is not None:
+            yield GaugeMetricFamily(
+                "ibqos_sweep_coverage_ratio",
+                "Share of the last sweep's ports (0..1) answered with a usable sample; below"
+                " collect.min_coverage the plan in force is kept.",
+                value=c.sweep_coverage,
+            )
         yield GaugeMetricFamily(
             "ibqos_config_load_error",
             "1 while the last config reload was rejected and the previous config runs.",
             value=int(c.config_error_now),
+        )
+        yield GaugeMetricFamily(
+            "ibqos_opensm_file_warnings",
+            "Checker warnings about the files last rendered for OpenSM (lines it accepts"
+            " but likely reads otherwise than meant; each is logged once).",
+            value=c.file_warnings,
+        )
+        yield GaugeMetricFamily(
+            "ibqos_opensm_files_refused",
+            "1 while OpenSM's files as they should be fail the checker (an admin's line OpenSM"
+            " would reject, ibqos's markers edited): nothing is written until it is fixed.",
+            value=int(c.render_error_now),
         )
         yield from _apply_gauges(c)
         yield GaugeMetricFamily(

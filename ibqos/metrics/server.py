@@ -20,6 +20,7 @@ import hmac
 import logging
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -62,6 +63,15 @@ class _Server(ThreadingMixIn, WSGIServer):
                 log.debug("metrics: TLS handshake with %s failed: %s", client_address, err)
                 return
         super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, not socketserver's traceback on stderr: a scraper that times out or
+        hangs up is the client's trouble and must not flood the journal."""
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):  # timeouts, resets, broken pipes
+            log.debug("metrics: client %s: %s", client_address, err)
+        else:
+            log.warning("metrics: client %s: %s: %s", client_address, type(err).__name__, err)
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -3,15 +3,39 @@
 Both files pass it before ibqos writes anything, and ``ibqos check-opensm FILE...`` runs it
 for admins.  A finding is an **error** when OpenSM would drop or misread the file (the whole
 policy, a line, a value), a **warning** when OpenSM accepts it but it is likely not what
-was meant.  Each check cites the reference section or the OpenSM source it mirrors.
+was meant (OpenSM keeps the policy, and perhaps drops or never matches one rule).  Every
+finding is one line, ``FILE:LINE: message`` (a whole-file finding names line 1).  Each
+check cites the reference section or the OpenSM source it mirrors.
 
 qos-policy.conf (reference A.1; osm_qos_parser_l.l, osm_qos_parser_y.y, osm_qos_policy.c):
 the parse of :func:`ibqos.opensm.policy.parse_policy` (syntax errors, reserved keywords
-inside names, a last comment without newline, CRLF, the grammar's own checks), then what
-``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined qos-level: AC11, source
-group: AC12, destination group: AC13), then silent misreadings: SL > 15, unquoted blanks,
-octal numbers, wide GUID ranges, duplicate names, rules that shadow all later ones,
-``qos-setup`` (ignored).
+inside names, a last comment without newline, CRLF, a byte order mark, the grammar's own
+checks), then what ``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined
+qos-level: AC11, source group: AC12, destination group: AC13), then silent misreadings: SL >
+15, unquoted blanks, octal numbers, wide GUID ranges, duplicate names, rules that shadow all
+later ones, ``qos-setup`` (ignored).
+
+What OpenSM 3.3.23 does with the traps that depend on partitions or sizes (each run on an
+ibsim lab by ``tests/integration/test_policy_traps_lab.py``; docs/agent.md has the table):
+
+- ``ipoib, pkey P : SL`` or ``ipoib : SL`` (P = 0x7fff) whose partition is missing or has
+  fewer than two full members (with a partitions.conf, Default's only full member is the
+  SM port unless the file says more): ERR AC05, AC03, the whole policy dropped -> error
+  (a warning when the partitions are not known);
+- ``pkey: P`` in a match rule, or ``any, pkey P : SL``, no partition with P: ERR AC14 after
+  the parse, rule and policy kept -> warning;
+- a port-group's ``pkey:`` or ``partition:`` no partition has: silently no port -> warning;
+- one string value of 10 KiB or more (unbounded strcat into the parser's buffer): OpenSM
+  died -> error;
+- a byte order mark: AC05 at line 1, AC03 -> error.
+
+The partitions come from the partition file opensm.conf names (OpenSM's default path
+without one; :mod:`ibqos.opensm.partitions`).  ERR AC14 is logged but not fatal: a reload
+check that treats every ``ERR AC..`` line as a rejection would roll back a file OpenSM took.
+
+ibqos's own block must be delimited by exactly one begin and one end marker; anything else
+(a marker deleted or edited by hand, two blocks) is a warning here (OpenSM ignores comments)
+and a :class:`~ibqos.errors.RenderError` when ibqos renders (:func:`ibqos.opensm.conf.find_block`).
 
 opensm.conf (reference A.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
 osm_subnet.c, ``qos_build_config`` in osm_qos.c): ``key=value`` lines, unknown ``qos*``
@@ -31,20 +55,31 @@ from pathlib import Path
 from typing import Literal
 
 from ibqos.config.lanes import MAX_VLARB_ENTRIES, NUM_SLS, SL_OWNING_ENGINES, VL15
-from ibqos.errors import RenderError
 from ibqos.opensm.conf import (
     BEGIN_MARK,
     END_MARK,
     ConfLine,
     conf_lines,
-    find_blocks,
+    marker_problem,
+    parse_conf,
     split_lines,
     strtoul,
 )
-from ibqos.opensm.policy.model import Severity, fold
+from ibqos.opensm.partitions import DEFAULT_PARTITIONS_FILE, DEFAULT_PKEY, Partitions
+from ibqos.opensm.policy.model import Policy, Range, Severity, fold
 from ibqos.opensm.policy.parser import parse_policy
+from ibqos.opensm.policy.render import BEGIN_MARK as POLICY_BEGIN
+from ibqos.opensm.policy.render import END_MARK as POLICY_END
 
-__all__ = ["Finding", "Kind", "check_conf", "check_file", "check_policy", "detect_kind"]
+__all__ = [
+    "Finding",
+    "Kind",
+    "check_conf",
+    "check_file",
+    "check_policy",
+    "detect_kind",
+    "partitions_file",
+]
 
 Kind = Literal["conf", "policy"]
 #: fgets(line, 1023) in osm_subn_parse_conf_file: longer lines are read in pieces
@@ -93,7 +128,9 @@ class _Findings:
         self.items: list[Finding] = []
 
     def add(self, line: int | None, message: str, severity: Severity = "error") -> None:
-        self.items.append(Finding(self.source, line, message, severity))
+        # one line each, whatever a file's text put into the message
+        text = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.items.append(Finding(self.source, line, text, severity))
 
     def sorted(self) -> list[Finding]:
         """In line order (whole-file findings first), errors before warnings."""
@@ -103,8 +140,15 @@ class _Findings:
 # -- qos-policy.conf ------------------------------------------------------------------------
 
 
-def check_policy(text: str, source: str) -> list[Finding]:
-    """Check qos-policy.conf text as OpenSM reads it; findings in line order."""
+def check_policy(text: str, source: str, *, partitions: Partitions | None = None) -> list[Finding]:
+    """Check qos-policy.conf text as OpenSM reads it; findings in line order.
+
+    Args:
+        text: the file.
+        source: its name, for messages.
+        partitions: the subnet's partitions (:func:`ibqos.opensm.partitions.read_partitions`);
+            None: unknown, and what depends on them is at most a warning.
+    """
     policy = parse_policy(text, source)
     out = _Findings(source)
     add = out.add
@@ -117,13 +161,17 @@ def check_policy(text: str, source: str) -> list[Finding]:
             " (ERR AC05, AC03)",
         )
         return out.sorted()
+    _check_markers(text, source, POLICY_BEGIN, POLICY_END, out)
+    # ipoib partitions are checked while parsing (a syntax error): before validation
+    if _check_ipoib(policy, partitions, out):
+        return out.sorted()
 
     # osm_qos_policy_validate: each of these makes OpenSM drop the whole policy
     if policy.default_sl is None:
         add(
-            None,
-            "no qos-level named DEFAULT (nor a qos-ulps 'default:' line): OpenSM drops the"
-            " whole policy (ERR AC10)",
+            1,
+            "no qos-level named DEFAULT (nor a qos-ulps 'default:' line) in the file: OpenSM"
+            " drops the whole policy (ERR AC10)",
         )
     for n, rule in enumerate(policy.match_rules, start=1):
         if policy.level(rule.level) is None:
@@ -161,6 +209,7 @@ def check_policy(text: str, source: str) -> list[Finding]:
                 or group.node_types):  # fmt: skip
             add(group.line, f"port-group {group.name!r} has no members: it matches no port",
                 "warning")  # fmt: skip
+    _check_pkeys(policy, partitions, out)
     rules = policy.match_rules
     later_ulps = [u for u in policy.ulp_rules if u.kind != "default"]
     for n, rule in enumerate(rules, start=1):
@@ -176,6 +225,82 @@ def check_policy(text: str, source: str) -> list[Finding]:
         add(policy.setup_line, "qos-setup is parsed and then ignored by OpenSM: set SL2VL and"
             " VLArb with the qos_*_sl2vl/vlarb keys of opensm.conf", "warning")  # fmt: skip
     return out.sorted()
+
+
+def _pkeys(ranges: Iterable[Range]) -> list[int]:
+    """The P_Keys of *ranges* as OpenSM walks them: bit 15 cleared at both ends, then a
+    reversed range swapped (``__pkey_rangelist2rangearr``)."""
+    out: set[int] = set()
+    for lo, hi in ranges:
+        a, b = sorted((lo & 0x7FFF, hi & 0x7FFF))
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def _check_ipoib(policy: Policy, partitions: Partitions | None, out: _Findings) -> bool:
+    """``ipoib`` lines of qos-ulps: OpenSM wants each P_Key's partition to exist with two
+    full members at least, and stops parsing at the first that fails.  True when one
+    fails for sure (an error is added)."""
+    for ulp in policy.ulp_rules:
+        if ulp.kind not in ("ipoib", "ipoib,pkey"):
+            continue
+        what = f"qos-ulps '{ulp.kind.replace(',', ', ')}'"
+        for pkey in _pkeys(ulp.ranges) if ulp.ranges else [DEFAULT_PKEY]:
+            if partitions is None:
+                out.add(ulp.line, f"{what}: OpenSM drops the whole policy (ERR AC05, AC03)"
+                        f" unless a partition has P_Key {pkey:#06x} with 2 full members at"
+                        " least; the partitions are not known here", "warning")  # fmt: skip
+                continue
+            full = partitions.full_members(pkey)
+            if not partitions.has(pkey):
+                why = "partition doesn't exist"
+            elif full is not None and full < 2:
+                why = "partition has less than two full members"
+            else:
+                continue
+            out.add(ulp.line, f"{what}: 'IPoIB partition, pkey 0x{pkey:04X} - {why}'"
+                    f" ({partitions.source}): OpenSM stops parsing here and drops the whole"
+                    " policy (ERR AC05, AC03)")  # fmt: skip
+            return True
+    return False
+
+
+def _check_pkeys(policy: Policy, partitions: Partitions | None, out: _Findings) -> None:
+    """P_Keys and partition names OpenSM looks up after the parse: in match rules (and
+    ``any, pkey`` lines) a missing one is ERR AC14 and the rule stays; in port-groups it
+    adds no port, silently."""
+    known = partitions.has if partitions is not None else (lambda pkey: pkey == DEFAULT_PKEY)
+    where = f" ({partitions.source})" if partitions is not None else " (unless partitions.conf" \
+        " defines it; the partitions are not known here)"  # fmt: skip
+    rules = [(f"match rule {n}", r.line, r.pkeys) for n, r in enumerate(policy.match_rules, 1)]
+    rules += [("qos-ulps 'any, pkey'", u.line, u.ranges) for u in policy.ulp_rules
+              if u.kind == "any,pkey"]  # fmt: skip
+    for what, line, ranges in rules:
+        missing = [p for p in _pkeys(ranges) if not known(p)]
+        if missing:
+            out.add(line, f"{what}: no partition has P_Key {_some(missing)}{where}: OpenSM"
+                    " logs ERR AC14 for each and keeps the rule and the policy; no path carries"
+                    " such a P_Key, so the rule never matches by it", "warning")  # fmt: skip
+    if partitions is None:
+        return
+    for group in policy.port_groups:
+        missing = [p for p in _pkeys(group.pkeys) if not partitions.has(p)]
+        names = [n for n in group.partitions if n not in partitions.names]
+        if missing:
+            out.add(group.line, f"port-group {group.name!r}: no partition has P_Key"
+                    f" {_some(missing)} ({partitions.source}): OpenSM adds no port for it,"
+                    " silently", "warning")  # fmt: skip
+        if names:
+            out.add(group.line, f"port-group {group.name!r}: no partition named"
+                    f" {', '.join(map(repr, names))} ({partitions.source}; names are"
+                    " case-sensitive): OpenSM adds no port for it, silently",
+                    "warning")  # fmt: skip
+
+
+def _some(pkeys: list[int]) -> str:
+    """A few P_Keys for a message: the first three, and how many more."""
+    text = ", ".join(f"{p:#06x}" for p in pkeys[:3])
+    return text + (f" and {len(pkeys) - 3} more" if len(pkeys) > 3 else "")
 
 
 def _duplicates(names: Iterable[tuple[str, int]], what: str, out: _Findings) -> None:
@@ -217,10 +342,7 @@ def check_conf(
         if len(line.rstrip("\n")) > MAX_CONF_LINE:
             add(n, f"line longer than {MAX_CONF_LINE} characters: OpenSM reads the rest as"
                 " a line of its own")  # fmt: skip
-    try:
-        find_blocks(split_lines(text), BEGIN_MARK, END_MARK, source)
-    except RenderError as err:
-        add(None, f"{err} (ibqos cannot rewrite its keys)", "warning")
+    _check_markers(text, source, BEGIN_MARK, END_MARK, out)
     last: dict[str, ConfLine] = {}
     for entry in conf_lines(text):
         if "=" in entry.key:
@@ -238,8 +360,8 @@ def check_conf(
 
     qos = last.get("qos")
     if qos is None:
-        add(None, "no 'qos' line: QoS is off unless OpenSM runs with -Q (the policy and the"
-            " qos_* keys are then ignored)", "warning")  # fmt: skip
+        add(1, "no 'qos' line in the file: QoS is off unless OpenSM runs with -Q (the policy"
+            " and the qos_* keys are then ignored)", "warning")  # fmt: skip
     elif qos.value != "TRUE":
         if qos.value.upper() in ("TRUE", "YES", "ON", "1", "ENABLE", "ENABLED"):
             add(qos.line, f"qos {qos.value}: OpenSM reads anything but exactly TRUE as FALSE")
@@ -268,6 +390,15 @@ def check_conf(
                 " A.4): it ignores qos_*_sl2vl or loses its deadlock freedom under it",
                 "warning")  # fmt: skip
     return out.sorted()
+
+
+def _check_markers(text: str, source: str, begin: str, end: str, out: _Findings) -> None:
+    """ibqos's block markers: OpenSM ignores them (comments), but ibqos refuses to rewrite
+    a file whose markers do not delimit one block."""
+    _, problem = marker_problem(split_lines(text), begin, end)
+    if problem is not None:
+        out.add(problem[0], f"{problem[1]} (OpenSM reads the file; ibqos will not rewrite"
+                " it)", "warning")  # fmt: skip
 
 
 def _mask(data_vls: int) -> int:
@@ -402,6 +533,21 @@ def detect_kind(path: Path | str, text: str) -> Kind:
     return "policy" if _SECTION_LINE.search(text) else "conf"
 
 
+def partitions_file(paths: Iterable[Path | str]) -> Path:
+    """The partition file OpenSM reads: the ``partition_config_file`` of the first
+    opensm.conf among *paths* that sets it, else OpenSM's default path."""
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if detect_kind(path, text) == "conf":
+            value = parse_conf(text).get("partition_config_file", "(null)")
+            if value not in ("", "(null)"):
+                return Path(value)
+    return DEFAULT_PARTITIONS_FILE
+
+
 def check_file(
     path: Path | str,
     *,
@@ -409,6 +555,7 @@ def check_file(
     data_vls: int | None = None,
     vlarb_low_cap: int | None = None,
     vlarb_high_cap: int | None = None,
+    partitions: Partitions | None = None,
 ) -> list[Finding]:
     """Check one file for ``ibqos check-opensm``; its kind from *kind* or
     :func:`detect_kind`.  An unreadable file is one error finding (no exception)."""
@@ -418,7 +565,7 @@ def check_file(
     except OSError as err:
         return [Finding(source, None, f"cannot read: {err.strerror or err}")]
     if (kind or detect_kind(path, text)) == "policy":
-        return check_policy(text, source)
+        return check_policy(text, source, partitions=partitions)
     return check_conf(
         text,
         source,

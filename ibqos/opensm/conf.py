@@ -27,6 +27,7 @@ This module also reads opensm.conf the way OpenSM does (``osm_subn_parse_conf_fi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -42,11 +43,12 @@ __all__ = [
     "PORT_TYPES",
     "ConfLine",
     "conf_lines",
-    "find_blocks",
+    "find_block",
     "format_sl2vl",
     "format_vlarb",
     "managed_keys",
     "managed_values",
+    "marker_problem",
     "parse_conf",
     "render_conf",
     "routing_engine",
@@ -148,31 +150,31 @@ def managed_values(tables: Tables | None, port_types: Sequence[str]) -> dict[str
     return values
 
 
-def render_conf(admin_text: str, values: Mapping[str, str]) -> str:
+def render_conf(admin_text: str, values: Mapping[str, str], *, source: str = "opensm.conf") -> str:
     """The admin's opensm.conf with ibqos's block of *values* (see the module docstring).
 
     Args:
         admin_text: the file as it is now ("" when there is none).
         values: key -> value of every managed key (:func:`managed_values`).
+        source: the file's name, for messages.
 
     Returns:
         The new text (its last line keeps a missing newline unless the block follows it).
 
     Raises:
-        RenderError: the file has an ibqos begin marker without its end marker (the block
-            cannot be told from the admin's lines), or a value holds a line break or ``#``.
+        RenderError: the file's ibqos markers do not delimit one block (:func:`find_block`),
+            or a value holds a line break or ``#``.
     """
     for key, value in values.items():
         if any(c in key + value for c in "\n\r#") or not key or any(c in key for c in " \t"):
-            raise RenderError(f"opensm.conf: cannot write {key!r} {value!r} on one line")
+            raise RenderError(f"{source}: cannot write {key!r} {value!r} on one line")
     lines = split_lines(admin_text)
-    blocks = find_blocks(lines, BEGIN_MARK, END_MARK, "opensm.conf")
+    block = find_block(lines, BEGIN_MARK, END_MARK, source)
     out: list[str] = []
     at_block = at_key = None
-    inside = {i for start, end in blocks for i in range(start, end + 1)}
-    starts = {start for start, _ in blocks}
+    inside = set() if block is None else set(range(block[0], block[1] + 1))
     for i, line in enumerate(lines):
-        if i in starts and at_block is None:
+        if block is not None and i == block[0]:
             at_block = len(out)
         if i in inside:
             continue
@@ -185,34 +187,70 @@ def render_conf(admin_text: str, values: Mapping[str, str]) -> str:
     where = at_block if at_block is not None else at_key if at_key is not None else len(out)
     if where > 0 and not out[where - 1].endswith("\n"):
         out[where - 1] += "\n"  # only the file's last line can lack one
-    block = [_BEGIN_LINE, *(f"{key} {value}\n" for key, value in values.items())]
+    new = [_BEGIN_LINE, *(f"{key} {value}\n" for key, value in values.items())]
     if not any(key.startswith("qos_") for key in values):
-        block.insert(1, _NO_TABLES_NOTE)
-    out[where:where] = [*block, _END_LINE]
+        new.insert(1, _NO_TABLES_NOTE)
+    out[where:where] = [*new, _END_LINE]
     return "".join(out)
 
 
-def find_blocks(lines: Sequence[str], begin: str, end: str, what: str) -> list[tuple[int, int]]:
-    """Indices (first, last) of the marked blocks in *lines*: from a line starting with
-    *begin* to the next line starting with *end*, both included.
+def find_block(lines: Sequence[str], begin: str, end: str, what: str) -> tuple[int, int] | None:
+    """Indices (first, last) of ibqos's marked block in *lines*, None without one.
+
+    The markers are lines starting with *begin* and *end* (blanks before them allowed).
+    The reader is strict because a block it cannot delimit exactly would leave ibqos's
+    old lines in the file as if they were the admin's (an old job SL served beside the
+    new one), or take the admin's lines for ibqos's and drop them.
 
     Raises:
-        RenderError: a begin marker has no end marker (names *what* and the line).
+        RenderError: an end marker without a begin marker before it, a begin marker
+            without an end marker, a second block, a begin marker inside the block, or a
+            comment that looks like a damaged marker; the message names *what* (the
+            file), the line and what to fix.
     """
-    blocks: list[tuple[int, int]] = []
+    block, problem = marker_problem(lines, begin, end)
+    if problem is not None:
+        raise RenderError(f"{what}:{problem[0]}: {problem[1]}")
+    return block
+
+
+def marker_problem(
+    lines: Sequence[str], begin: str, end: str
+) -> tuple[tuple[int, int] | None, tuple[int, str] | None]:
+    """The block :func:`find_block` finds, and the first problem with the markers as
+    (line number from 1, what is wrong and what to fix), None without one."""
+    found: tuple[int, int] | None = None
     start: int | None = None
     for i, line in enumerate(lines):
-        if start is None and line.startswith(begin):
+        text = line.lstrip(" \t")
+        if text.startswith(begin):
+            if start is not None:
+                return found, (i + 1, f"a second begin marker inside ibqos's block (begun on"
+                               f" line {start + 1}); delete one of them")  # fmt: skip
+            if found is not None:
+                return found, (i + 1, f"a second ibqos block (the first is on lines"
+                               f" {found[0] + 1}-{found[1] + 1}); delete one of them with its"
+                               " markers")  # fmt: skip
             start = i
-        elif start is not None and line.startswith(end):
-            blocks.append((start, i))
-            start = None
+        elif text.startswith(end):
+            if start is None:
+                return found, (i + 1, f"ibqos's end marker ({end!r}) without its begin marker"
+                               " before it, so the block cannot be told from the admin's"
+                               f" lines; put {begin!r} back on the block's first line, or"
+                               " delete the block's lines and this marker")  # fmt: skip
+            found, start = (start, i), None
+        elif _DAMAGED_MARK.match(text):
+            return found, (i + 1, f"{line.strip()!r} looks like a damaged ibqos marker; write"
+                           f" it as {begin!r} or {end!r}, or delete it")  # fmt: skip
     if start is not None:
-        raise RenderError(
-            f"{what} line {start + 1}: ibqos's block has no end marker ({end!r}); restore it"
-            " or delete the begin marker"
-        )
-    return blocks
+        return found, (start + 1, f"ibqos's block has no end marker ({end!r}); put it back"
+                       " after the block's last line, or delete the begin marker and the"
+                       " block's lines")  # fmt: skip
+    return found, None
+
+
+#: a comment naming ibqos's markers that is not one of them (a marker edited by hand)
+_DAMAGED_MARK = re.compile(r"#\s*(BEGIN|END)\W*ibqos\b", re.IGNORECASE)
 
 
 def split_lines(text: str) -> list[str]:

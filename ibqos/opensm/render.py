@@ -8,24 +8,52 @@ Both are rendered from the files as they are on disk now, and both must pass ibq
 checker (:mod:`ibqos.opensm.check`): a file OpenSM would reject, or drop the whole policy
 for, is never handed on to be written.  Nothing here writes or signals
 (:mod:`ibqos.opensm.apply` does).
+
+An error on one of the admin's lines (outside ibqos's block) stops every render until the
+admin fixes it: writing would only make OpenSM reject the file, ibqos roll back, and the
+next cycle try again.  A warning (OpenSM keeps the policy, e.g. a match rule with a P_Key
+no partition has, which it logs as ERR AC14) lets the files through, and the caller gets
+it (:func:`render_checked`).  The policy is checked against the partitions of the
+partition file opensm.conf names (:mod:`ibqos.opensm.partitions`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ibqos.errors import RenderError
 from ibqos.opensm.apply import read_file
-from ibqos.opensm.check import check_conf, check_policy
-from ibqos.opensm.conf import managed_values, render_conf
-from ibqos.opensm.policy import PolicyJob, render_policy
+from ibqos.opensm.check import Finding, check_conf, check_policy
+from ibqos.opensm.conf import BEGIN_MARK as CONF_BEGIN
+from ibqos.opensm.conf import END_MARK as CONF_END
+from ibqos.opensm.conf import find_block, managed_values, parse_conf, render_conf, split_lines
+from ibqos.opensm.partitions import DEFAULT_PARTITIONS_FILE, Partitions, read_partitions
+from ibqos.opensm.policy.render import BEGIN_MARK as POLICY_BEGIN
+from ibqos.opensm.policy.render import END_MARK as POLICY_END
+from ibqos.opensm.policy.render import PolicyJob, render_policy
 
 if TYPE_CHECKING:
     from ibqos.config.lanes import LaneConfig
     from ibqos.config.models import OpenSMConfig
     from ibqos.plan.planner import Plan
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """OpenSM's two files as they should be, and what the checker warns about in them.
+
+    Attributes:
+        files: path -> text (opensm.conf, then the policy).
+        warnings: findings OpenSM accepts the files with (a rule it keeps but that never
+            matches, a value it reads otherwise than likely meant, ...), each naming its
+            file and line and whether the line is the admin's or ibqos's.
+    """
+
+    files: dict[Path, str]
+    warnings: tuple[Finding, ...] = ()
 
 
 def render_files(
@@ -34,7 +62,18 @@ def render_files(
     plan: Plan,
     jobs: Sequence[tuple[str, tuple[int, ...], str]],
 ) -> dict[Path, str]:
-    """opensm.conf and the policy as they should be, by path.
+    """opensm.conf and the policy as they should be, by path (:func:`render_checked`
+    without its warnings)."""
+    return render_checked(cfg, lanes, plan, jobs).files
+
+
+def render_checked(
+    cfg: OpenSMConfig,
+    lanes: LaneConfig,
+    plan: Plan,
+    jobs: Sequence[tuple[str, tuple[int, ...], str]],
+) -> Rendered:
+    """opensm.conf and the policy as they should be, checked.
 
     Args:
         cfg: the ``opensm`` config section (the two files, the port types ibqos manages).
@@ -42,30 +81,66 @@ def render_files(
         plan: the plan in force.
         jobs: (job id, port GUIDs of its CA ports, application name) of every planned job.
 
+    Returns:
+        The files, and the checker's warnings about them.
+
     Raises:
-        RenderError: a file fails the checker; nothing is to be written.
+        RenderError: a file fails the checker, or its ibqos markers do not delimit one
+            block; the message names the file and line, and whether the line is the
+            admin's (to fix by hand: ibqos writes nothing until then) or ibqos's own.
+            Nothing is to be written.
     """
+    conf_source, policy_source = str(cfg.conf), str(cfg.policy_file)
     values = managed_values(plan.tables, cfg.port_types)
-    conf = render_conf(read_file(cfg.conf) or "", values)
+    conf = render_conf(read_file(cfg.conf) or "", values, source=conf_source)
     policy_jobs = [
         PolicyJob(job_id, plan.job_sl[job_id], guids, name) for job_id, guids, name in jobs
     ]
-    policy = render_policy(read_file(cfg.policy_file), policy_jobs)
+    policy = render_policy(read_file(cfg.policy_file), policy_jobs, source=policy_source)
     findings = [
-        *check_conf(
+        *_owned(
+            check_conf(
+                conf,
+                conf_source,
+                data_vls=lanes.data_vls,
+                vlarb_low_cap=lanes.vlarb_low_cap,
+                vlarb_high_cap=lanes.vlarb_high_cap,
+            ),
             conf,
-            str(cfg.conf),
-            data_vls=lanes.data_vls,
-            vlarb_low_cap=lanes.vlarb_low_cap,
-            vlarb_high_cap=lanes.vlarb_high_cap,
+            CONF_BEGIN,
+            CONF_END,
         ),
-        *check_policy(policy, str(cfg.policy_file)),
+        *_owned(
+            check_policy(policy, policy_source, partitions=_partitions(conf)),
+            policy,
+            POLICY_BEGIN,
+            POLICY_END,
+        ),
     ]
     errors = [f for f in findings if f.severity == "error"]
     if errors:
-        raise RenderError(
-            f"{errors[0]} (and {len(errors) - 1} more); nothing written"
-            if len(errors) > 1
-            else f"{errors[0]}; nothing written"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise RenderError(f"{errors[0]}{more}; nothing written")
+    return Rendered({cfg.conf: conf, cfg.policy_file: policy}, tuple(findings))
+
+
+def _partitions(conf: str) -> Partitions | None:
+    """The subnet's partitions, from the partition file opensm.conf names (OpenSM's
+    default path without one); None when it cannot be read."""
+    path = parse_conf(conf).get("partition_config_file", "(null)")
+    return read_partitions(DEFAULT_PARTITIONS_FILE if path in ("", "(null)") else path)
+
+
+def _owned(findings: list[Finding], text: str, begin: str, end: str) -> list[Finding]:
+    """*findings* with their lines' owner said: ibqos's block, or the admin's part."""
+    block = find_block(split_lines(text), begin, end, "")
+    out = []
+    for f in findings:
+        ours = block is not None and f.line is not None and block[0] < f.line <= block[1] + 1
+        owner = (
+            "in ibqos's block"
+            if ours
+            else "the admin's line, outside ibqos's block: fix it by hand"
         )
-    return {cfg.conf: conf, cfg.policy_file: policy}
+        out.append(Finding(f.source, f.line, f"{f.message} [{owner}]", f.severity))
+    return out

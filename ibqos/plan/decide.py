@@ -139,9 +139,16 @@ class Decider:
         job_cls: Mapping[str, Class],
         history: Mapping[str, Class],
         finished: Mapping[str, FinishedJob],
+        in_force: Plan | None = None,
     ) -> None:
         """Continue from a saved state (the agent's, before a restart): jobs still running
-        keep their SLs and start in their classes, and what ended jobs left is kept."""
+        keep their SLs and start in their classes, and what ended jobs left is kept.
+
+        With *in_force* (the plan whose files OpenSM took, :func:`ibqos.plan.saved.
+        plan_from_doc`), planning goes on from it: its lanes stay where they are, so a
+        restart alone costs OpenSM no reload."""
+        if in_force is not None:
+            self.previous = in_force
         self.known_sl = dict(job_sl)
         self.expectations.known_cls = dict(job_cls)
         self.expectations.history = dict(history)

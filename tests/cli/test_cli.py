@@ -92,9 +92,22 @@ def test_bad_lab_name(run):
     one_line_error(run("lab", "up", "--name", "no/slash", "--xgft", "1;4;1"), "no/slash")
 
 
-@pytest.mark.parametrize("command", [("status", "ghost"), ("down", "ghost")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("status", "ghost"),
+        ("down", "ghost"),
+        ("opensm", "stop", "ghost"),
+        ("opensm", "restart", "ghost"),
+        ("link", "down", "ghost", "cn0001[1]"),
+    ],
+)
 def test_unknown_lab(run, command):
     one_line_error(run("lab", *command), "no lab ghost")
+
+
+def test_malformed_link_target(run):
+    one_line_error(run("lab", "link", "up", "ghost", "cn0001[x"), "cn0001[x", "NODE[PORT]")
 
 
 def test_run_on_unknown_lab(run):
@@ -167,3 +180,22 @@ def test_status_reads_the_state_dir(run, tmp_path) -> None:
         .output.splitlines()[1]
         .startswith("mode: observe (the plan below is proposed")
     )
+
+
+def test_check_opensm_reads_the_partitions_opensm_reads(run, tmp_path) -> None:
+    policy = tmp_path / "qos-policy.conf"
+    policy.write_text(
+        "qos-levels\n  qos-level\n    name: DEFAULT\n    sl: 0\n  end-qos-level\n"
+        "end-qos-levels\nqos-ulps\n  ipoib, pkey 0x0123 : 4\nend-qos-ulps\n"
+    )
+    conf = tmp_path / "opensm.conf"
+    conf.write_text(f"qos TRUE\npartition_config_file {tmp_path / 'partitions.conf'}\n")
+    # no partition file: OpenSM has only Default, and drops the policy at line 8
+    result = run("check-opensm", str(conf), str(policy))
+    assert result.exit_code == 1
+    assert result.output.splitlines()[1].startswith(f"error: {policy}:8: qos-ulps 'ipoib, pkey'")
+    (tmp_path / "partitions.conf").write_text("P1=0x0123 : ALL=full ;\n")
+    assert run("check-opensm", str(conf), str(policy)).exit_code == 0
+    other = tmp_path / "other.conf"
+    other.write_text("P2=0x0456 : ALL=full ;\n")
+    assert run("check-opensm", "--partitions", str(other), str(policy)).exit_code == 1

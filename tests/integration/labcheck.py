@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import pandas as pd
+from agentrun import QUIET
 
 from ibqos.fabric.targets import Target
 from ibqos.fabric.topology import Port, Topology
 
-QUIET = {"sweep_interval": "0"}  # no periodic OpenSM sweeps moving the counters
+__all__ = [
+    "HOLD_SLOT",
+    "JOBS",
+    "MAD_BYTES",
+    "QUIET",
+    "check_against_lab",
+    "lab_values",
+    "port_of",
+    "targets_from_topology",
+]
+
 MAD_BYTES = 288
 JOBS = """jobs:
   - {id: "1", nodes: "cn[0001-0006]", pattern: all-to-all,

@@ -6,148 +6,30 @@ drives the traffic model in real time and reads back what OpenSM serves and prog
 
 from __future__ import annotations
 
-import json
-import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
-from pathlib import Path
 
-import yaml
+from agentrun import (
+    ADMIN,
+    JOB_B,
+    JOB_C,
+    LIGHT_A,
+    admin_lines,
+    agent_config,
+    drive,
+    lids,
+    path_sl,
+    spine,
+    start_agent,
+    state,
+    stop_agent,
+    vlarb_low,
+    write_jobs,
+)
 from labcheck import QUIET
 
-from ibqos.fsio import atomic_write
-from ibqos.lab.fabric import fabric_from_lab
-from ibqos.opensm.conf import managed_keys, parse_conf
-
-LIGHT_A = {"id": "A", "name": "ft", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}
-LIGHT_A |= {"rate_bytes_per_s": 1.0e8, "duty": 1.0, "period_s": 0.1}
-JOB_B = {"id": "B", "name": "pairs", "nodes": "cn[0003,0007]", "pattern": "ring"}
-JOB_B |= {"rate_bytes_per_s": 2.0e8, "duty": 1.0, "period_s": 0.1}
-JOB_C = {"id": "C", "name": "late", "nodes": "cn[0004,0008]", "pattern": "ring"}
-JOB_C |= {"rate_bytes_per_s": 1.0e8, "duty": 1.0, "period_s": 0.1}
-ADMIN = "# the admin's own lines, which ibqos must keep\nlog_max_size 0\n"
-
-
-def write_jobs(lab, *jobs: dict) -> None:
-    atomic_write(lab.paths.jobs, yaml.safe_dump({"jobs": list(jobs)}, sort_keys=False))
-
-
-def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
-    doc = yaml.safe_load(lab.paths.config.read_text())
-    doc |= {
-        "collect": {"interval_s": 1.0},
-        "classify": {"tau_s": 0.0},
-        "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
-        # no SL socket: the default /run/ibqos/ibqos.sock would be shared by agents
-        # that run at once (test_slurm_lab.py serves its own)
-        "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2, "socket": ""},
-        "metrics": {"listen": "127.0.0.1:0"},  # any free port: tests never collide on one
-    }
-    for key, value in extra.items():
-        doc.setdefault(key, {}).update(value)
-    path = tmp_path / "ibqos.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def state(tmp_path: Path) -> dict:
-    try:
-        return json.loads((tmp_path / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def lids(lab) -> dict[str, int]:
-    """Host name -> LID of its CA port."""
-    fabric = fabric_from_lab(lab)
-    return {
-        fp.node_desc.split()[0]: fp.lid
-        for fp in fabric.ports.values()
-        if not fp.is_switch and fp.lid is not None
-    }
-
-
-def path_sl(lab, slid: int, dlid: int) -> int | None:
-    out = lab.run(["saquery", "PR", "--slid", str(slid), "--dlid", str(dlid)]).stdout
-    m = re.search(r"^\s*sl\.+0x([0-9a-fA-F]+)", out, re.M)
-    return None if m is None else int(m.group(1), 16)
-
-
-def drive(lab, until: Callable[[], bool], timeout: float, proc=None) -> float:
-    """Tick the lab in real time until *until* holds; return the seconds it took."""
-    t0 = last = time.monotonic()
-    while not until():
-        now = time.monotonic()
-        assert now - t0 < timeout, f"not reached within {timeout} s"
-        assert proc is None or proc.poll() is None, "the agent died"
-        lab.reload_jobs()
-        lab.tick(now - last)
-        last = now
-        time.sleep(0.1)
-    return time.monotonic() - t0
-
-
-def start_agent(lab, config: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
-    err = open(tmp_path / "agent.log", "w")
-    proc = subprocess.Popen(
-        ["ibqos", "run", "--config", str(config), *args],
-        env=lab.env(),
-        cwd=lab.paths.run,
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-        text=True,
-    )
-    proc.log_file = err  # type: ignore[attr-defined]
-    return proc
-
-
-def stop_agent(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.log_file.close()  # type: ignore[attr-defined]
-
-
-def admin_lines(text: str) -> list[str]:
-    """opensm.conf without ibqos's block and the keys it manages (``qos`` and the
-    ``qos_ca_*``/``qos_swe_*`` keys, which move into the block)."""
-    managed = set(managed_keys(("ca", "swe")))
-    out, inside = [], False
-    for line in text.splitlines():
-        if line.startswith("# BEGIN ibqos"):
-            inside = True
-        elif line.startswith("# END ibqos"):
-            inside = False
-        elif not inside and line.split(maxsplit=1)[:1] != [] and line.split()[0] in managed:
-            continue
-        elif not inside:
-            out.append(line)
-    return out
-
-
-def vlarb_low(lab, lid: int, port: int) -> dict[int, int]:
-    """VL -> weight of a port's low VLArb table, read from the switch (smpquery)."""
-    out = lab.run(["smpquery", "vlarb", str(lid), str(port)], check=True).stdout
-    rows = [line for line in out.splitlines() if line.startswith(("VL", "WEIGHT"))][:2]
-    vls, weights = ([int(x, 16) for x in re.findall(r"0x[0-9a-f]+", row)] for row in rows)
-    table: dict[int, int] = {}
-    for vl, weight in zip(vls, weights, strict=True):
-        table[vl] = table.get(vl, 0) + weight
-    return table
-
-
-def spine(lab) -> tuple[int, int]:
-    fabric = fabric_from_lab(lab)
-    fp = next(fp for fp in fabric.ports.values() if fp.is_switch and fp.level == fabric.height)
-    assert fp.lid is not None
-    return fp.lid, fp.num
+from ibqos.opensm.conf import parse_conf
 
 
 def test_the_agent_plans_applies_and_follows_jobs(make_lab, tmp_path):

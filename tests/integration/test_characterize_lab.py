@@ -18,9 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from agentrun import agent_config, drive, metrics_url, start_agent, state, stop_agent, write_jobs
 from labcheck import QUIET
-from test_agent_lab import agent_config, drive, start_agent, state, stop_agent, write_jobs
-from test_metrics_lab import metrics_url
 
 from ibqos.characterize import history
 from ibqos.classify.profiles import Profile, ProfileStore

@@ -4,15 +4,23 @@ Prometheus's HTTP API and must return data with the labels its legend names."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
+from agentrun import (
+    JOB_B,
+    LIGHT_A,
+    agent_config,
+    drive,
+    metrics_url,
+    scrape,
+    start_agent,
+    stop_agent,
+    write_jobs,
+)
 from dashqueries import panel_queries
 from labcheck import QUIET
-from test_agent_lab import JOB_B, LIGHT_A, agent_config, drive, start_agent, stop_agent, write_jobs
 
 from ibqos.lab.prometheus import PrometheusServer
 
@@ -21,17 +29,6 @@ RULES = ROOT / "dashboards" / "ibqos.rules.yml"
 # offered 2e10 B/s per node: more than a 4x EDR link (1.25e10) carries, so host links and
 # the leaf uplinks towards cn0005/cn0006 are overloaded and the lab model counts XmitWait
 HEAVY_A = LIGHT_A | {"rate_bytes_per_s": 2.0e10}
-
-
-def metrics_url(tmp_path: Path) -> str | None:
-    """The agent's endpoint, from its log line (it listens on any free port)."""
-    m = re.search(r"metrics on (http://\S+/metrics)", (tmp_path / "agent.log").read_text())
-    return None if m is None else m.group(1)
-
-
-def scrape(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return resp.read()
 
 
 def test_prometheus_scrapes_the_agent_and_every_panel_has_data(make_lab, tmp_path):

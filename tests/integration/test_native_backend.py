@@ -80,8 +80,9 @@ def test_three_backends_read_the_same_fabric_state(make_lab, jobs, tmp_path):
 
 
 CHILD = """
-import json, sys
+import json, logging, sys
 from ibqos.collect.native import NativeBackend
+logging.basicConfig(level=logging.DEBUG)  # each port's failure is said at debug level
 from ibqos.collect.sweep import Target
 targets = [Target(*t) for t in json.load(sys.stdin)]
 with NativeBackend(timeout_s=0.2, retries=1) as nb:

@@ -238,7 +238,7 @@ def test_opensm_rejects_what_the_checker_rejects(make_lab, case: str) -> None:
         ]
         assert stdout == [f"Error in QoS Policy File (line {line}:26): syntax error."]
     else:
-        assert findings[0].line is None and "ERR AC10" in findings[0].message
+        assert findings[0].line == 1 and "ERR AC10" in findings[0].message
         assert [tail(e) for e in err] == [
             "osm_qos_policy_validate: ERR AC10: Default qos-level (default) not defined.",
             "osm_qos_parse_policy_file: ERR AC04: Error(s) in QoS policy file (<policy>)",

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from agentrun import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
 from labcheck import QUIET
 from systemdunit import Unit, exec_argv, parse_unit, seconds, unit_environment
-from test_agent_lab import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
 
 from ibqos.agent.state import load_state
 from ibqos.opensm.check import check_file

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agentrun import drive, lids, path_sl, start_agent, state, stop_agent
 from labcheck import QUIET
-from test_agent_lab import drive, lids, path_sl, start_agent, state, stop_agent
 
 from ibqos.lab.slurm import SlurmCluster
 

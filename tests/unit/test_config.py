@@ -56,6 +56,25 @@ def test_values_are_read() -> None:
     assert (c.ca, c.port) == ("mlx5_1", 2)
 
 
+def test_collection_bounds() -> None:
+    default = parse_config({}, "c.yaml")
+    c = default.collect
+    assert (c.rate_margin, c.min_coverage, c.sweep_timeout_s) == (0.1, 0.9, None)
+    assert c.sweep_deadline_s == c.interval_s == 10.0  # a sweep ends before the next is due
+    assert default.fabric.discover_timeout_s == 60.0
+    cfg = parse_config(
+        {
+            "fabric": {"discover_timeout_s": 20},
+            "collect": {"rate_margin": 0.25, "min_coverage": 1, "sweep_timeout_s": 4},
+        },
+        "c.yaml",
+    )
+    c = cfg.collect
+    assert (c.rate_margin, c.min_coverage, c.sweep_timeout_s) == (0.25, 1.0, 4.0)
+    assert c.sweep_deadline_s == 4.0 and cfg.fabric.discover_timeout_s == 20.0
+    assert parse_config({"collect": {"sweep_timeout_s": None}}, "c.yaml").collect == CollectConfig()
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -77,6 +96,14 @@ def test_values_are_read() -> None:
         ({"collect": {"interval_s": float("nan")}}, "collect.interval_s: expected a number"),
         ({"collect": {"timeout_s": float("inf")}}, "collect.timeout_s: expected a number"),
         ({"collect": {"port": 999}}, "collect.port: expected an integer >= 0 and <= 254"),
+        ({"collect": {"rate_margin": -0.1}}, "collect.rate_margin: expected a number >= 0"),
+        ({"collect": {"min_coverage": 1.5}}, "collect.min_coverage: expected 0-1, got 1.5"),
+        ({"collect": {"sweep_timeout_s": 0}}, "collect.sweep_timeout_s: expected a number >= 0.01"),
+        ({"collect": {"sweep_timeout_s": "x"}}, "collect.sweep_timeout_s: expected a number"),
+        (
+            {"fabric": {"discover_timeout_s": 0}},
+            "fabric.discover_timeout_s: expected a number >= 1",
+        ),
     ],
 )
 def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:

@@ -7,21 +7,34 @@ NDR/HDR/SDR links, a CA with no link, an ibwarn line).
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
 import re
+import stat
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from ibqos.errors import TopologyError
+from ibqos.agent.wiring import fabric_from_config
+from ibqos.config.load import parse_config
+from ibqos.errors import StopRequested, TopologyError
 from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
-from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_ibnetdiscover, fabric_from_text
+from ibqos.fabric.model import (
+    DISCOVER_TIMEOUT_S,
+    Fabric,
+    fabric_from_file,
+    fabric_from_ibnetdiscover,
+    fabric_from_text,
+)
 from ibqos.fabric.targets import Target
 from ibqos.fabric.topology import Link, Node, Port, Topology, format_ibnetdiscover
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.fabric import fabric_from_lab
+from ibqos.tools import waiter
 
 DATA = Path(__file__).parent.parent / "data"
 TWO = DATA / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
@@ -218,6 +231,7 @@ def test_mixed_targets(mixed: Fabric) -> None:
             level=1,
             role="up",
             is_switch=True,
+            capacity_bytes_per_s=mixed.port(LEAF2, 34).capacity_bytes_per_s,
         )
         in targets
     )
@@ -608,6 +622,46 @@ def test_from_ibnetdiscover_timeout() -> None:
         fabric_from_ibnetdiscover(
             command=[sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5
         )
+
+
+def test_a_hung_ibnetdiscover_keeps_the_loop_pinged_and_ends_on_a_stop(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    script = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    pings: list[float] = []
+
+    def ping_then_stop() -> None:  # what the agent's waiter does on SIGTERM
+        pings.append(time.monotonic())
+        if len(pings) == 3:
+            raise StopRequested
+
+    started = time.monotonic()
+    with waiter(ping_then_stop), pytest.raises(StopRequested):
+        fabric_from_ibnetdiscover(command=[sys.executable, "-c", script])
+    assert len(pings) == 3 and time.monotonic() - started < 5
+    with pytest.raises(ProcessLookupError):  # killed by its pid and reaped
+        os.kill(int(pidfile.read_text()), 0)
+
+
+def test_discovery_is_bounded_by_default() -> None:
+    default = inspect.signature(fabric_from_ibnetdiscover).parameters["timeout"].default
+    assert default == DISCOVER_TIMEOUT_S == 60.0
+
+
+def test_the_config_bounds_a_live_discovery(tmp_path: Path) -> None:
+    exe = tmp_path / "ibnetdiscover"
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    cfg = parse_config({"fabric": {"discover_timeout_s": 1}}, "c.yaml")
+    started = time.monotonic()
+    with pytest.raises(TopologyError, match=r"^ibnetdiscover: no answer within 1 s$"):
+        fabric_from_config(cfg, env={"PATH": str(tmp_path)})
+    assert time.monotonic() - started < 5
+
+
+def test_targets_carry_their_link_capacity() -> None:
+    fabric = fabric_from_file(MIXED)
+    for t in fabric.targets():
+        assert t.capacity_bytes_per_s == fabric.port(t.node_guid, t.port).capacity_bytes_per_s > 0
 
 
 def test_from_ibnetdiscover_empty_output() -> None:

@@ -215,8 +215,19 @@ def test_the_agent_s_own_series() -> None:
     assert get("ibqos_snapshot_timestamp_seconds") is None
 
 
+def test_sweep_coverage_and_invalid_samples() -> None:
+    counters = Counters()
+    m = metrics(counters)
+    get = m.registry.get_sample_value
+    assert get("ibqos_sweep_coverage_ratio") is None  # no sweep yet: no pretend value
+    assert get("ibqos_invalid_samples_total") == 0
+    counters.sweep_coverage, counters.invalid_samples = 0.29, 3
+    assert get("ibqos_sweep_coverage_ratio") == 0.29
+    assert get("ibqos_invalid_samples_total") == 3
+
+
 def test_promtool_accepts_the_exposition() -> None:
-    counters = Counters(cycles=3, last_success_s=1.7e9)
+    counters = Counters(cycles=3, last_success_s=1.7e9, sweep_coverage=0.5, invalid_samples=2)
     m = metrics(counters)
     m.cycle_seconds.observe(0.2)
     m.sweep_seconds.observe(0.02)

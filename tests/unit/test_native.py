@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import struct
+import time
 from collections import deque
 
 import numpy as np
@@ -19,9 +20,10 @@ import pytest
 from ibqos.collect.native import REPROBE_SWEEPS, NativeBackend, NodeCaps
 from ibqos.collect.pipeline import Pipeline, Request
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
-from ibqos.errors import CollectError, MadError
+from ibqos.errors import CollectError, MadError, StopRequested
 from ibqos.fabric.targets import Target
 from ibqos.mad import pma
+from ibqos.tools import waiter
 
 SWITCH_CAPS = 0x1300  # ibsim's switches: AllPortSelect, PCE, XmitWait in PortCounters
 CA_CAPS = 0x1200
@@ -245,12 +247,14 @@ def test_a_bad_reply_fails_its_port_only(
     fab: ScriptedFabric, caplog: pytest.LogCaptureFixture, fault: object, error: str
 ) -> None:
     fab.faults[(1, 2, pma.ATTR_PORT_COUNTERS_EXT)] = [fault]
-    with caplog.at_level(logging.WARNING, "ibqos.collect"):
+    with caplog.at_level(logging.DEBUG, "ibqos.collect"):
         s = backend(fab).sweep([switch(1, p) for p in range(1, 5)])
     assert s.table["error"].tolist() == ["", error, "", ""]
     assert s.table["xmit_bytes"].isna().tolist() == [False, True, False, False]
     assert s.table["counter_bits"].tolist() == [64, 0, 64, 64]
-    assert f"sw1 port 2 (lid 1): {error}" in caplog.text
+    # per port at debug level only: the collection loop sums a sweep up in one line
+    said = [r for r in caplog.records if r.getMessage() == f"sw1 port 2 (lid 1): {error}"]
+    assert [r.levelno for r in said] == [logging.DEBUG]
     assert s.failed == 1
 
 
@@ -510,3 +514,40 @@ def test_a_sweep_where_no_node_answers_is_all_error_rows(fab: ScriptedFabric) ->
     s = backend(fab).sweep([ca(9), ca(8)])  # no such LIDs: no request at all gets sent
     assert s.table["error"].tolist() == ["no ClassPortInfo from this node"] * 2
     assert s.table.dtypes.astype(str).to_dict() == SWEEP_DTYPES
+
+
+# -- bounds: the sweep's time limit and the tool runner's waiter -------------------------
+
+
+def test_a_sweep_where_nothing_answers_ends_at_its_time_limit(fab: ScriptedFabric) -> None:
+    targets = [switch(1, p) for p in range(1, 5)] + [ca(3)]
+    # 5 s per try and two retries: 15 s a request, and more for a window of 4
+    nb = backend(fab, timeout_s=5.0, retries=2, sweep_timeout_s=0.3)
+    assert nb.sweep(targets).failed == 0  # probed and read while the fabric answers
+    fab.caps.clear()  # now nothing answers
+    s = nb.sweep(targets)
+    assert s.duration_s < 2
+    assert s.table["error"].tolist() == ["no reply before the sweep's time limit"] * 5
+    # PCE and PortCounters of 5 ports: the first window of 4 sent, none of them answered
+    assert (s.stats["cut"], s.stats["sent"]) == (10, 4)
+    assert s.stats["timeouts"] == 0
+
+
+def test_the_waiter_is_called_and_can_stop_a_sweep_mid_way(fab: ScriptedFabric) -> None:
+    targets = [switch(1, p) for p in range(1, 5)]
+    nb = backend(fab, timeout_s=5.0, retries=2)  # no time limit: 15 s and more
+    nb.sweep(targets)
+    fab.caps.clear()
+    calls: list[float] = []
+
+    def stop() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            raise StopRequested
+
+    started = time.monotonic()
+    with waiter(stop), pytest.raises(StopRequested):
+        nb.sweep(targets)
+    assert len(calls) == 2 and time.monotonic() - started < 3
+    fab.caps[1] = (SWITCH_CAPS, 0)  # the pipeline is still usable after a stop
+    assert nb.sweep(targets).failed == 0

@@ -65,8 +65,8 @@ POLICY_TRAPS = [
     # qos-level sl is not range-checked (it is cast to uint8)
     ("SL above 15", D + level("x", "20"), "error", 9, "sl 20 is not 0-15"),
     # validation: AC10 .. AC13
-    ("no DEFAULT", level("other", "0"), "error", None, "ERR AC10"),
-    ("empty file", "", "error", None, "ERR AC10"),
+    ("no DEFAULT", level("other", "0"), "error", 1, "ERR AC10"),
+    ("empty file", "", "error", 1, "ERR AC10"),
     ("undefined level", D + rule("qos-level-name: nope"), "error", 9, "ERR AC11"),
     ("undefined source", D + rule("source: nope", "qos-level-name: DEFAULT"), "error", 9,
      "ERR AC12"),
@@ -115,7 +115,7 @@ POLICY_TRAPS = [
      "  end-qos-match-rule\nend-qos-match-rules\n" + group("port-guid: 0x1"),
      "warning", 9, "no rule after it"),
     ("ipoib needs a partition", "qos-ulps\n  default : 0\n  ipoib : 1\nend-qos-ulps\n",
-     "warning", 3, "partitions.conf"),
+     "warning", 3, "unless a partition has P_Key 0x7fff with 2 full members"),
     ("path-bits unused", D + level("x", "1", "path-bits: 1"), "warning", 9, "never used"),
     ("rate-limit of newer OpenSM", D + level("x", "1", "rate-limit: 24"), "error", 12,
      "rate limit is out of range"),  # 3.3.23 stops at 22 [verified]
@@ -170,7 +170,7 @@ CONF_TRAPS = [
     ("qos_sw0_max_vls=2 (man page)", Q + "qos_sw0_max_vls=2\n", "error", 2, "Unrecognized"),
     ("qos true", "qos true\n", "error", 1, "exactly TRUE"),
     ("qos FALSE", "qos FALSE\n", "warning", 1, "QoS is off"),
-    ("no qos line", "routing_engine ftree\n", "warning", None, "no 'qos' line"),
+    ("no qos line", "routing_engine ftree\n", "warning", 1, "no 'qos' line"),
     ("unknown qos key", Q + "qos_ca_vlarb_lo 0:64\n", "error", 2, "unknown option"),
     ("a long line", Q + "log_file /" + "x" * 1030 + "\n", "error", 2, "longer than 1022"),
     ("set twice", Q + "qos TRUE\n", "warning", 2, "OpenSM uses this last one"),
@@ -209,7 +209,7 @@ CONF_TRAPS = [
     ("lash owns SL2VL", Q + "routing_engine lash,minhop\n" + f"qos_sl2vl {SL2VL}\n", "warning",
      3, "routing engine lash"),
     ("a damaged ibqos block", Q + "# BEGIN ibqos managed keys\nqos_ca_high_limit 1\n",
-     "warning", None, "no end marker"),
+     "warning", 2, "no end marker"),
 ]  # fmt: skip
 
 
@@ -278,7 +278,7 @@ def test_check_file_picks_the_kind(tmp_path: Path) -> None:
     assert detect_kind("/etc/opensm/opensm.conf", "qos-levels\n") == "conf"
     (found,) = check_file(policy)
     assert str(found).startswith(f"{policy}:3: syntax error")
-    assert "key=value" in str(check_file(conf)[-1])
+    assert "key=value" in str(check_file(conf)[0])  # an error, before the warning on line 1
     assert check_file(conf, kind="policy")[0].message.startswith("syntax error")
     (missing,) = check_file(tmp_path / "nope.conf")
     assert str(missing) == f"{tmp_path / 'nope.conf'}: cannot read: No such file or directory"

@@ -147,7 +147,7 @@ def test_render_at_the_end_when_nothing_is_managed_yet() -> None:
 
 def test_render_refuses_a_block_without_its_end() -> None:
     broken = render_conf("", {"qos": "TRUE"}).replace(END_MARK, "# ended by hand")
-    with pytest.raises(RenderError, match="line 1: ibqos's block has no end marker"):
+    with pytest.raises(RenderError, match=r"^opensm\.conf:1: ibqos's block has no end marker"):
         render_conf(broken, {"qos": "TRUE"})
 
 

@@ -182,12 +182,12 @@ def test_use_text_cannot_open_a_quote_or_a_comment() -> None:
 
 def test_render_refuses_an_admin_part_opensm_would_drop() -> None:
     bad = STORAGE.replace("name: storage", "name: my-port-groups")
-    with pytest.raises(RenderError, match=r"p\.conf line 4: syntax error.*keyword 'port-groups'"):
+    with pytest.raises(RenderError, match=r"^p\.conf:4: syntax error.*keyword 'port-groups'"):
         render_policy(bad, JOBS, source="p.conf")
     # line numbers are the file's, even with ibqos's block above the error
     moved = render_policy(None, JOBS) + bad
     line = moved.splitlines().index("    name: my-port-groups") + 1
-    with pytest.raises(RenderError, match=f"line {line}:"):
+    with pytest.raises(RenderError, match=f"^p.conf:{line}:"):
         render_policy(moved, JOBS, source="p.conf")
 
 

@@ -8,6 +8,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from ibqos.collect.diags import last_message
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.perfquery_parse import parse_perfquery
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
-from ibqos.errors import CollectError, MadError
+from ibqos.errors import CollectError, MadError, StopRequested
 from ibqos.fabric.targets import Target
+from ibqos.tools import waiter
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perfquery"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "expected.json").exists())
@@ -274,7 +276,10 @@ def test_failing_port_fails_only_its_row_and_the_rest_is_retried(fake, caplog):
     fake.cases["-x 4 41"] = {"stdout": renumber(case("switch-x-one-port")["stdout"], 2, 41)}
     fake.cases["4 1,41"] = {"stdout": renumber(case("spine-ports")["stdout"], 2, 41)}
     targets = spine_targets((1, 40, 41))
-    with PerfqueryBackend(env=fake.env()) as backend:
+    with (
+        caplog.at_level(logging.DEBUG, "ibqos.collect.perfquery"),
+        PerfqueryBackend(env=fake.env()) as backend,
+    ):
         sweep = backend.sweep(targets)
     assert fake.calls() == ["-x 4 1,40,41", "-x 4 41", "4 1,41"]
     errors = list(sweep.table["error"])
@@ -286,7 +291,12 @@ def test_failing_port_fails_only_its_row_and_the_rest_is_retried(fake, caplog):
     want = 4 * expected_counters("switch-x-one-port")[2]["PortXmitData"]
     assert sweep.table["xmit_bytes"].iat[2] == want
     assert sweep.stats["failed"] == 1 and sweep.stats["sent"] == 3
-    assert "perfquery -x 4 1,40,41: perfquery exited 255" in caplog.text
+    # per process at debug level only: the collection loop sums a sweep up in one line
+    failed = [
+        r for r in caplog.records if "perfquery -x 4 1,40,41: perfquery exited 255" in r.message
+    ]
+    assert [r.levelno for r in failed] == [logging.DEBUG]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert all(r.name == "ibqos.collect.perfquery" for r in caplog.records)
 
 
@@ -349,7 +359,9 @@ def test_port_counters_failure_loses_only_xmit_wait(fake, caplog):
     assert sweep.table["xmit_bytes"].iat[0] > 0
     assert sweep.table["xmit_wait"].isna().iat[0]
     assert (
-        "perfquery 2 1: perfquery exited 255: perfquery: iberror: failed: perfquery" in caplog.text
+        "XmitWait (PortCounters) of 1 ports not read, their data counters stand (first: "
+        "lid 2 port 1: PortCounters: perfquery exited 255: perfquery: iberror: failed: perfquery)"
+        in caplog.text
     )
 
 
@@ -583,7 +595,10 @@ def test_a_failed_vl_read_leaves_the_row_alone(fake, caplog):
     assert t["error"].tolist() == ["", ""]
     assert t["xmit_bytes"].notna().all() and t["xmit_wait"].notna().all()
     assert vl_values(t, 0)[3] == 77 and t.loc[1, list(VL_WAIT_COLUMNS)].isna().all()
-    assert "perfquery -e --vlxmitcounters 4 2: perfquery exited 255: ibwarn: [" in caplog.text
+    assert (
+        "PortVLXmitWaitCounters of 1 ports not read, their per-VL columns are empty "
+        "(first: lid 4 port 2: perfquery exited 255: ibwarn: ["
+    ) in caplog.text
     assert s.failed == 0 and s.stats["failed"] == 1
 
 
@@ -624,3 +639,38 @@ def test_vl_off_by_default(fake):
     with PerfqueryBackend(env=fake.env()) as backend:
         s = backend.sweep([CA_TARGET])
     assert list(s.table.columns) == list(SWEEP_DTYPES) and vl_calls(fake) == []
+
+
+# -- bounds: the sweep's time limit and the tool runner's waiter -------------------------
+
+
+def test_a_sweep_ends_at_its_time_limit(fake):
+    fake.cases["-x 6 1"] = {"sleep": 30}
+    fake.cases["-x 7 1"] = {"stdout": case("ca-x")["stdout"]}
+    targets = [Target(6, "slow", 1, 6, 0, "host", False), Target(7, "late", 1, 7, 0, "host", False)]
+    # one worker: the hung process takes what is left of the sweep, the next is not run
+    with PerfqueryBackend(workers=1, sweep_timeout_s=1.0, env=fake.env()) as backend:
+        sweep = backend.sweep(targets)
+    assert sweep.table["error"].tolist() == [
+        "lid 6 port 1: perfquery cut at the sweep's time limit (1 s)",
+        "lid 7 port 1: not read: the sweep's time limit passed",
+    ]
+    assert fake.calls() == ["-x 6 1"]
+    assert sweep.duration_s < 5
+    assert sweep.stats["timeouts"] == 1 and sweep.stats["sent"] == 1
+
+
+def test_a_stop_from_the_waiter_ends_the_sweep_at_once(fake):
+    fake.cases["-x 6 1"] = {"sleep": 30}
+    started = time.monotonic()
+
+    def stop() -> None:
+        raise StopRequested
+
+    with (
+        waiter(stop),
+        PerfqueryBackend(workers=1, env=fake.env()) as backend,
+        pytest.raises(StopRequested),
+    ):
+        backend.sweep([Target(6, "slow", 1, 6, 0, "host", False)])
+    assert time.monotonic() - started < 5  # not the process's 10 s, nor its 30 s sleep

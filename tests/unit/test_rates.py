@@ -446,3 +446,60 @@ def test_vl_rate_columns_are_documented():
     import ibqos.collect.rates as mod
 
     assert "\nvl0_xmit_wait_per_s " in mod.__doc__ and "\nvl15_xmit_wait_per_s " in mod.__doc__
+
+
+# -- implausible rates ------------------------------------------------------------------
+
+EDR = 12.5e9  # 4xEDR, bytes per second
+L = Target(0x0C42A10300010002, "leaf-2", 3, 4, 1, "up", True, capacity_bytes_per_s=EDR)
+H = Target(0x0C42A10301000002, "cn0002 mlx5_0", 1, 5, 0, "host", False, EDR)
+
+
+def test_rate_above_link_capacity_is_dropped_counted_and_logged_once(caplog):
+    rt = RateTracker()  # 10 % margin
+    rt.update(sweep([(L, row(10.0, 0, 0, 0, 0)), (H, row(10.0, 0, 0, 0, 0))]))
+    # counters reset and rewritten: 23.7 TB in one second on the leaf, fine on the host
+    with caplog.at_level("WARNING", "ibqos.collect.rates"):
+        rates = rt.update(
+            sweep([(L, row(11.0, 23_700_000_000_000, 10, 5, 5)), (H, row(11.0, 10**9, 10**9))])
+        )
+    leaf, host = rates.iloc[0], rates.iloc[1]
+    for col in ("xmit_bytes_per_s", "rcv_bytes_per_s", "xmit_pkts_per_s", "xmit_wait_per_s"):
+        assert math.isnan(leaf[col]), col
+    assert leaf["error"] == "rate 2.37e+13 B/s above the link's 1.25e+10 B/s: sample dropped"
+    assert host["xmit_bytes_per_s"] == 1e9 and host["error"] == ""
+    assert (rt.invalid_samples, rt.last_invalid) == (1, 1)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert lines[0].startswith("dropped 1 implausible sample(s), rates above the link's capacity")
+    assert "leaf-2 port 3: 2.37e+13 B/s on a 1.25e+10 B/s link" in lines[0]
+
+
+def test_the_next_interval_is_measured_from_the_dropped_reading():
+    rt = RateTracker()
+    rt.update(sweep([(L, row(10.0, 0, 0))]))
+    rt.update(sweep([(L, row(11.0, 10**15, 0))]))  # rewritten: dropped
+    rates = rt.update(sweep([(L, row(12.0, 10**15 + 5 * 10**9, 0))]))
+    assert rates["xmit_bytes_per_s"].iloc[0] == 5e9 and rates["error"].iloc[0] == ""
+    assert (rt.invalid_samples, rt.last_invalid) == (1, 0)
+
+
+def test_margin_bounds_what_is_kept():
+    # 13 GB/s on a 12.5 GB/s link: 4 % over, inside a 10 % margin, outside a 1 % one
+    readings = [[(L, row(10.0, 0, 0))], [(L, row(11.0, 0, 13 * 10**9))]]
+    loose, strict = RateTracker(), RateTracker(margin=0.01)
+    for r in readings[:1]:
+        loose.update(sweep(r))
+        strict.update(sweep(r))
+    assert loose.update(sweep(readings[1]))["rcv_bytes_per_s"].iloc[0] == 13e9
+    assert math.isnan(strict.update(sweep(readings[1]))["rcv_bytes_per_s"].iloc[0])
+    assert (loose.invalid_samples, strict.invalid_samples) == (0, 1)
+    with pytest.raises(ValueError, match="margin"):
+        RateTracker(margin=-0.1)
+
+
+def test_ports_of_unknown_capacity_are_not_checked():
+    rt = RateTracker()  # A has capacity 0 (a recording's port)
+    rt.update(sweep([(A, row(10.0, 0, 0))]))
+    rates = rt.update(sweep([(A, row(11.0, 10**15, 0))]))
+    assert rates["xmit_bytes_per_s"].iloc[0] == 1e15 and rt.invalid_samples == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import stat
 import subprocess
 import sys
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.tools import ToolRun, find_tool, run_tool
+from ibqos.errors import StopRequested
+from ibqos.tools import SLICE_S, ToolRun, find_tool, poll_waiter, run_tool, set_waiter, waiter
 
 PY = sys.executable
 
@@ -113,3 +116,105 @@ def test_find_tool_searches_the_path_of_the_given_environment(tmp_path, monkeypa
     monkeypatch.setenv("PATH", str(exe.parent))
     assert find_tool("smpquery") == str(exe)  # no environment: this process's
     assert find_tool("smpquery", {}) is None  # no PATH in it: os.defpath
+
+
+# -- the waiter --------------------------------------------------------------------------
+
+
+def sleeper(tmp_path: Path, seconds: float) -> list[str]:
+    """A tool that writes its pid to tmp_path/pid, then sleeps *seconds*."""
+    pidfile = tmp_path / "pid"
+    code = (
+        "import os, sys, time; "
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep({seconds})"
+    )
+    return [PY, "-c", code]
+
+
+def gone(pid: int) -> bool:
+    """No process (not even a zombie) has *pid* any more."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_waiter_is_called_between_slices_while_a_tool_runs(tmp_path):
+    calls: list[float] = []
+    with waiter(lambda: calls.append(time.monotonic())):
+        run = run_tool(sleeper(tmp_path, 1.6), timeout_s=30)
+    assert run.ok
+    # 1.6 s in slices of 0.5 s: three calls at least, none more than a slice apart
+    assert len(calls) >= 3
+    assert all(b - a < SLICE_S + 0.3 for a, b in itertools.pairwise(calls))
+
+
+def test_quick_tool_never_calls_the_waiter():
+    calls: list[int] = []
+    with waiter(lambda: calls.append(1)):
+        run = run_tool([PY, "-c", "print('x')"], timeout_s=30)
+    assert run.stdout == "x\n" and calls == []
+
+
+def test_waiter_that_raises_ends_the_tool_by_pid_and_reaps_it(tmp_path):
+    def stop() -> None:
+        if (tmp_path / "pid").exists():
+            raise StopRequested
+
+    t0 = time.monotonic()
+    with waiter(stop), pytest.raises(StopRequested):
+        run_tool(sleeper(tmp_path, 60), timeout_s=120)
+    assert time.monotonic() - t0 < 5  # a slice or two, not the tool's 60 s
+    pid = int((tmp_path / "pid").read_text())
+    assert gone(pid)  # killed and reaped: not left as a zombie either
+
+
+def test_stop_requested_passes_through_exception_handlers(tmp_path):
+    def stop() -> None:
+        raise StopRequested
+
+    caught = []
+    with waiter(stop), pytest.raises(StopRequested):
+        try:
+            run_tool(sleeper(tmp_path, 60), timeout_s=120)
+        except Exception as err:  # what a cycle's soft-error handler catches
+            caught.append(err)
+    assert caught == []
+    assert gone(int((tmp_path / "pid").read_text()))
+
+
+def test_timeout_still_holds_with_a_waiter(tmp_path):
+    calls: list[int] = []
+    t0 = time.monotonic()
+    with waiter(lambda: calls.append(1)):
+        run = run_tool(sleeper(tmp_path, 60), timeout_s=1.2, name="hung")
+    assert 1.0 < time.monotonic() - t0 < 5
+    assert run.timed_out and run.message() == "hung: no answer within 1.2 s"
+    assert calls  # the loop was pinged while it waited
+    assert gone(int((tmp_path / "pid").read_text()))
+
+
+def test_stdin_is_fed_once_across_slices():
+    code = "import sys, time; time.sleep(1.2); print(sys.stdin.read())"
+    with waiter(lambda: None):
+        run = run_tool([PY, "-c", code], timeout_s=30, stdin="fed")
+    assert run.stdout == "fed\n"
+
+
+def test_set_waiter_returns_the_previous_one_and_the_context_restores_it():
+    def first() -> None:
+        pass
+
+    def second() -> None:
+        raise StopRequested
+
+    assert set_waiter(first) is None
+    try:
+        with waiter(second):
+            with pytest.raises(StopRequested):
+                poll_waiter()
+        assert set_waiter(None) is first
+    finally:
+        set_waiter(None)
+    poll_waiter()  # no waiter: nothing happens

@@ -112,11 +112,13 @@ class MatchRule:
 
 @dataclass(frozen=True)
 class UlpRule:
-    """A ``qos-ulps`` line: its kind (``default``, ``sdp``, ``any,service-id``, ...) and SL."""
+    """A ``qos-ulps`` line: its kind (``default``, ``sdp``, ``any,service-id``, ...), SL and
+    the ranges it lists (pkeys, port numbers, GUIDs or service IDs, as written)."""
 
     line: int
     kind: str
     sl: int
+    ranges: tuple[Range, ...] = ()
 
 
 @dataclass(frozen=True)

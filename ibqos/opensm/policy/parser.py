@@ -261,6 +261,7 @@ class _Parser(Reader):
                 raise self.fail("a qos-ulps line (default:, sdp:, any, service-id ...: SL)")
             self.take()
             first = False
+            ranges: list[Range] = []
             if tok.kind.endswith(":"):
                 sl = self.ulp_sl(tok)
             else:
@@ -269,13 +270,9 @@ class _Parser(Reader):
                 if word in ("sdp", "rds", "iser") and any(hi > 0xFFFF for _, hi in ranges):
                     raise Stop(colon.line, "SDP port number out of range")
                 sl = self.ulp_sl(tok)
-            if word == "ipoib":
-                self.note(
-                    tok.line,
-                    "an ipoib rule needs its partition in partitions.conf with 2 full members"
-                    " at least, else OpenSM rejects the whole file",
-                )
-            self.st.ulps.append(UlpRule(tok.line, tok.kind.rstrip(":"), sl))
+            # ipoib's partitions are checked while parsing; that needs partitions.conf,
+            # so ibqos.opensm.check does it
+            self.st.ulps.append(UlpRule(tok.line, tok.kind.rstrip(":"), sl, tuple(ranges)))
 
     def ulp_sl(self, tok: Token) -> int:
         """The SL that ends the qos-ulps line *tok* starts (0-15)."""

@@ -22,11 +22,13 @@ from ibqos.opensm.conf import strtoul
 from ibqos.opensm.policy.lexer import BARE_KEYWORDS, Token
 from ibqos.opensm.policy.model import Issue, Range, Severity
 
-__all__ = ["HUGE_RANGE", "WIDE_RANGE", "Reader", "Stop"]
+__all__ = ["HUGE_RANGE", "MAX_STRING", "WIDE_RANGE", "Reader", "Stop"]
 
 #: port-guid ranges are walked GUID by GUID at every parse (reference A.1): measured with
 #: OpenSM 3.3.23 in a lab, 2^24 GUIDs took 0.2 s per heavy sweep and 2^64 hung it
 WIDE_RANGE, HUGE_RANGE = 1 << 20, 1 << 28
+#: OSM_QOS_POLICY_MAX_LINE_LEN: the parser's buffer for one string value, in bytes
+MAX_STRING = 10 * 1024
 _DESCRIBE = {"TEXT": "text", "NUMBER": "number", "EOF": "end of file"}
 _T = TypeVar("_T")
 
@@ -132,6 +134,8 @@ class Reader:
             )
         if tok.kind == "TEXT" and tok.text == "\r":
             return " (a carriage return: the file has CRLF line ends; OpenSM reads '\\r' as text)"
+        if tok.kind == "TEXT" and tok.text == "\ufeff":
+            return " (a byte order mark: save the file without one)"
         if tok.kind == "TEXT" and tok.text == "#":
             return " (a comment on the last line needs a newline after it)"
         if tok.kind == "TEXT" and tok.text.isdigit():
@@ -169,7 +173,17 @@ class Reader:
                 shown.append(" ")
             parts.append(tok.text)
             shown.append(tok.text)
-        value = "".join(parts).strip(" \t\n\v\f\r")
+        joined = "".join(parts)
+        size = len(joined.encode("utf-8", "surrogateescape"))
+        if size >= MAX_STRING:
+            self.note(
+                key.line,
+                f"a {key.kind[:-1]} value of {size} bytes: OpenSM appends it to a"
+                f" {MAX_STRING}-byte buffer without a bound (strcat in osm_qos_parser_y.y),"
+                " which overruns it and corrupts or crashes OpenSM; keep values shorter",
+                "error",
+            )
+        value = joined.strip(" \t\n\v\f\r")
         nxt = self.peek()
         if nxt.kind in BARE_KEYWORDS and not (nxt.gap or nxt.newline) and key.kind != "use:":
             self.note(

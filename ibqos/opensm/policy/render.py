@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from ibqos.config.lanes import NUM_SLS
 from ibqos.errors import RenderError
-from ibqos.opensm.conf import find_blocks, split_lines
+from ibqos.opensm.conf import find_block, split_lines
 from ibqos.opensm.policy.model import Policy, fold
 from ibqos.opensm.policy.parser import parse_policy
 
@@ -99,7 +99,8 @@ def render_policy(
 
     Args:
         admin_text: the file as it is now (None or "" when there is none); a previous ibqos
-            block in it, wherever it is, is replaced.
+            block in it, wherever it is, is replaced.  Its markers must delimit one block
+            exactly (:func:`ibqos.opensm.conf.find_block`).
         jobs: the running jobs; each needs a distinct id.
         default_sl: SL of the DEFAULT qos-level, written only when the admin's part has no
             default (see the module docstring).
@@ -110,12 +111,13 @@ def render_policy(
 
     Raises:
         RenderError: the admin's part does not parse (OpenSM would drop the whole policy
-            anyway: fix it first), its ibqos block is damaged, or *jobs* are invalid.
+            anyway: fix it first), its ibqos markers do not delimit one block (a begin or end
+            marker missing, two blocks, a damaged marker), or *jobs* are invalid.
     """
     _check_jobs(jobs, default_sl)
     lines = split_lines(admin_text or "")
-    blocks = find_blocks(lines, BEGIN_MARK, END_MARK, source)
-    inside = {i for start, end in blocks for i in range(start, end + 1)}
+    block = find_block(lines, BEGIN_MARK, END_MARK, source)
+    inside = set() if block is None else set(range(block[0], block[1] + 1))
     kept = [(i + 1, line) for i, line in enumerate(lines) if i not in inside]
     admin = "".join(line for _, line in kept)
     if admin and not admin.endswith("\n"):
@@ -124,8 +126,8 @@ def render_policy(
     if parsed.error is not None:
         line = kept[parsed.error.line - 1][0] if parsed.error.line <= len(kept) else len(lines)
         raise RenderError(
-            f"{source} line {line}: {parsed.error.message}; OpenSM would drop the whole"
-            " policy, so ibqos adds nothing until the admin's part is fixed"
+            f"{source}:{line}: {parsed.error.message}; OpenSM would drop the whole policy,"
+            " so ibqos adds nothing until the admin's line is fixed"
         )
     taken = {fold(g.name) for g in parsed.port_groups} | {fold(q.name) for q in parsed.qos_levels}
     return admin + _block(sorted(jobs, key=_natural), parsed, taken, default_sl)
