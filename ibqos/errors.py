@@ -137,6 +137,33 @@ class ApplyError(IbqosError):
         self.maybe_signalled = maybe_signalled
 
 
+class ApplyWriteError(ApplyError):
+    """OpenSM's files, or ibqos's backups of them, could not be written (disk full, a
+    directory that is not writable): nothing changed."""
+
+
+class OpenSMNotRunning(ApplyError):
+    """OpenSM is not running, or the pid ibqos would signal is not OpenSM's: nothing was
+    written, nothing signalled."""
+
+
+class ReloadDeferred(ApplyError):
+    """The reload budget is spent: nothing written until it refills.
+
+    Attributes:
+        retry_in_s: seconds until the budget holds enough for an apply and its rollback.
+    """
+
+    def __init__(self, message: str, *, retry_in_s: float) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
+
+
+class OpenSMHeld(ApplyError):
+    """OpenSM rejected its own files as they were before ibqos's change: nothing is
+    written or signalled until those files change on disk."""
+
+
 class SlurmError(IbqosError):
     """Slurm cannot be read: squeue fails, slurmctld is unreachable, or the output is not
     what this release of squeue prints."""

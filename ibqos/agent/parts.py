@@ -36,6 +36,8 @@ from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, level_capacities
 from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.opensm.apply import Applier, make_signaller, read_file
+from ibqos.opensm.budget import ReloadBudget
+from ibqos.opensm.hold import HOLD_FILE
 from ibqos.opensm.observe import Observer
 from ibqos.plan.decide import Decider
 from ibqos.plan.planner import Plan
@@ -132,13 +134,22 @@ class AgentParts:
         return lanes
 
     def _applier(self, config: Config) -> Applier:
-        """The apply path for *config*'s ``opensm`` section (built anew on SIGHUP)."""
+        """The apply path for *config*'s ``opensm`` section (built anew on SIGHUP: the
+        reload budget carries over, the hold is re-read from the state directory)."""
+        osm = config.opensm
+        budget = ReloadBudget(osm.reload_budget.burst, osm.reload_budget.per_minute)
+        previous: Applier | None = getattr(self, "applier", None)
+        if previous is not None and previous.budget is not None:
+            budget.carry(previous.budget)
         return Applier(
             config.agent.state_dir,
-            make_signaller(config.opensm),
-            config.opensm.log,
-            sweep_timeout_s=config.opensm.sweep_timeout_s,
+            make_signaller(osm),
+            osm.log,
+            sweep_timeout_s=osm.sweep_timeout_s,
             heartbeat=self.notifier.ping_if_due,
+            should_stop=lambda: self._stop,
+            budget=budget,
+            hold_file=config.agent.state_dir / HOLD_FILE,
         )
 
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:

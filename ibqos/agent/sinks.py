@@ -82,15 +82,31 @@ def enforce(
     verify: Callable[[], Sequence[str]] | None,
     counters: Counters,
 ) -> ApplyResult:
-    """Apply *files* (write, signal, check, verify, roll back) and count what happened."""
-    result = applier.apply(files, verify)
+    """Apply *files* (write, signal, check, verify, roll back) and count what happened,
+    whether the apply returns or raises (ApplyError: nothing applied)."""
+    before = (applier.signals_sent, applier.write_errors, applier.deferred)
+    try:
+        result = applier.apply(files, verify)
+    finally:
+        signals, write_errors, deferred = (
+            applier.signals_sent - before[0],
+            applier.write_errors - before[1],
+            applier.deferred - before[2],
+        )
+        counters.reloads += signals
+        counters.write_errors += write_errors
+        counters.reloads_deferred += deferred
+        counters.opensm_up = applier.opensm_up
+        counters.opensm_rejected = applier.held is not None
+        counters.opensm_log_missing = applier.log_missing
+        budget = applier.budget
+        counters.reload_tokens = None if budget is None else budget.tokens()
     if result.changed:
         counters.applies += 1
         log.info("OpenSM: %s", result.summary())
-    counters.reloads += int(result.signalled) * (1 + int(result.rolled_back))
     if result.rolled_back:
         counters.rollbacks += 1
-    if not result.ok:
+    if result.rejected:
         counters.verify_failures += 1
     return result
 

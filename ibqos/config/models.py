@@ -110,20 +110,44 @@ def _not_null(schema: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True, config=_SECTION)
+class ReloadBudgetConfig:
+    """How often ibqos may make OpenSM re-read its files (``opensm.reload_budget``).
+
+    A token bucket: it holds at most ``burst`` reloads and gains ``per_minute`` a minute;
+    every signal takes one (an apply's, its rollback's, a repeat after a signal was cut
+    short), and an apply starts only when two are left, for itself and its rollback.
+    When it is spent nothing is written and the cycle reports "reload budget spent: next
+    reload in N s" (``ibqos_opensm_reloads_deferred_total``).
+
+    Attributes:
+        burst: reloads the bucket holds at most, and at start (2 or more).
+        per_minute: reloads it gains a minute.
+    """
+
+    burst: Annotated[int, number(2, integer=True)] = 6
+    per_minute: Annotated[float, number(0.01)] = 2.0
+
+
+@dataclass(frozen=True, config=_SECTION)
 class OpenSMConfig:
     """Where the site's OpenSM keeps what ibqos reads and writes, and how to reach it.
 
     Attributes:
         conf: opensm.conf (must exist when OpenSM starts, or SIGHUP re-reads nothing).
         policy_file: the ``qos_policy_file`` OpenSM was started with.
-        log: OpenSM's log, read after every reload for errors and the sweep's end.
-        pid_file: SIGHUP goes to the pid in it; or
-        unit: a systemd unit whose main process gets SIGHUP; or
-        reload_command: a command that makes OpenSM re-read its files.  At most one of
-            the three; none: the files are written and OpenSM is not signalled.
+        log: OpenSM's log, read after every reload for errors and the sweep's end; when it
+            cannot be read ibqos waits 2 s after a signal and relies on ``verify``.
+        pid_file: SIGHUP goes to the pid in it, once that pid is known to be OpenSM's
+            (its executable, and a start before the file was written); or
+        unit: a systemd unit whose main process gets SIGHUP (better when OpenSM runs under
+            systemd: no pid file to go stale); or
+        reload_command: a command that makes OpenSM re-read its files (then ibqos cannot
+            tell whether OpenSM runs).  At most one of the three; none: the files are
+            written and OpenSM is not signalled.
         port_types: the port types whose ``qos_<type>_*`` keys ibqos manages.
         sweep_timeout_s: seconds to wait for OpenSM's heavy sweep after a signal.
         verify: after a reload, check through SA that OpenSM serves the new tables and SLs.
+        reload_budget: how often OpenSM may be signalled (a token bucket).
     """
 
     conf: Annotated[Path, file_name()] = Path("/etc/opensm/opensm.conf")
@@ -137,6 +161,7 @@ class OpenSMConfig:
     port_types: Annotated[tuple[str, ...], members(PORT_TYPES)] = ("ca", "swe")
     sweep_timeout_s: Annotated[float, number(1)] = 30.0
     verify: Annotated[bool, flag()] = True
+    reload_budget: ReloadBudgetConfig = dataclasses.field(default_factory=ReloadBudgetConfig)
 
     def __post_init__(self) -> None:
         given = (self.pid_file is not None, self.unit is not None, bool(self.reload_command))

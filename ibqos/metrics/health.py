@@ -55,6 +55,14 @@ class Counters:
             capacity (counters reset and rewritten).
         sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
             None before the first sweep.
+        reloads_deferred: applies not started because the reload budget was spent.
+        write_errors: applies that failed because OpenSM's files (or their backups)
+            could not be written.
+        reload_tokens: reloads the budget holds now; None: no budget (not enforcing).
+        opensm_up: OpenSM ran when last looked at; None: cannot tell (a reload command,
+            not looked at yet).
+        opensm_rejected: ibqos holds: OpenSM rejects its own files (the admin's part).
+        opensm_log_missing: OpenSM's log could not be read at the last apply.
     """
 
     cycles: int = 0
@@ -79,6 +87,13 @@ class Counters:
     # collect: implausible samples and the share of ports a sweep reached
     invalid_samples: int = 0
     sweep_coverage: float | None = None
+    # applying to OpenSM: the reload budget, write errors, OpenSM's state
+    reloads_deferred: int = 0
+    write_errors: int = 0
+    reload_tokens: float | None = None
+    opensm_up: bool | None = None
+    opensm_rejected: bool = False
+    opensm_log_missing: bool = False
 
 
 #: (attribute, metric name without _total, help)
@@ -102,6 +117,17 @@ _COUNTED = (
         "ibqos_invalid_samples",
         "Port samples dropped because their rate was above the link's capacity plus"
         " collect.rate_margin (counters reset and rewritten).",
+    ),
+    # applying to OpenSM
+    (
+        "reloads_deferred",
+        "ibqos_opensm_reloads_deferred",
+        "Applies not started because the reload budget (opensm.reload_budget) was spent.",
+    ),
+    (
+        "write_errors",
+        "ibqos_opensm_write_errors",
+        "Applies that failed because OpenSM's files or their backups could not be written.",
     ),
 )
 
@@ -197,6 +223,7 @@ class HealthCollector(Collector):
             " would reject, ibqos's markers edited): nothing is written until it is fixed.",
             value=int(c.render_error_now),
         )
+        yield from _apply_gauges(c)
         yield GaugeMetricFamily(
             "ibqos_dry_run",
             "1 when the agent only shows what it would write (mode: observe, or --dry-run).",
@@ -217,6 +244,34 @@ class HealthCollector(Collector):
                 "UNIX time of the last cycle that succeeded.",
                 value=c.last_success_s,
             )
+
+
+def _apply_gauges(c: Counters) -> Iterator[Metric]:
+    """The state of the apply path: OpenSM up, rejecting its files, its log, the budget."""
+    if c.opensm_up is not None:
+        yield GaugeMetricFamily(
+            "ibqos_opensm_up",
+            "1 while OpenSM runs (its pid file's process, its unit active), 0 when it does"
+            " not; absent when ibqos cannot tell (a reload command).",
+            value=int(c.opensm_up),
+        )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_rejected",
+        "1 while ibqos holds because OpenSM rejects its own files (the admin's part):"
+        " nothing is written until they change.",
+        value=int(c.opensm_rejected),
+    )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_log_missing",
+        "1 when OpenSM's log could not be read at the last apply (no sweep line seen).",
+        value=int(c.opensm_log_missing),
+    )
+    if c.reload_tokens is not None:
+        yield GaugeMetricFamily(
+            "ibqos_opensm_reload_tokens",
+            "Reloads the budget (opensm.reload_budget) holds now; an apply needs 2.",
+            value=c.reload_tokens,
+        )
 
 
 class AgentMetrics:

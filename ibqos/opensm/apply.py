@@ -6,21 +6,34 @@ The one path by which ibqos changes what OpenSM reads (reference D.1-D.3):
    never write at once;
 2. compare each rendered file with what is on disk and stop if nothing changed: OpenSM is
    signalled only for a real change, since every signal costs a heavy sweep;
-3. keep the current version of each changed file (``<state_dir>/backup/<name>.prev``), and
+3. refuse, with nothing written, while a hold is in force (OpenSM rejected its own files,
+   :mod:`ibqos.opensm.hold`), while OpenSM is not running (its pid file names no live
+   OpenSM, its unit is not active), or while the reload budget holds too little for the
+   apply and its rollback (:mod:`ibqos.opensm.budget`);
+4. keep the current version of each changed file (``<state_dir>/backup/<name>.prev``), and
    the very first version ibqos found (``<name>.orig``, or an empty ``<name>.orig.absent``
    when there was no file), for ``ibqos restore``;
-4. write each changed file with :func:`ibqos.fsio.atomic_write` (temp file in the same
-   directory, fsync, rename, fsync of the directory; permissions kept);
-5. note the size of OpenSM's log, signal OpenSM (SIGHUP re-reads opensm.conf and the policy
+5. write every changed file in two phases (:class:`ibqos.fsio.FileSwap`): all temp files
+   first, any failure (disk full, a directory not writable) changing nothing; then one
+   rename each, the current files kept under a second name beside them so that a
+   rollback is a rename too and needs no free space;
+6. note the size of OpenSM's log, signal OpenSM (SIGHUP re-reads opensm.conf and the policy
    in a heavy sweep, reference A.3) and wait for the ``SUBNET UP`` line that ends that
-   sweep;
-6. read what OpenSM logged since: any policy or option error (``ERR AC..``, ``Unrecognized
-   token``...) fails the apply; then run the verifier (SA records of the new tables, a
-   PathRecord SL per job);
-7. on failure restore the previous files, signal again, wait, and report what went wrong;
-   a signal cut short (its command killed by a stop, or timed out) also puts the previous
-   files back and signals again, since OpenSM may have read the new ones.
+   sweep, looking every second whether OpenSM still runs;
+7. read what OpenSM logged since (:mod:`ibqos.opensm.osmlog`): a fatal policy error fails
+   the apply, a non-fatal one is reported once; then run the verifier (SA records of the
+   new tables, a PathRecord SL per job);
+8. on failure put the previous files back, signal again and wait; if OpenSM still reports
+   errors, the rejected part is the admin's: hold (step 3) until the files change.
 
+Every wait is bounded, calls the heartbeat (the systemd watchdog ping) every
+:data:`POLL_S` seconds, and is cut to :data:`STOP_GRACE_S` once ``should_stop`` turns true.
+A signal or a wait cut short before OpenSM's sweep was seen puts the previous files back
+and signals again, since OpenSM may have read the new ones; OpenSM gone after the signal
+gets its previous files back on disk, unsignalled.  Without a readable log ibqos waits
+:data:`SETTLE_S` after a signal and relies on the verifier.
+
+No OSError leaves :meth:`Applier.apply`: every failure is an :class:`ApplyError`.
 OpenSM is never bypassed: SL2VL and VLArb change only through opensm.conf.
 """
 
@@ -30,117 +43,55 @@ import errno
 import fcntl
 import logging
 import os
-import re
-import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ibqos.errors import ApplyError
-from ibqos.fsio import atomic_remove, atomic_write
-from ibqos.tools import run_tool
+from ibqos.errors import (
+    ApplyError,
+    ApplyWriteError,
+    OpenSMNotRunning,
+    ReloadDeferred,
+)
+from ibqos.fsio import FileSwap, atomic_write
+from ibqos.opensm.budget import ReloadBudget
+from ibqos.opensm.hold import Hold, load_hold, save_hold
+from ibqos.opensm.osmlog import SWEEP_DONE, LogReport, log_size, read_since, readable
+from ibqos.opensm.signallers import (
+    CommandSignaller,
+    Liveness,
+    PidFileSignaller,
+    Probed,
+    Signaller,
+    UnitSignaller,
+)
 
 if TYPE_CHECKING:
     from ibqos.config.models import OpenSMConfig
 
 log = logging.getLogger(__name__)
 
-#: OpenSM logs this at the end of every heavy sweep (``osm_state_mgr.c``).
-SWEEP_DONE = "SUBNET UP"
-#: Log lines that mean OpenSM rejected or misread what ibqos wrote (reference A.1, A.2):
-#: QoS policy errors AC01-AC14 and option file errors.
-_LOG_ERRORS = re.compile(
-    r"ERR AC[0-9A-F]{2}|Unrecognized token|Error in QoS Policy File|Error\(s\) in QoS policy"
-)
-
-
-class Signaller(Protocol):
-    """How OpenSM is told to re-read its files."""
-
-    def describe(self) -> str:
-        """What is signalled, for messages."""
-        ...
-
-    def signal(self) -> None:
-        """Make OpenSM re-read its files (a heavy sweep).
-
-        Raises:
-            ApplyError: OpenSM is not running or cannot be signalled.
-        """
-        ...
-
-
-@dataclass(frozen=True)
-class PidFileSignaller:
-    """SIGHUP to the pid in OpenSM's pid file (``opensm --pidfile``)."""
-
-    pid_file: Path
-
-    def describe(self) -> str:
-        return f"OpenSM (pid file {self.pid_file})"
-
-    def signal(self) -> None:
-        try:
-            text = self.pid_file.read_text().strip()
-        except OSError as err:
-            raise ApplyError(
-                f"OpenSM is not running? cannot read pid file {self.pid_file}: {err.strerror}"
-            ) from err
-        if not text.isdigit() or int(text) <= 1:
-            raise ApplyError(f"pid file {self.pid_file}: expected a pid, got {text[:40]!r}")
-        pid = int(text)
-        try:
-            os.kill(pid, signal.SIGHUP)
-        except ProcessLookupError as err:
-            raise ApplyError(
-                f"OpenSM is not running: pid {pid} from {self.pid_file} does not exist"
-            ) from err
-        except PermissionError as err:
-            raise ApplyError(f"not allowed to signal OpenSM pid {pid} ({self.pid_file})") from err
-
-
-@dataclass(frozen=True)
-class CommandSignaller:
-    """A command that makes OpenSM re-read its files, e.g. ``systemctl kill -s HUP --kill-whom=main
-    opensm@0x....service`` (Debian's unit has no ExecReload; reference C.6)."""
-
-    argv: tuple[str, ...]
-    timeout_s: float = 30.0
-
-    def describe(self) -> str:
-        return " ".join(self.argv)
-
-    def signal(self) -> None:
-        proc = run_tool(self.argv, timeout_s=self.timeout_s)
-        if proc.timed_out:
-            # killed mid-way: the signal may already have reached OpenSM
-            raise ApplyError(f"{self.describe()}: {proc.cause}", maybe_signalled=True)
-        if proc.cause is not None:
-            raise ApplyError(f"{self.describe()}: {proc.cause}")
-        assert proc.returncode is not None  # it exited
-        if proc.returncode < 0:  # killed (SIGTERM to the service's control group)
-            raise ApplyError(
-                f"{self.describe()}: killed by signal {-proc.returncode}", maybe_signalled=True
-            )
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise ApplyError(f"{self.describe()}: exit {proc.returncode}: {last[0]}")
-
-
-def systemd_signaller(unit: str) -> CommandSignaller:
-    """SIGHUP to the main process of a systemd unit."""
-    return CommandSignaller(("systemctl", "kill", "--signal=SIGHUP", "--kill-whom=main", unit))
+#: seconds between two looks at OpenSM's log (and heartbeats) while waiting
+POLL_S = 0.05
+#: seconds between two looks at whether OpenSM still runs while waiting for its sweep
+PROBE_EVERY_S = 1.0
+#: seconds waited after a signal when OpenSM's log cannot be read (no sweep line to see)
+SETTLE_S = 2.0
+#: seconds a wait for OpenSM goes on once a stop is asked for (twice that bounds an apply
+#: cut short: its own wait, then the wait after it signals the previous files)
+STOP_GRACE_S = 4.0
 
 
 def make_signaller(osm: OpenSMConfig) -> Signaller | None:
-    """How OpenSM is reached, from the ``opensm`` section (None: never signalled)."""
+    """How OpenSM is reached, from the ``opensm`` section (None: never signalled).  A unit
+    comes first: systemd knows OpenSM's pid for sure, a pid file may be stale."""
+    if osm.unit is not None:
+        return UnitSignaller(osm.unit)
     if osm.pid_file is not None:
         return PidFileSignaller(osm.pid_file)
-    if osm.unit is not None:
-        return systemd_signaller(osm.unit)
     if osm.reload_command:
         return CommandSignaller(osm.reload_command)
     return None
@@ -157,12 +108,22 @@ class ApplyResult:
     Attributes:
         changed: files whose content differed and were written.
         signalled: OpenSM was signalled (only when a file changed).
-        ok: OpenSM took the files: no error in its log, verification passed.
+        ok: OpenSM took the files: no fatal error in its log, verification passed.
         rolled_back: the previous files were put back after a failure.
         problems: what failed (log lines, verification problems), one line each.
         sweep_s: seconds from the signal to the end of OpenSM's heavy sweep (None if not
             signalled or not seen).
         verify_s: seconds the verification took.
+        started_s: UNIX time the apply started, seconds.
+        warnings: OpenSM's non-fatal errors about its files (``ERR AC14``...), one line each.
+        held: why ibqos now holds (OpenSM rejects the previous files too); None: no hold.
+        log_missing: OpenSM's log could not be read: no sweep line was waited for, only
+            :data:`SETTLE_S`.
+        unverified: taken without the verifier's check (none configured, or stopping).
+        opensm_exited: OpenSM was gone after the signal; the previous files are back on
+            disk, not signalled.
+        cut_short: a stop cut the wait before OpenSM's sweep was seen; the previous files
+            are back and OpenSM was signalled again.
     """
 
     changed: tuple[Path, ...] = ()
@@ -173,17 +134,46 @@ class ApplyResult:
     sweep_s: float | None = None
     verify_s: float = 0.0
     started_s: float = field(default_factory=time.time)
+    warnings: tuple[str, ...] = ()
+    held: str | None = None
+    log_missing: bool = False
+    unverified: bool = False
+    opensm_exited: bool = False
+    cut_short: bool = False
+
+    @property
+    def rejected(self) -> bool:
+        """OpenSM did not take the files as written (log errors, verification, no sweep),
+        as opposed to an apply cut short or an OpenSM that went away."""
+        return not self.ok and not self.opensm_exited and not self.cut_short
 
     def summary(self) -> str:
-        """One line for the log and ``ibqos status``."""
+        """One line for the log and ``ibqos status``: what happened."""
         if not self.changed:
             return "no change"
         names = ", ".join(p.name for p in self.changed)
-        if self.ok:
-            sweep = "" if self.sweep_s is None else f", sweep {self.sweep_s:.1f} s"
-            return f"applied {names}{sweep}"
-        what = "rolled back" if self.rolled_back else "FAILED, not rolled back"
-        return f"{what} {names}: {self.problems[0] if self.problems else 'unknown'}"
+        first = self.problems[0] if self.problems else "unknown"
+        back = "put back" if self.rolled_back else "NOT put back"
+        if self.opensm_exited:
+            return (
+                f"OpenSM exited after the signal: {names} {back} on disk, not signalled ({first})"
+            )
+        if self.cut_short:
+            return f"stopped before OpenSM's sweep was seen: {names} {back}, OpenSM signalled again"
+        if not self.ok:
+            what = "rolled back" if self.rolled_back else "FAILED, not rolled back"
+            held = "; OpenSM rejects the previous files too: held" if self.held else ""
+            return f"{what} {names}: {first}{held}"
+        notes = []
+        if self.sweep_s is not None:
+            notes.append(f"sweep {self.sweep_s:.1f} s")
+        if self.log_missing:
+            notes.append(f"no OpenSM log: waited {SETTLE_S:g} s")
+        if self.signalled and self.unverified:
+            notes.append("not verified")
+        if self.warnings:
+            notes.append(f"OpenSM warns: {self.warnings[0]}")
+        return f"applied {names}" + "".join(f", {n}" for n in notes)
 
     def to_doc(self) -> dict[str, Any]:
         """The result as the state file keeps it (``last_apply``)."""
@@ -197,7 +187,26 @@ class ApplyResult:
             "problems": list(self.problems),
             "sweep_s": self.sweep_s,
             "verify_s": self.verify_s,
+            "warnings": list(self.warnings),
+            "held": self.held,
+            "log_missing": self.log_missing,
+            "opensm_exited": self.opensm_exited,
+            "cut_short": self.cut_short,
         }
+
+
+@dataclass(frozen=True)
+class _Waited:
+    """How a wait for OpenSM after a signal ended: what its log said (*report*, empty
+    without a log), the sweep's end (*sweep_s*, None: not seen), no sweep within
+    ``sweep_timeout_s`` (*timed_out*), OpenSM gone (*exited*: how), or a stop
+    (*cut_short*) before the sweep was seen."""
+
+    report: LogReport
+    sweep_s: float | None = None
+    timed_out: bool = False
+    exited: str | None = None
+    cut_short: bool = False
 
 
 class Applier:
@@ -210,6 +219,18 @@ class Applier:
         log_path: OpenSM's log.
         sweep_timeout_s: seconds to wait for the heavy sweep after a signal.
         heartbeat: called while waiting for OpenSM (the daemon's systemd watchdog ping).
+        should_stop: True once the caller is asked to stop (SIGTERM): waits for OpenSM end
+            within :data:`STOP_GRACE_S`, and no new apply starts.
+        budget: the reload budget every signal draws on (None: unlimited).
+        hold_file: where a hold is kept across restarts (None: in this object only).
+        settle_s: seconds waited after a signal when OpenSM's log cannot be read.
+
+    Attributes:
+        opensm_up: whether OpenSM ran when last looked at (None: cannot tell, or not yet).
+        log_missing: OpenSM's log could not be read at the last apply.
+        signals_sent: signals sent so far (applies, rollbacks, repeats).
+        write_errors: applies that failed because a file could not be written.
+        deferred: applies not started because the reload budget was spent.
     """
 
     def __init__(
@@ -220,6 +241,10 @@ class Applier:
         *,
         sweep_timeout_s: float = 30.0,
         heartbeat: Callable[[], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        budget: ReloadBudget | None = None,
+        hold_file: Path | None = None,
+        settle_s: float = SETTLE_S,
     ) -> None:
         self.state_dir = state_dir
         self.backups = state_dir / "backup"
@@ -227,12 +252,35 @@ class Applier:
         self.log_path = log_path
         self.sweep_timeout_s = sweep_timeout_s
         self.heartbeat = heartbeat
+        self.should_stop = should_stop
+        self.budget = budget
+        self.hold_file = hold_file
+        self.settle_s = settle_s
+        self.opensm_up: bool | None = None
+        self.log_missing = False
+        self.signals_sent = 0
+        self.write_errors = 0
+        self.deferred = 0
+        self._hold: Hold | None = load_hold(hold_file)
+        self._warned: set[str] = set()
+        self._log_warned = False
+
+    @property
+    def held(self) -> str | None:
+        """Why ibqos holds (OpenSM rejects its own files); None: no hold."""
+        return None if self._hold is None else self._hold.reason
 
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the apply lock; fail at once if another process holds it."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.state_dir / "apply.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.state_dir / "apply.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            self.write_errors += 1
+            raise ApplyWriteError(
+                f"cannot open the apply lock in {self.state_dir}: {err.strerror}; nothing written"
+            ) from err
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -259,50 +307,134 @@ class Applier:
         A None content removes the file (``ibqos restore`` of a file ibqos created).
 
         Raises:
-            ApplyError: the lock is held elsewhere, a file cannot be written, or OpenSM
-                cannot be signalled (the previous files are back in place then).
+            ApplyError: the lock is held elsewhere, or OpenSM cannot be signalled (the
+                previous files are back in place then); its subclasses when nothing was
+                written: ApplyWriteError (a file or backup cannot be written),
+                OpenSMNotRunning, ReloadDeferred (the reload budget is spent), OpenSMHeld
+                (OpenSM rejects its own files: held until they change).
         """
-        with self.lock():
-            changed = self.pending(files)
-            if not changed:
-                return ApplyResult()
-            previous = {path: read_file(path) for path in changed}
-            try:
-                self._keep(previous)
-            except OSError as err:
-                raise ApplyError(
-                    f"cannot keep a backup in {self.backups}: {err.strerror}; nothing written"
-                ) from err
-            try:
-                self._put(changed)
-                if self.signaller is None:
-                    return ApplyResult(tuple(changed), False, True)
-                offset = _log_size(self.log_path)
-                t0 = time.monotonic()
-                self.signaller.signal()
-            except (OSError, ApplyError) as err:
-                self._put(previous)
-                if isinstance(err, ApplyError):
-                    if err.maybe_signalled:
-                        self._signal_again(err)
-                    raise
-                raise ApplyError(f"cannot write {err.filename}: {err.strerror}") from err
-            sweep_s, problems = self._await_sweep(offset, t0)
-            verify_s = 0.0
-            if not problems and verify is not None:
-                t1 = time.monotonic()
-                problems = list(verify())
-                verify_s = time.monotonic() - t1
-            if not problems:
-                return ApplyResult(tuple(changed), True, True, False, (), sweep_s, verify_s)
-            for problem in problems[:5]:
-                log.error("OpenSM did not take the new files: %s", problem)
-            rolled = self._roll_back(previous)
-            return ApplyResult(
-                tuple(changed), True, False, rolled, tuple(problems), sweep_s, verify_s
-            )
+        try:
+            with self.lock():
+                return self._apply(files, verify)
+        except OSError as err:  # reading the files, or the lock: the rest is handled where
+            raise ApplyError(f"{err.filename or self.state_dir}: {err.strerror or err}") from err
 
-    # -- helpers ---------------------------------------------------------------------------
+    # -- the steps ---------------------------------------------------------------------------
+
+    def _apply(self, files: Mapping[Path, str | None], verify: Verifier | None) -> ApplyResult:
+        changed = self.pending(files)
+        live = self._probe()
+        if not changed:
+            return ApplyResult()
+        if self._hold is not None:
+            self._hold.check()
+            self._set_hold(None)
+        if self._stopping():
+            raise ApplyError("not applied: ibqos is stopping")
+        if live.up is False:
+            raise OpenSMNotRunning(f"{live.detail}; nothing written")
+        if self.signaller is not None and self.budget is not None:
+            try:
+                self.budget.check()
+            except ReloadDeferred:
+                self.deferred += 1
+                raise
+        previous = {path: read_file(path) for path in changed}
+        try:
+            self._keep(previous)
+        except OSError as err:
+            self.write_errors += 1
+            raise ApplyWriteError(
+                f"cannot keep a backup in {self.backups}: {err.strerror}; nothing written"
+            ) from err
+        swap = FileSwap(changed)
+        try:
+            swap.prepare()
+            swap.commit()
+        except OSError as err:
+            self.write_errors += 1
+            raise ApplyWriteError(
+                f"cannot write {err.filename}: {err.strerror}; nothing changed"
+            ) from err
+        try:
+            return self._reload(swap, tuple(changed), tuple(files), verify)
+        finally:
+            swap.close()
+
+    def _reload(
+        self,
+        swap: FileSwap,
+        changed: tuple[Path, ...],
+        watched: tuple[Path, ...],
+        verify: Verifier | None,
+    ) -> ApplyResult:
+        """Signal OpenSM about the files *swap* put in place, check, verify, roll back."""
+        if self.signaller is None:
+            return ApplyResult(changed, False, True, unverified=True)
+        log_ok = self._log_readable()
+        offset = log_size(self.log_path)
+        t0 = time.monotonic()
+        try:
+            self._signal()
+        except ApplyError as err:
+            self._undo(swap)
+            if err.maybe_signalled:
+                self._signal_again(err)
+            raise
+        waited = self._wait(offset, t0, log_ok)
+        if waited.exited is not None:
+            # nothing to signal: OpenSM reads the files on disk when it starts again
+            self.opensm_up = False
+            undone = self._undo(swap)
+            log.error(
+                "OpenSM went away after the signal (%s): the previous files are back on"
+                " disk, OpenSM not signalled",
+                waited.exited,
+            )
+            problem = f"OpenSM exited after the signal ({waited.exited})"
+            return ApplyResult(changed, True, False, undone, (problem,), opensm_exited=True)
+        if waited.cut_short:
+            undone = self._undo(swap)
+            self._signal_again(ApplyError("stopping before OpenSM's sweep was seen"))
+            problem = "stopping before OpenSM's sweep was seen"
+            return ApplyResult(changed, True, False, undone, (problem,), cut_short=True)
+        self._warn(waited.report.warnings)
+        problems = list(waited.report.errors)
+        if waited.timed_out:
+            problems.append(
+                f"no heavy sweep ({SWEEP_DONE!r}) in {self.log_path} within"
+                f" {self.sweep_timeout_s:g} s of the signal"
+            )
+        verify_s = 0.0
+        unverified = verify is None or self._stopping()
+        if not problems and not unverified and verify is not None:
+            self._beat()
+            t1 = time.monotonic()
+            problems = list(verify())
+            verify_s = time.monotonic() - t1
+            self._beat()
+        common: dict[str, Any] = {
+            "warnings": waited.report.warnings,
+            "log_missing": not log_ok,
+            "verify_s": verify_s,
+        }
+        if not problems:
+            return ApplyResult(
+                changed, True, True, sweep_s=waited.sweep_s, unverified=unverified, **common
+            )
+        log.error("OpenSM did not take the new files: %s", "; ".join(problems[:5]))
+        rolled, after = self._roll_back(swap)
+        held = None
+        if after is not None and after.report.errors:  # the admin's part: hold
+            self._set_hold(Hold.after_rollback(after.report.errors, watched))
+            held = self.held
+        return ApplyResult(
+            changed, True, False, rolled, tuple(problems), waited.sweep_s, held=held, **common
+        )
+
+    def _set_hold(self, hold: Hold | None) -> None:
+        self._hold = hold
+        save_hold(self.hold_file, hold)
 
     def _keep(self, previous: Mapping[Path, str | None]) -> None:
         """Keep the current version of each file, and the first one ibqos ever found."""
@@ -315,29 +447,38 @@ class Applier:
             if text is not None:
                 atomic_write(self.backups / f"{path.name}.prev", text)
 
-    def _put(self, files: Mapping[Path, str | None]) -> None:
-        """Put each file in place atomically; None removes it (it did not exist)."""
-        for path, text in files.items():
-            if text is None:
-                atomic_remove(path)
-            else:
-                atomic_write(path, text)
+    def _undo(self, swap: FileSwap) -> bool:
+        """Put the previous files back (renames: no space needed); False if that failed."""
+        try:
+            swap.undo()
+        except OSError as err:
+            self.write_errors += 1
+            log.error("cannot put back %s: %s", err.filename, err.strerror or err)
+            return False
+        return True
+
+    def _signal(self) -> None:
+        """Signal OpenSM, drawing one token from the budget."""
+        assert self.signaller is not None
+        if self.budget is not None:
+            self.budget.take()
+        self.signals_sent += 1
+        self.signaller.signal()
 
     def _signal_again(self, err: ApplyError) -> None:
-        """The signal was cut short after the new files were written, and they are gone
-        again: OpenSM may have read them and would run them while the disk has the
-        previous ones.  Signal once more so it reads what is on disk (best effort,
-        bounded by the signaller's own timeout and one ``sweep_timeout_s``)."""
-        assert self.signaller is not None
+        """The signal (or the wait after it) was cut short after the new files were
+        written, and they are gone again: OpenSM may have read them and would run them
+        while the disk has the previous ones.  Signal once more so it reads what is on
+        disk (best effort, bounded by the signaller's own timeout and one wait)."""
         log.warning(
-            "signalling OpenSM was cut short (%s); the previous files are back, signalling"
-            " it again so that it reads them",
+            "%s; the previous files are back, signalling OpenSM again so that it reads them",
             err,
         )
-        offset = _log_size(self.log_path)
+        log_ok = self._log_readable()
+        offset = log_size(self.log_path)
         t0 = time.monotonic()
         try:
-            self.signaller.signal()
+            self._signal()
         except ApplyError as again:
             log.error(
                 "signalling OpenSM again failed (%s): it may run the new files until it"
@@ -345,49 +486,107 @@ class Applier:
                 again,
             )
             return
-        sweep_s, problems = self._await_sweep(offset, t0)
-        if problems:
-            log.error("signalled OpenSM again; it reports: %s", problems[0])
-        else:
+        waited = self._wait(offset, t0, log_ok)
+        if waited.report.errors:
+            log.error("signalled OpenSM again; it reports: %s", waited.report.errors[0])
+        elif waited.sweep_s is not None:
             log.warning(
-                "signalled OpenSM again: it reads the previous files (sweep %.1f s)", sweep_s
+                "signalled OpenSM again: it reads the previous files (sweep %.1f s)", waited.sweep_s
             )
 
-    def _roll_back(self, previous: Mapping[Path, str | None]) -> bool:
-        """Put the previous files back and make OpenSM read them again."""
+    def _roll_back(self, swap: FileSwap) -> tuple[bool, _Waited | None]:
+        """Put the previous files back and make OpenSM read them again; return whether
+        they are back, and how the wait after the signal ended (None: not signalled)."""
+        if not self._undo(swap):
+            return False, None
+        log_ok = self._log_readable()
+        offset = log_size(self.log_path)
+        t0 = time.monotonic()
         try:
-            self._put(previous)
-            assert self.signaller is not None
-            offset = _log_size(self.log_path)
-            t0 = time.monotonic()
-            self.signaller.signal()
-        except (OSError, ApplyError) as err:
-            log.error("rollback failed: %s", err)
-            return False
-        _, problems = self._await_sweep(offset, t0)
-        if problems:
-            log.error("after the rollback OpenSM still reports: %s", problems[0])
+            self._signal()
+        except ApplyError as err:
+            log.error("rolled back on disk, but signalling OpenSM failed: %s", err)
+            return True, None
+        waited = self._wait(offset, t0, log_ok)
+        if waited.exited is not None:
+            self.opensm_up = False
+            log.error("rolled back on disk; OpenSM went away after the signal (%s)", waited.exited)
+        elif waited.report.errors:
+            pass  # the hold reports them (Hold.after_rollback)
+        elif waited.timed_out:
+            log.error(
+                "rolled back on disk; OpenSM did not end a heavy sweep within %g s",
+                self.sweep_timeout_s,
+            )
         else:
             log.warning("rolled back: OpenSM reads the previous files again")
-        return True
+        return True, waited
 
-    def _await_sweep(self, offset: int, t0: float) -> tuple[float | None, list[str]]:
-        """Wait for the heavy sweep's end; return its duration and the errors logged."""
-        deadline = t0 + self.sweep_timeout_s
+    def _wait(self, offset: int, t0: float, log_ok: bool) -> _Waited:
+        """Wait for the heavy sweep's end in the log past *offset* (or :attr:`settle_s`
+        without a log), looking every :data:`PROBE_EVERY_S` whether OpenSM still runs,
+        calling the heartbeat every :data:`POLL_S`; cut to :data:`STOP_GRACE_S` by a stop."""
+        deadline = t0 + (self.sweep_timeout_s if log_ok else self.settle_s)
+        cut = False
+        next_probe = t0 + PROBE_EVERY_S
+        report = LogReport()
         while True:
-            if self.heartbeat is not None:
-                self.heartbeat()
-            text = _log_since(self.log_path, offset)
-            errors = [line.strip() for line in text.splitlines() if _LOG_ERRORS.search(line)]
-            if SWEEP_DONE in text:
-                return time.monotonic() - t0, errors
-            if time.monotonic() > deadline:
-                return None, [
-                    *errors,
-                    f"no heavy sweep ({SWEEP_DONE!r}) in {self.log_path} within"
-                    f" {self.sweep_timeout_s:g} s of the signal",
-                ]
-            time.sleep(0.05)
+            self._beat()
+            now = time.monotonic()
+            if not cut and self._stopping() and now + STOP_GRACE_S < deadline:
+                deadline, cut = now + STOP_GRACE_S, True
+            if log_ok:
+                report = read_since(self.log_path, offset)
+                if report.swept:
+                    return _Waited(report, now - t0)
+            if now >= deadline:
+                return _Waited(report, timed_out=log_ok and not cut, cut_short=cut)
+            if now >= next_probe:
+                next_probe = now + PROBE_EVERY_S
+                live = self._probe()
+                if live.up is False:
+                    return _Waited(report, exited=live.detail)
+            time.sleep(POLL_S)
+
+    # -- small helpers -------------------------------------------------------------------------
+
+    def _probe(self) -> Liveness:
+        """Whether OpenSM runs (noted in :attr:`opensm_up`)."""
+        signaller = self.signaller
+        if isinstance(signaller, Probed):
+            live = signaller.alive()
+        else:
+            live = Liveness(None, "cannot tell")
+        self.opensm_up = live.up
+        return live
+
+    def _log_readable(self) -> bool:
+        """Whether OpenSM's log can be read; warned about once while it cannot."""
+        ok = readable(self.log_path)
+        self.log_missing = not ok
+        if not ok and not self._log_warned:
+            log.warning(
+                "OpenSM's log %s cannot be read: its sweeps and errors are not seen; after"
+                " each signal ibqos waits %g s and relies on the SA check (opensm.verify)",
+                self.log_path,
+                self.settle_s,
+            )
+        self._log_warned = not ok
+        return ok
+
+    def _warn(self, warnings: Sequence[str]) -> None:
+        """Report OpenSM's non-fatal errors once each (they are in the admin's lines)."""
+        for text in warnings:
+            if text not in self._warned:
+                self._warned.add(text)
+                log.warning("OpenSM reports an error it goes on after (not fatal): %s", text)
+
+    def _stopping(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+    def _beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat()
 
 
 def read_file(path: Path) -> str | None:
@@ -396,21 +595,3 @@ def read_file(path: Path) -> str | None:
         return path.read_text()
     except FileNotFoundError:
         return None
-
-
-def _log_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _log_since(path: Path, offset: int) -> str:
-    """What the log gained after *offset* (all of it if it was rotated or truncated)."""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            fh.seek(offset if size >= offset else 0)
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""

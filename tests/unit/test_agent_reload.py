@@ -17,7 +17,7 @@ from ibqos.agent.lock import AgentLock
 from ibqos.cli import cli
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
 from ibqos.config.load import load_config
-from ibqos.opensm.apply import CommandSignaller
+from ibqos.opensm.signallers import CommandSignaller
 
 TOPOLOGY = Path(__file__).parents[1] / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import ibqos.opensm.apply as apply_module
 from ibqos.errors import ApplyError
 from ibqos.fsio import atomic_remove
-from ibqos.opensm.apply import Applier, CommandSignaller, PidFileSignaller
+from ibqos.opensm.apply import Applier
+from ibqos.opensm.signallers import CommandSignaller, PidFileSignaller
 
 
 class FakeOpenSM:
@@ -111,28 +112,22 @@ def test_opensm_not_running_is_a_clear_error_and_nothing_changes(tmp_path: Path)
 
 
 def test_the_pid_file_signaller_sends_sighup(tmp_path: Path) -> None:
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import signal, sys, time\n"
-            "signal.signal(signal.SIGHUP, lambda *a: sys.exit(7))\n"
-            "print('ready', flush=True)\ntime.sleep(30)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    """SIGHUP reaches the pid file's process once it is known to be OpenSM: here a copy of
+    sleep named opensm, which SIGHUP's default action ends."""
+    opensm = tmp_path / "opensm"
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", opensm)
+    child = subprocess.Popen([str(opensm), "30"])
     try:
-        assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        (tmp_path / "pid").write_text(str(child.pid))
-        PidFileSignaller(tmp_path / "pid").signal()
-        assert child.wait(timeout=10) == 7
+        (tmp_path / "pid").write_text(f"{child.pid}\n")  # written after it started
+        signaller = PidFileSignaller(tmp_path / "pid")
+        assert signaller.alive().up is True
+        signaller.signal()
+        assert child.wait(timeout=10) == -signal.SIGHUP
+        assert signaller.alive().up is False
     finally:
         if child.poll() is None:
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
-        assert child.stdout is not None
-        child.stdout.close()
 
 
 def test_two_writers_are_refused(tmp_path: Path) -> None:
@@ -173,19 +168,21 @@ def test_a_command_that_fails_cleanly_is_not_signalled_again(tmp_path: Path) -> 
     assert conf.read_text() == before and calls.read_text() == "x\n"
 
 
-def test_a_file_absent_at_first_is_removed_through_the_atomic_remover(
+def test_a_file_absent_at_first_is_removed_and_the_removal_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     applier, _, _, policy = setup(tmp_path)
-    removed: list[Path] = []
+    synced: list[str] = []
+    real = os.fsync
 
-    def remove(path: Path) -> None:
-        removed.append(path)
-        atomic_remove(path)
+    def fsync(fd: int) -> None:
+        synced.append(str(Path(f"/proc/self/fd/{fd}").readlink()))
+        real(fd)
 
-    monkeypatch.setattr(apply_module, "atomic_remove", remove)
+    monkeypatch.setattr(os, "fsync", fsync)
     assert applier.apply({policy: None}).ok
-    assert removed == [policy] and not policy.exists()
+    assert not policy.exists() and str(tmp_path) in synced
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing kept
 
 
 def test_atomic_remove_fsyncs_the_directory(
