@@ -103,6 +103,25 @@ class Guard:
         self.good = self.files()
         return {j: self.sl(j) for j in job_ids}
 
+    def steady(self, *job_ids: str, timeout: float = 30) -> dict[str, int]:
+        """Wait until the jobs are measured and the classes the counters give are in force
+        (no plan change is due); return job -> SL."""
+
+        def settled() -> bool:
+            jobs = {j["id"]: j for j in (self.state().get("plan") or {}).get("jobs", [])}
+            done = [
+                j
+                for j in job_ids
+                if j in jobs
+                and jobs[j]["measured_class"]
+                and jobs[j]["class"] == jobs[j]["measured_class"]
+            ]
+            return len(done) == len(job_ids) and self.state()["last_apply"]["ok"]
+
+        self.in_force(*job_ids, timeout=timeout)
+        self.drive(settled, timeout)
+        return self.in_force(*job_ids, timeout=timeout)
+
     # -- what OpenSM has --------------------------------------------------------------------
 
     def files(self) -> dict[Path, str]:

@@ -57,15 +57,7 @@ def test_a_restart_costs_opensm_no_reload(make_lab, tmp_path: Path) -> None:
     guard = Guard(lab, tmp_path)
     guard.start()
     try:
-        guard.in_force("A", "B", "C")
-
-        def settled() -> bool:  # measured: the classes the counters give are in force
-            jobs = (guard.state().get("plan") or {}).get("jobs", [])
-            done = [j for j in jobs if j["measured_class"] and j["class"] == j["measured_class"]]
-            return len(done) == 3 and guard.state()["last_apply"]["ok"]
-
-        guard.drive(settled, 30)
-        before = guard.in_force("A", "B", "C")
+        before = guard.steady("A", "B", "C")
     finally:
         assert guard.stop() == 0
     sweeps = guard.sweeps()
