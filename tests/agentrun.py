@@ -88,11 +88,17 @@ def drive(lab, until: Callable[[], bool], timeout: float, proc=None) -> float:
 
 
 def start_agent(
-    lab, config: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+    lab,
+    config: Path,
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> subprocess.Popen:
+    """``ibqos run`` on *lab* (*prefix*: a command it runs under, e.g. setpriv)."""
     err = open(tmp_path / "agent.log", "w")
     proc = subprocess.Popen(
-        ["ibqos", "run", "--config", str(config), *args],
+        [*prefix, "ibqos", "run", "--config", str(config), *args],
         env=lab.env() | (env or {}),
         cwd=lab.paths.run,
         stdout=subprocess.DEVNULL,

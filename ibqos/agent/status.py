@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ibqos.agent.state import AgentState
+from ibqos.opensm.hold import HOLD_FILE, load_hold
 from ibqos.plan.output import align, pct_text
 
 
@@ -24,6 +25,13 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         lines.append(f"mode: {state.mode}")
     apply = state.last_apply
     lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
+    hold = load_hold(state_dir / HOLD_FILE)
+    if hold is not None and not hold.released():
+        since = datetime.fromtimestamp(hold.since_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines.append(
+            f"HELD since {since}: {hold.reason}; ibqos writes nothing to OpenSM until"
+            f" {', '.join(str(p) for p in hold.files)} change"
+        )
     plan = state.plan or {}
     jobs = plan.get("jobs", [])
     rows = [

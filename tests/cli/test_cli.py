@@ -182,6 +182,23 @@ def test_status_reads_the_state_dir(run, tmp_path) -> None:
     )
 
 
+def test_status_shows_a_hold_until_the_files_change(run, tmp_path) -> None:
+    from ibqos.agent.state import AgentState, save_state
+    from ibqos.opensm.hold import HOLD_FILE, Hold, save_hold
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"agent:\n  state_dir: {tmp_path / 'state'}\n")
+    save_state(tmp_path / "state", AgentState(updated_s=1.0))
+    policy = tmp_path / "qos-policy.conf"
+    policy.write_text("qos-ulps\n    ipoib, pkey 0x0123 : 3\nend-qos-ulps\n")
+    reason = "qos-policy.conf:2: ERR AC05: IPoIB partition, pkey 0x0123 - partition doesn't exist"
+    save_hold(tmp_path / "state" / HOLD_FILE, Hold.begin(reason, [policy]))
+    held = [ln for ln in run("status", "--config", str(cfg)).output.splitlines() if "HELD" in ln]
+    assert len(held) == 1 and reason in held[0] and str(policy) in held[0]
+    policy.write_text("")  # the admin fixed it: the next apply tries again
+    assert "HELD" not in run("status", "--config", str(cfg)).output
+
+
 def test_check_opensm_reads_the_partitions_opensm_reads(run, tmp_path) -> None:
     policy = tmp_path / "qos-policy.conf"
     policy.write_text(

@@ -72,8 +72,10 @@ class Guard:
 
     # -- the agent -------------------------------------------------------------------------
 
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        self.proc = start_agent(self.lab, self.config, self.tmp_path, *args, env=env)
+    def start(
+        self, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+    ) -> subprocess.Popen[str]:
+        self.proc = start_agent(self.lab, self.config, self.tmp_path, *args, env=env, prefix=prefix)
         return self.proc
 
     def stop(self) -> int:

@@ -114,3 +114,41 @@ def test_a_config_error_shows_until_the_file_is_fixed(make_lab, tmp_path: Path) 
         guard.check_files()
     finally:
         assert guard.stop() == 0
+
+
+def test_a_second_agent_on_the_same_socket_leaves_the_first_ones_alone(
+    make_lab, tmp_path: Path
+) -> None:
+    """Another OpenSM's agent (its own files) configured with the same job-SL socket: its
+    bind is refused, it goes on without serving SLs, and it never removes the first
+    agent's socket, running or stopping."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path)
+    guard.start()
+    other = tmp_path / "other"
+    (other / "etc").mkdir(parents=True)
+    osm = lab.paths.opensm
+    files = {"conf": other / "etc/opensm.conf", "policy_file": other / "etc/qos-policy.conf"}
+    files["conf"].write_text(osm.conf.read_text())
+    files["policy_file"].write_text(osm.policy.read_text())
+    second = Guard(
+        lab,
+        other,
+        agent={"socket": str(guard.socket)},
+        opensm={k: str(v) for k, v in files.items()} | {"pid_file": None},
+    )
+    try:
+        guard.in_force("A", "B")
+        second.start()
+        second.drive(lambda: "job SLs are not served" in second.log(), 20)
+        assert second.proc is not None and second.proc.poll() is None
+        guard.check_sls(["A", "B"])
+        assert guard.served("A")
+        assert second.stop() == 0
+        assert guard.socket.exists() and guard.served("A") and guard.served("B")
+        guard.check_files()
+    finally:
+        if second.proc is not None:
+            second.stop()
+        assert guard.stop() == 0

@@ -82,3 +82,76 @@ def test_a_marker_deleted_by_hand_stops_the_writes(make_lab, tmp_path: Path) -> 
         fault_then_fix(guard, policy, "".join(lines[:begin] + lines[begin + 1 :]))
     finally:
         assert guard.stop() == 0
+
+
+def test_an_admin_rule_opensm_only_warns_about_costs_no_reload_storm(
+    make_lab, tmp_path: Path
+) -> None:
+    """``pkey: 0x0123`` in a match rule with no such partition: OpenSM logs ERR AC14 on
+    every reload but keeps the policy.  A job start costs one reload, no rollback."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path)
+    guard.start()
+    try:
+        guard.steady("A", "B")
+        policy = lab.paths.opensm.policy
+        rule = "qos-match-rules\n    qos-match-rule\n        pkey: 0x0123\n"
+        rule += "        qos-level-name: DEFAULT\n    end-qos-match-rule\nend-qos-match-rules\n"
+        policy.write_text(policy.read_text() + rule)
+        sweeps = guard.sweeps()
+        rollbacks = guard.metric("ibqos_rollbacks_total")
+        applies = guard.metric("ibqos_opensm_applies_total") or 0
+        write_jobs(lab, A, B, C)
+        guard.in_force("A", "B", "C")
+        guard.settle(4)
+        # one reload per change (C's start, then C's measured class): none to roll back
+        changes = (guard.metric("ibqos_opensm_applies_total") or 0) - applies
+        assert 1 <= changes <= 2 and guard.sweeps() == sweeps + changes
+        assert guard.metric("ibqos_rollbacks_total") == rollbacks
+        assert (guard.metric("ibqos_opensm_file_warnings") or 0) >= 1
+        log = guard.log()  # the checker's warning and OpenSM's error: each logged once
+        assert log.count("OpenSM's files: ") == 1
+        assert log.count("OpenSM reports an error it goes on after") == 1
+        guard.check_sls(["A", "B", "C"])
+    finally:
+        assert guard.stop() == 0
+
+
+def test_files_opensm_rejects_after_the_checker_are_held_not_retried(
+    make_lab, tmp_path: Path
+) -> None:
+    """A trap the checker cannot see: partitions.conf gives P_Key 0x0123 two full members
+    by GUIDs of ports that are not in the fabric, so OpenSM drops the partition and then the
+    whole policy for the admin's ``ipoib, pkey 0x0123`` line (ERR AC05).  ibqos rolls back
+    once, sees OpenSM reject the admin's own file too, and holds: no reload storm, no SL
+    handed out, until the admin changes the files."""
+    partitions = tmp_path / "partitions.conf"
+    partitions.write_text(
+        "Default=0x7fff, ipoib : ALL=full ;\n"
+        "storage=0x0123, ipoib : 0x0002c903000000a1=full, 0x0002c903000000a2=full ;\n"
+    )
+    lab = make_lab(XGFT, opensm_options=QUIET | {"partition_config_file": str(partitions)})
+    write_jobs(lab, A, B)
+    guard = Guard(lab, tmp_path)
+    guard.start()
+    try:
+        guard.steady("A", "B")
+        policy = lab.paths.opensm.policy
+        good = policy.read_text()
+        sweeps = guard.sweeps()
+        policy.write_text(good + "qos-ulps\n    ipoib, pkey 0x0123 : 3\nend-qos-ulps\n")
+        write_jobs(lab, A, B, C)
+        guard.drive(lambda: guard.metric("ibqos_opensm_rejected") == 1, 20)
+        guard.good = guard.files()  # the admin's file, put back by the rollback
+        write_jobs(lab, A, B, C, job("D", "cn0005"))
+        guard.settle(6)
+        assert guard.sweeps() - sweeps <= 2  # the apply and its rollback, no more
+        guard.check_files(checker=False)
+        assert not guard.served("C") and not guard.served("D")
+        guard.check_alive("D")
+        policy.write_text(good)  # the admin removes the line
+        guard.in_force("A", "B", "C", "D")
+        assert guard.metric("ibqos_opensm_rejected") == 0
+    finally:
+        assert guard.stop() == 0
