@@ -1,4 +1,5 @@
-"""Reading a systemd unit as systemd does, for tests that run its commands as written.
+"""Reading a systemd unit as systemd does, for tests that run its commands as written,
+and listening on a ``NOTIFY_SOCKET`` as systemd does (:class:`Systemd`).
 
 There is no systemd as PID 1 in the test machine, so the tests do its part: parse the unit
 and its drop-ins (systemd.syntax(7)), load ``Environment=`` and ``EnvironmentFile=``
@@ -10,6 +11,12 @@ anything else fails loudly rather than being guessed.
 from __future__ import annotations
 
 import re
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 Unit = dict[str, dict[str, list[str]]]
@@ -136,3 +143,60 @@ def seconds(value: str) -> float:
     for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value):
         total += float(number) * units[unit]
     return total
+
+
+@dataclass(frozen=True)
+class Message:
+    """One notification: when it came (monotonic and wall clock), from which pid, what."""
+
+    t: float
+    wall: float
+    pid: int
+    text: str
+
+
+class Systemd:
+    """The NOTIFY_SOCKET side: every datagram with its sender's pid (SCM_CREDENTIALS)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[Message] = []
+        self._run = True
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while self._run:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except TimeoutError:
+                continue
+            pid = next(struct.unpack("iII", d[:12])[0] for _, typ, d in anc if typ == 2)
+            for line in data.decode().splitlines():
+                self.messages.append(Message(time.monotonic(), time.time(), pid, line))
+
+    def wait(self, text: str, after: float, timeout: float, alive: Callable[[], bool]) -> Message:
+        """The first message *text* (or starting with it) received after *after*."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in list(self.messages):
+                if msg.t >= after and msg.text.startswith(text):
+                    return msg
+            assert alive(), "the service died"
+            time.sleep(0.05)
+        raise AssertionError(f"no {text!r} within {timeout} s: {self.texts()[-8:]}")
+
+    def texts(self, prefix: str = "", after: float = 0.0) -> list[str]:
+        return [m.text for m in self.messages if m.t >= after and m.text.startswith(prefix)]
+
+    def pings(self, after: float, before: float = float("inf")) -> list[float]:
+        return [m.t for m in self.messages if after <= m.t < before and m.text == "WATCHDOG=1"]
+
+    def close(self) -> None:
+        self._run = False
+        self._thread.join()
+        self.sock.close()

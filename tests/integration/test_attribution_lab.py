@@ -7,6 +7,7 @@ split of shared uplinks is really estimated.  Counters are read through PMA MADs
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -49,7 +50,11 @@ def errors(lab, dt=1.0):
     tracker = RateTracker()
     with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run, xmit_wait=False) as backend:
         tracker.update(backend.sweep(targets))
+        t0 = time.monotonic()
         lab.tick(dt)
+        # a rate above the link's capacity is dropped as implausible: the wall-clock
+        # interval must not be shorter than the model's, or the rates would exceed it
+        time.sleep(max(0.0, dt - (time.monotonic() - t0)))
         rates = tracker.update(backend.sweep(targets))
     # the model moved dt seconds of traffic between the sweeps: bytes / dt, not / wall time
     rates["xmit_bytes_per_s"] = rates["xmit_bytes_per_s"] * rates["interval_s"] / dt
