@@ -23,7 +23,7 @@ from ibqos.agent.parts import AgentParts, freeze_heap
 from ibqos.agent.sinks import enforce, verifier
 from ibqos.agent.state import AgentState, save_state
 from ibqos.classify.prior import learn
-from ibqos.errors import IbqosError, RenderError
+from ibqos.errors import IbqosError, RenderError, StateError
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.opensm.apply import ApplyResult
 from ibqos.opensm.render import render_checked
@@ -80,7 +80,11 @@ class CycleAgent(AgentParts):
             state_dir = self.config.agent.state_dir
             self.echo(self._dry_run_sink.text(decision, files, self.fabric, jobs_seen, state_dir))
         elif self.observing:
-            self.observer.show(files)
+            try:
+                self.observer.show(files)
+            except StateError:
+                self.counters.state_write_errors += 1
+                raise
         else:
             new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
             verify = verifier(
@@ -179,7 +183,11 @@ class CycleAgent(AgentParts):
             in_force=None if self.in_force_plan is None else plan_to_doc(self.in_force_plan),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
-            save_state(self.config.agent.state_dir, state)
+            try:
+                save_state(self.config.agent.state_dir, state)
+            except StateError:
+                self.counters.state_write_errors += 1  # the cycle fails softly, logged once
+                raise
         self.state = state
 
     def _soft(self, work: Callable[[], object], *, report: bool = True) -> bool:

@@ -49,6 +49,8 @@ class Counters:
         plan_changed_s: UNIX time the plan last changed in substance; None: not yet.
         file_warnings: the checker's warnings about the files last rendered for OpenSM
             (lines OpenSM accepts but likely reads otherwise than meant).
+        state_write_errors: writes to the state directory that failed (``state.json``,
+            observe mode's proposal); the state on disk is the last one written.
         render_error_now: the files as they should be fail the checker (an admin's line
             OpenSM would reject, ibqos's markers edited by hand): nothing is written.
         invalid_samples: port samples dropped because their rate was above the link's
@@ -81,8 +83,9 @@ class Counters:
     sweep_failed: int = 0
     started_s: float = field(default_factory=time.time)
     plan_changed_s: float | None = None
-    # the agent: OpenSM's files
+    # the agent: OpenSM's files, and its own state
     file_warnings: int = 0
+    state_write_errors: int = 0
     render_error_now: bool = False
     # collect: implausible samples and the share of ports a sweep reached
     invalid_samples: int = 0
@@ -128,6 +131,11 @@ _COUNTED = (
         "write_errors",
         "ibqos_opensm_write_errors",
         "Applies that failed because OpenSM's files or their backups could not be written.",
+    ),
+    (
+        "state_write_errors",
+        "ibqos_state_write_errors",
+        "Writes to the state directory that failed (state.json, observe mode's proposal).",
     ),
 )
 

@@ -4,6 +4,7 @@ that clear when the fault does."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import subprocess
@@ -199,3 +200,27 @@ def test_a_metrics_client_that_times_out_is_one_line(
         ("DEBUG", "metrics: client ('127.0.0.1', 40000): timed out"),
         ("WARNING", "metrics: client ('127.0.0.1', 40001): ValueError: bad request line"),
     ]
+
+
+def test_a_state_directory_that_cannot_be_written_is_a_soft_failure(
+    config: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, doc = config
+    doc["opensm"]["reload_command"] = sweep_done(tmp_path)
+    path.write_text(yaml.safe_dump(doc))
+    agent = Agent(load_config(path), path)
+    try:
+
+        def full(file: Path, text: str) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device", str(file))
+
+        monkeypatch.setattr("ibqos.agent.state.atomic_write", full)
+        assert not plan_now(agent)
+        assert agent.counters.state_write_errors == 1
+        assert "No space left on device" in agent.counters.last_error
+        assert agent.board.known("A") is not None  # OpenSM took the files all the same
+        monkeypatch.undo()
+        assert plan_now(agent) and agent.counters.state_write_errors == 1
+        assert (tmp_path / "state/state.json").exists()
+    finally:
+        agent.close()
