@@ -46,8 +46,11 @@ BACKENDS = ("native", "perfquery", "replay")
 #: on a production fabric before an admin has read what it would do (docs/deploy.md).
 MODES = ("observe", "enforce")
 DEFAULT_MODE = "observe"
-#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2)
-PORT_TYPES = ("ca", "swe", "sw0", "rtr")
+#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2; ``sw2sw``
+#: exists in NVIDIA's OpenSM only)
+PORT_TYPES = ("ca", "swe", "sw2sw", "sw0", "rtr")
+#: ``opensm.flavour``: which OpenSM reads the files; auto tells it from its log and opensm.conf
+OPENSM_FLAVOURS = ("auto", "upstream", "nvidia")
 #: where a lab keeps its ibnetdiscover output, in its directory
 LAB_DISCOVERED_FILE = "ibnetdiscover.txt"
 
@@ -144,7 +147,11 @@ class OpenSMConfig:
         reload_command: a command that makes OpenSM re-read its files (then ibqos cannot
             tell whether OpenSM runs).  At most one of the three; none: the files are
             written and OpenSM is not signalled.
-        port_types: the port types whose ``qos_<type>_*`` keys ibqos manages.
+        port_types: the port types whose ``qos_<type>_*`` keys ibqos manages; on NVIDIA's
+            OpenSM ``swe`` brings ``sw2sw`` (switch-to-switch ports) with it, and upstream
+            OpenSM has no ``sw2sw``.
+        flavour: the OpenSM that reads the files: "upstream" (3.3.x), "nvidia" (5.x), or
+            "auto" (told from the version OpenSM logs, else from opensm.conf's keys).
         sweep_timeout_s: seconds to wait for OpenSM's heavy sweep after a signal.
         verify: after a reload, check through SA that OpenSM serves the new tables and SLs.
         reload_budget: how often OpenSM may be signalled (a token bucket).
@@ -159,6 +166,7 @@ class OpenSMConfig:
         tuple[str, ...], strings("a list of strings (argv)", blank_items=True, none=True)
     ] = Field(default=(), json_schema_extra={"default": None})
     port_types: Annotated[tuple[str, ...], members(PORT_TYPES)] = ("ca", "swe")
+    flavour: Annotated[str, choice(OPENSM_FLAVOURS)] = "auto"
     sweep_timeout_s: Annotated[float, number(1)] = 30.0
     verify: Annotated[bool, flag()] = True
     reload_budget: ReloadBudgetConfig = dataclasses.field(default_factory=ReloadBudgetConfig)
