@@ -21,6 +21,7 @@ partition file opensm.conf names (:mod:`ibqos.opensm.partitions`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from ibqos.opensm.partitions import DEFAULT_PARTITIONS_FILE, Partitions, read_pa
 from ibqos.opensm.policy.render import BEGIN_MARK as POLICY_BEGIN
 from ibqos.opensm.policy.render import END_MARK as POLICY_END
 from ibqos.opensm.policy.render import PolicyJob, render_policy
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ibqos.config.lanes import LaneConfig
@@ -98,6 +101,7 @@ def render_checked(
     conf_source, policy_source = str(cfg.conf), str(cfg.policy_file)
     admin_conf = read_file(cfg.conf) or ""
     flavour = resolve_flavour(cfg.flavour, parse_conf(admin_conf), cfg.log)
+    log.debug("rendering for OpenSM %s", flavour)
     values = managed_values(plan.tables, managed_types(cfg.port_types, flavour.flavour))
     conf = render_conf(admin_conf, values, source=conf_source)
     policy_jobs = [
