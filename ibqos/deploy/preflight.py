@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ibqos.agent.handoff import SOCKET_PATH_MAX
 from ibqos.agent.lock import holder
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.config.models import Config
@@ -38,11 +39,9 @@ from ibqos.tools import find_tool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SOCKET_PATH_MAX", "Finding", "allowed", "preflight"]
+__all__ = ["Finding", "allowed", "preflight"]
 
 Severity = Literal["error", "warning", "note"]
-#: bytes of a UNIX socket path at most (sun_path is 108 bytes, NUL included)
-SOCKET_PATH_MAX = 107
 
 
 @dataclass(frozen=True)
