@@ -356,18 +356,12 @@ def parse_ibnetdiscover(text: str, source: str, *, strict: bool = True) -> Topol
 
 
 def check_port_lines(source: str, total: int, bad: list[tuple[int, str]]) -> None:
-    """Refuse a file of which most port lines could not be read.
-
-    Skipping them one by one suits a stray line; when most are unreadable the file is in a
-    layout the parser does not know, and what is left would be a fabric without links.
-
-    Args:
-        source: name of the input.
-        total: port lines seen.
-        bad: (line number, text) of those that could not be read.
+    """Refuse a file of which more than half the *total* port lines are *bad* (line number,
+    text): skipping suits a stray line, but then the layout is one the parser does not know,
+    and what is left would be a fabric without links.
 
     Raises:
-        TopologyError: more than half of *total* are *bad*.
+        TopologyError: naming *source*, the count and the first bad line.
     """
     if bad and 2 * len(bad) > total:
         lineno, line = bad[0]
