@@ -296,7 +296,8 @@ def _jobs(snap: Snapshot) -> list[Metric]:
     vl = _gauge("ibqos_job_vl", "The virtual lane the job's SL maps to.", ["job_id"])
     share = _gauge(
         "ibqos_job_measured_share_ratio",
-        "Share of the job's upper-level traffic that was measured; the rest was estimated.",
+        "Share of the job's traffic that was measured (upper levels; injection too when it"
+        " shares hosts); the rest was estimated.",
         ["job_id"],
     )
     for job in snap.decision.jobs:
