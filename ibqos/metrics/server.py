@@ -3,8 +3,10 @@
 The page is the text format (0.0.4): the agent's own registry rendered by
 prometheus-client's ``generate_latest``, then the snapshot's text, rendered once per
 snapshot (``ibqos.metrics.families``; ~10x faster than the generic path at 80k series),
-gzipped when the scraper accepts it, as Prometheus does.  OpenMetrics is not offered;
-Prometheus takes the text format.
+gzipped when the scraper accepts it, as Prometheus does.  A scraper whose Accept header
+asks for OpenMetrics (Prometheus does, first) gets it, chosen as prometheus-client's own
+exposition chooses (``choose_encoder``); the snapshot's part is then rendered by
+prometheus-client, once per snapshot and content type.
 
 prometheus-client's ``start_http_server`` serves TLS (and client certificates) but has no
 basic authentication, so the app is served by the standard library's WSGI server, the
@@ -27,7 +29,11 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    choose_encoder,
+    generate_latest,
+)
 
 from ibqos.config.models import MetricsConfig
 from ibqos.errors import ExporterError
@@ -88,8 +94,14 @@ def metrics_app(metrics: AgentMetrics) -> App:
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"404 Not Found: try /metrics\n"]
-        body = generate_latest(metrics.own) + metrics.snapshot.text()
-        headers = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]  # what generate_latest writes
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        if content_type.startswith("application/openmetrics-text"):
+            own = encoder(metrics.own).removesuffix(b"# EOF\n")
+            body = own + metrics.snapshot.encoded(encoder, content_type) + b"# EOF\n"
+        else:  # the text format 0.0.4, whatever text version was asked: Prometheus reads it
+            body = generate_latest(metrics.own) + metrics.snapshot.text()
+            content_type = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
+        headers = [("Content-Type", content_type)]
         if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
             body = gzip.compress(body, compresslevel=1)  # level 1: 5x smaller at little CPU
             headers.append(("Content-Encoding", "gzip"))
