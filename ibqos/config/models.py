@@ -33,6 +33,7 @@ from ibqos.config.fields import (
     text,
 )
 from ibqos.config.planning import CLASSIFY, LANES, LanesConfig
+from ibqos.config.webconfig import WebConfig, load_web_config
 from ibqos.errors import ConfigError
 from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, LAB_SM_HOSTNAME, HostMatcher
 from ibqos.fabric.model import DISCOVER_TIMEOUT_S
@@ -393,8 +394,13 @@ class MetricsConfig:
             Loopback by default: the metrics name jobs and users.
         fabric: the fabric's name in ``ibqos_fabric_info`` (the dashboards' variable).
         per_port: also export per-port traffic (3 series per swept port).
+        web_config_file: the web configuration file Prometheus exporters share
+            (node_exporter's ``--web.config.file``: ``tls_server_config``, bcrypt-hashed
+            ``basic_auth_users``); None: none.  Instead of *tls* and *basic_auth*.
         tls: serve HTTPS; None: plain HTTP.
-        basic_auth: require this user and password; None: no authentication.
+        basic_auth: require this user and password (a plaintext password file); None:
+            no authentication.
+        web: the web configuration file as read (not a key of the YAML).
     """
 
     listen: Annotated[tuple[str, int] | None, address()] = Field(
@@ -402,8 +408,25 @@ class MetricsConfig:
     )
     fabric: Annotated[str, text()] = "default"
     per_port: Annotated[bool, flag()] = False
+    web_config_file: Annotated[Path | None, readable(optional=True)] = None
     tls: TlsConfig | None = None
     basic_auth: BasicAuthConfig | None = None
+    web: SkipJsonSchema[WebConfig | None] = dataclasses.field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.web_config_file is None:
+            return
+        if self.tls is not None or self.basic_auth is not None:
+            raise problem(
+                "set HTTPS and users in the web configuration file, or in metrics.tls and"
+                " metrics.basic_auth, not in both",
+                key="web_config_file",
+            )
+        try:
+            web = load_web_config(self.web_config_file)
+        except ConfigError as err:
+            raise problem(str(err), key="web_config_file", cause=err) from err
+        object.__setattr__(self, "web", web)  # frozen: set once, while built
 
 
 @dataclass(frozen=True, config=_SECTION)
