@@ -79,4 +79,4 @@ def plan_command(
             time.sleep(pause)
         rates = collector.step()
     decision = decider.decide(rates, jobs, time.time())
-    click.echo(render(decision, fmt), nl=False)
+    click.echo(render(decision, fmt, from_scratch=True), nl=False)

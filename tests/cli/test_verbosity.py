@@ -70,6 +70,7 @@ def test_a_one_shot_command_logs_warnings_only_unless_asked(
     assert result.exit_code == 0, result.output
     assert levels(result.stderr) == want, result.stderr
     assert result.stdout.startswith("JOB ")  # the answer, alone on stdout
+    assert result.stdout.splitlines()[-1].startswith("nothing written: planned from scratch")
 
 
 def test_debug_after_the_command_gives_the_traceback(
