@@ -107,7 +107,12 @@ class CycleAgent(AgentParts):
         now = time.time()
         self.metrics.snapshot.publish(
             build_snapshot(
-                decision, self.rates, self.capacity, now, per_port=self.config.metrics.per_port
+                decision,
+                self.rates,
+                self.capacity,
+                now,
+                per_port=self.config.metrics.per_port,
+                fresh=fresh,  # only a fresh sweep's bytes go into the byte counters
             )
         )
         if result is not None and not result.ok:  # measured and decided, not applied

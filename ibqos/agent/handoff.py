@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "RESULTS",
+    "SOCKET_PATH_MAX",
     "Answer",
     "SlBoard",
     "SlServer",
@@ -66,6 +67,8 @@ __all__ = [
 ]
 __all__ += ["check_job_id"]
 
+#: bytes a UNIX socket's path may have at most (``sun_path`` is 108 bytes with its NUL)
+SOCKET_PATH_MAX = 107
 #: answers, as counted; all but "ok" are misses
 RESULTS = ("ok", "unknown", "no_sl", "timeout", "pending")
 _WORDS = {"unknown": "UNKNOWN", "no_sl": "NOSL", "timeout": "TIMEOUT", "pending": "PENDING"}

@@ -1,11 +1,14 @@
 """Per-job, per-level traffic from per-port rates (DESIGN.md section 3, "Per-job per-level
 attribution").
 
-Level 0 is exact: a job's hosts are its own, so their CA ports' transmit rates are the job's
-injection.  Level *l* >= 1 is the traffic that leaves the job's level-*l* subtrees.  With
-minimal routing the bytes leaving a subtree do not depend on the path they take, so the sum
-of the transmit rates of the up ports of the subtree's level-*l* switches is exactly what
-left it, whatever the routing.  That total is split among the jobs with hosts in the subtree
+Level 0 is exact where a job's hosts are its own: their CA ports' transmit rates are the
+job's injection.  A host that several jobs share (:attr:`MappedJob.share`) gives each job its
+share of the port's rate; that part of level 0 is estimated, and reported so (``measured``).
+
+Level *l* >= 1 is the traffic that leaves the job's level-*l* subtrees.  With minimal
+routing the bytes leaving a subtree do not depend on the path they take, so the sum of the
+transmit rates of the up ports of the subtree's level-*l* switches is exactly what left it,
+whatever the routing.  That total is split among the jobs with hosts in the subtree
 in proportion to a prior, so that per-subtree sums match the counters exactly:
 
     prior(job, S) = sum over the job's hosts i in S of  injection(i) * outside(i, S)
@@ -15,7 +18,9 @@ When the job declares its communication pattern (its profile: ``Job.pattern``), 
 comes from the pattern's traffic matrix (:mod:`ibqos.attribute.patterns`).  Otherwise it is the
 gravity model within the job, uniform all-to-all: ``(n - k) / (n - 1)`` for a job of *n*
 hosts with *k* of them in *S*.  A job that is alone in a subtree gets the subtree's whole
-total: that part is measured, not estimated, and is reported as such (``measured``).
+total: that part is measured, not estimated, and is reported as such (``measured``).  The
+injection in the prior is the job's share of each port, so two jobs on one host both have
+weight in its subtrees, and neither is alone there.
 
 Per-SL data counters, where a fabric has them and each job has its own SL, would make every
 level measured; ibsim has none, so this version always estimates shared subtrees.
@@ -56,8 +61,9 @@ class JobTraffic:
         job_id: the job.
         bytes_per_s: level -> bytes per second (0: injection by its hosts; l >= 1: leaving
             its level-l subtrees).  NaN where the counters gave no rate.
-        measured: level -> share of that level's bytes/s that was measured (1.0 for level
-            0; for l >= 1, the part from subtrees the job had to itself).
+        measured: level -> share of that level's bytes/s that was measured (level 0: the
+            part from hosts of its own, 1.0 unless it shares hosts; l >= 1: the part from
+            subtrees the job had to itself).
     """
 
     job_id: str
@@ -66,14 +72,16 @@ class JobTraffic:
 
     @property
     def measured_share(self) -> float:
-        """Share of the job's upper-level (l >= 1) bytes/s that was measured; 1.0 when it
-        sent nothing up (nothing was estimated).  Level 0 is left out: it is always
-        measured, and counting it would hide how much of the shared part was a guess."""
+        """How much of the job's figures was measured rather than estimated: the share of
+        its upper-level (l >= 1) bytes/s that was measured (1.0 when it sent nothing up),
+        or the measured share of its injection (level 0) when that is smaller -- below 1
+        only for a job on hosts it shares.  Level 0 is not added into the upper levels'
+        share: it is measured for a job of its own hosts, and counting it would hide how
+        much of the shared part was a guess."""
         upper = [(lvl, v) for lvl, v in self.bytes_per_s.items() if lvl >= 1 and np.isfinite(v)]
         total = sum(v for _, v in upper)
-        if total <= 0:
-            return 1.0
-        return sum(self.measured[lvl] * v for lvl, v in upper) / total
+        share = 1.0 if total <= 0 else sum(self.measured[lvl] * v for lvl, v in upper) / total
+        return min(share, self.measured.get(0, 1.0))
 
 
 @dataclass
@@ -119,6 +127,8 @@ class Attribution:
         part = np.where(known, self.measured * rate, 0.0).sum(axis=1)
         share = np.ones(len(total))
         np.divide(part, total, out=share, where=total > 0)
+        if 0 in self.levels:
+            share = np.minimum(share, self.measured[:, self.levels.index(0)])
         return share
 
 
@@ -145,6 +155,7 @@ class _JobPorts:
     Attributes:
         job: the mapped job (the cache compares it by identity).
         rate_rows: each port's row in the rates table (or the NaN after the last).
+        share: each port's share of its traffic that is the job's (1.0: a host of its own).
         ca: each port's CA row in the subtree tables.
         hosts: the job's size in the gravity model: its distinct node GUIDs (at least 1).
         pattern: for a job that declares a pattern, per uplink level and port, the share
@@ -153,6 +164,7 @@ class _JobPorts:
 
     job: MappedJob
     rate_rows: tuple[int, ...]
+    share: tuple[float, ...]
     ca: tuple[int, ...]
     hosts: int
     pattern: dict[int, FloatArray]
@@ -190,6 +202,8 @@ class _Rows:
         job_ids: the jobs' ids.
         job_idx: per row, the job's index.
         rate_rows: per row, its row in the rates table (or the NaN after the last).
+        share: per row, the job's share of the port's traffic; None: 1.0 everywhere (no
+            job shares a host).
         levels: per uplink level.
     """
 
@@ -198,6 +212,7 @@ class _Rows:
     job_ids: tuple[str, ...]
     job_idx: IntArray
     rate_rows: npt.NDArray[np.intp]
+    share: FloatArray | None
     levels: dict[int, _LevelRows]
 
 
@@ -250,10 +265,16 @@ class Attributor:
         rows = self._rows_of(tuple(jobs), layout)
         n_jobs = len(rows.job_ids)
         rate = xmit[rows.rate_rows]
+        measured0 = np.ones(n_jobs)
+        if rows.share is not None:  # hosts shared: each job takes its share of their ports
+            rate = rate * rows.share
         level0 = _sum_by(rows.job_idx, np.nan_to_num(rate), n_jobs)
+        if rows.share is not None:
+            own = np.where(rows.share >= 1.0, np.nan_to_num(rate), 0.0)
+            np.divide(_sum_by(rows.job_idx, own, n_jobs), level0, out=measured0, where=level0 > 0)
         unknown0 = np.bincount(rows.job_idx, weights=np.isnan(rate), minlength=n_jobs) > 0
         per_level = [np.where(unknown0, np.nan, level0)]
-        measured = [np.ones(n_jobs)]
+        measured = [measured0]
         unattributed: dict[int, float] = {}
         for lvl, lr in rows.levels.items():
             up_sub = self.up_ports[lvl][1]
@@ -302,6 +323,9 @@ class Attributor:
         n_jobs = len(jobs)
         job_idx = np.repeat(np.arange(n_jobs, dtype=np.int64), counts)
         rate_rows = np.fromiter(chain.from_iterable(e.rate_rows for e in entries), np.intp, n_rows)
+        share = None
+        if any(e.job.share for e in entries):
+            share = np.fromiter(chain.from_iterable(e.share for e in entries), np.float64, n_rows)
         ca = np.fromiter(chain.from_iterable(e.ca for e in entries), np.intp, n_rows)
         hosts = np.array([e.hosts for e in entries], dtype=np.float64)
         starts = (np.cumsum(counts) - counts).tolist()
@@ -322,7 +346,7 @@ class Attributor:
                 has = np.flatnonzero(~np.isnan(frac))
                 outside[start + has] = frac[has]
             levels[lvl] = _LevelRows(n_sub, ok, pairs, inv, outside[ok])
-        return _Rows(jobs, layout, tuple(mj.id for mj in jobs), job_idx, rate_rows, levels)
+        return _Rows(jobs, layout, tuple(mj.id for mj in jobs), job_idx, rate_rows, share, levels)
 
     def _job_ports(self, mj: MappedJob, layout: _Layout) -> _JobPorts:
         none, n_ca = len(layout.guid), len(self._ca_row)
@@ -331,6 +355,7 @@ class Attributor:
         return _JobPorts(
             mj,
             tuple(row_of.get(k, none) for k in mj.ports),
+            mj.share or (1.0,) * len(mj.ports),
             ca,
             # the gravity model counts the job's nodes (CAs), not its ports
             max(len({k[0] for k in mj.ports}), 1),

@@ -9,20 +9,32 @@ Two parts:
   NodeDescriptions (:class:`HostMatcher`: by default the first word, ``cn0001 mlx5_0`` ->
   ``cn0001``).
 
-Bad job input never stops the agent once it has run: unknown hosts, empty jobs and hosts in
-two jobs are warnings, and the job is partly mapped or skipped.  Only the first read of a job
-source raises (:class:`~ibqos.errors.JobsError`), so that a wrong path is reported at start.
+Bad job input never stops the agent once it has run: unknown hosts and empty jobs are
+warnings, and the job is partly mapped or skipped.  Only the first read of a job source
+raises (:class:`~ibqos.errors.JobsError`), so that a wrong path is reported at start.
+
+**Hosts that several jobs share** (Slurm's OverSubscribe, shared GPU partitions) belong to
+each of them: every job keeps its ports, its port-group and its SL, since an SL belongs to a
+job's queue pairs, not to a node.  What a shared host port sends is then split among its
+jobs (:attr:`MappedJob.share`), by weights in this order, the first that every job on the
+host has:
+
+1. the job's declared mean rate per node (``rate_bytes_per_s`` x ``duty``, job files);
+2. the CPUs the job holds on the host (:attr:`~ibqos.jobs.model.Job.host_cpus`, from
+   Slurm's ``job_resources``): MPI ranks are CPUs;
+3. equal shares.
+
+The split is an estimate, and attribution reports it as such (``measured`` below 1).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -57,12 +69,17 @@ class MappedJob:
             order (a host with two linked HCA ports contributes both).
         hosts: the job's hosts that were found on the fabric, in job order.
         missing: the job's hosts that match no CA on the fabric.
+        share: per port (as *ports*), the share of the port's traffic that is the job's:
+            1.0 on a host of its own, less on a host it shares; empty: 1.0 everywhere.
+        shared: the job's hosts that other running jobs have too, in job order.
     """
 
     job: Job
     ports: tuple[PortKey, ...]
     hosts: tuple[str, ...]
     missing: tuple[str, ...] = ()
+    share: tuple[float, ...] = ()
+    shared: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -116,8 +133,7 @@ class FileJobSource(JobSource):
 
     The jobs listed are the running jobs.  ``start_time`` is not a filter: a start time in
     the future is most likely clock skew between the scheduler and this host, and a job that
-    vanished for that reason would lose its lane; it only orders jobs that share a node (see
-    :func:`map_jobs`).
+    vanished for that reason would lose its lane.
 
     Args:
         path: the job file or directory.
@@ -197,12 +213,6 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t)
 
 
-def _priority(job: Job) -> tuple[bool, float, tuple[tuple[int, int | str], ...]]:
-    """Earlier start first; a job without a start time after every job that has one."""
-    start = job.start_time
-    return (start is None, math.inf if start is None else start, natural_key(job.id))
-
-
 def _hosts_text(hosts: Iterable[str]) -> str:
     hosts = list(hosts)
     text = str(NodeSet.fromlist(hosts, resolver=RESOLVER_NOGROUP))
@@ -235,11 +245,9 @@ def map_jobs(
       first word); all linked ports of those CAs belong to it.  Switches never match.
     - Hosts that match no CA are left out (``MappedJob.missing``) with a warning; the rest of
       the job is mapped.
-    - Nodes are exclusive (DESIGN section 1): a host in several jobs goes to the job that
-      started first (earlier ``start_time``; jobs without one come after those with one;
-      then the lower job id, numerically), and is dropped from the others with a warning.
-      It is then in neither ``hosts`` nor ``missing`` of those jobs.
-    - A job that is left without a host on the fabric is skipped with a warning.
+    - A host in several jobs belongs to each of them; its ports' traffic is split among
+      them (``MappedJob.share``, see the module docstring).
+    - A job without a host on the fabric is skipped with a warning.
 
     Args:
         jobs: the running jobs (ids unique).
@@ -251,45 +259,28 @@ def map_jobs(
 
     Returns:
         The mapped jobs in input order, and the warnings, one line each (job first, in input
-        order).  The warnings are also logged on ``ibqos.jobs.jobfile``, the first few one by one
-        and then a count.
+        order).  The warnings are also logged on ``ibqos.attribute.jobmap``, the first few
+        one by one and then a count.
     """
     if index is None:
         index = host_ports(fabric, matcher)
-    owner: dict[str, Job] = {}
-    results: dict[int, MappedJob] = {}
-    notes: dict[int, list[str]] = {}
-    order = sorted(range(len(jobs)), key=lambda i: _priority(jobs[i]))
-    for i in order:
-        result, notes[i] = _map_one(jobs[i], index, owner)
-        if result is not None:
-            results[i] = result
-    mapped = [results[i] for i in range(len(jobs)) if i in results]
-    warnings = [msg for i in range(len(jobs)) for msg in notes[i]]
+    results = [_map_one(job, index) for job in jobs]
+    mapped = _shared_out([m for m, _ in results if m is not None], index)
+    warnings = [msg for _, msgs in results for msg in msgs]
     if log:
         log_warnings(warnings)
     return mapped, warnings
 
 
 def _map_one(
-    job: Job, index: Mapping[str, Sequence[PortKey]], owner: dict[str, Job]
+    job: Job, index: Mapping[str, Sequence[PortKey]]
 ) -> tuple[MappedJob | None, list[str]]:
-    """Map one job after the jobs that own *owner*'s hosts (see :func:`map_jobs`).
-
-    Takes the job's free hosts into *owner*.  Returns the mapped job (None: skipped) and
-    its warnings.
-    """
+    """Map one job on its own (as if no other job ran).  Returns the mapped job (None:
+    skipped) and its warnings."""
     hosts: list[str] = []
     missing: list[str] = []
-    taken: dict[str, list[str]] = {}  # winner job id -> hosts it took first
-    for node in job.nodes:
-        if node not in index:
-            missing.append(node)
-        elif (first := owner.get(node)) is not None:
-            taken.setdefault(first.id, []).append(node)
-        else:
-            owner[node] = job
-            hosts.append(node)
+    for node in dict.fromkeys(job.nodes):  # a host listed twice is one host
+        (hosts if node in index else missing).append(node)
     msgs: list[str] = []
     if not job.nodes:
         msgs.append(f"{_label(job)}: no hosts; skipped")
@@ -299,28 +290,64 @@ def _map_one(
             f"{_label(job)}: {_plural(len(missing), 'host')} of {len(job.nodes)} not on the "
             f"fabric: {_hosts_text(missing)}"
         )
-    for first_id, lost in taken.items():
-        msgs.append(
-            f"{_label(job)}: {_plural(len(lost), 'host')} also in job {first_id}, which started "
-            f"first, left to it: {_hosts_text(lost)}"
-        )
     if not hosts:
-        msgs.append(f"{_label(job)}: no host on the fabric is left to it; skipped")
+        msgs.append(f"{_label(job)}: no host on the fabric; skipped")
         return None, msgs
     ports = tuple(key for host in hosts for key in index[host])
     return MappedJob(job=job, ports=ports, hosts=tuple(hosts), missing=tuple(missing)), msgs
+
+
+def _shared_out(mapped: list[MappedJob], index: Mapping[str, Sequence[PortKey]]) -> list[MappedJob]:
+    """*mapped* (each mapped on its own), with the share of every host that several of
+    them have set on each of those jobs (the module docstring says how it is split)."""
+    users: dict[str, list[int]] = {}
+    for i, mj in enumerate(mapped):
+        for host in mj.hosts:
+            users.setdefault(host, []).append(i)
+    shared = {host: who for host, who in users.items() if len(who) > 1}
+    if not shared:
+        return mapped
+    cut: dict[int, dict[str, float]] = {}  # job row -> shared host -> its share
+    cpus: dict[int, dict[str, int]] = {}  # job row -> host -> CPUs it holds there
+    for host, who in shared.items():
+        for i in who:
+            if i not in cpus:
+                cpus[i] = dict(mapped[i].job.host_cpus)
+        split = _split([mapped[i].job for i in who], [cpus[i].get(host) for i in who])
+        for i, part in zip(who, split, strict=True):
+            cut.setdefault(i, {})[host] = part
+    out = list(mapped)
+    for i, parts in cut.items():
+        mj = mapped[i]
+        # each host contributes its ports in host order (see _map_one)
+        share = tuple(parts.get(host, 1.0) for host in mj.hosts for _ in index[host])
+        out[i] = replace(mj, share=share, shared=tuple(h for h in mj.hosts if h in parts))
+    return out
+
+
+def _split(jobs: Sequence[Job], cpus: Sequence[int | None]) -> list[float]:
+    """The shares of one host's traffic of the *jobs* on it (holding *cpus* there, None
+    where not known), summing to 1: by declared rates, else by CPUs, else equal."""
+    weights = [1.0] * len(jobs)
+    if all(job.has_rates for job in jobs):
+        weights = [job.rate_bytes_per_s * job.duty for job in jobs]
+    elif all(c is not None and c > 0 for c in cpus):
+        weights = [float(c or 0) for c in cpus]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 class JobMapper:
     """:func:`map_jobs` for a caller that maps the running jobs every cycle.
 
     A job's hosts, missing hosts, ports and warnings depend only on the job and the
-    fabric's index, except where two jobs name the same host.  So each job is mapped on
-    its own once, kept while it runs, and :func:`map_jobs` (which orders the jobs and
-    shares their hosts out) runs only in a cycle where some host is in two jobs.  The
-    result is the same as ``map_jobs(jobs, fabric, index=index)``: in a cycle without
-    shared hosts only new jobs cost anything, which keeps a cycle of thousands of jobs
-    to a few milliseconds.
+    fabric's index; only the shares of hosts that several jobs have depend on the other
+    jobs.  So each job is mapped on its own once and kept while it runs, and the shares
+    are worked out only for the jobs on shared hosts.  A job whose mapping and shares did
+    not change is handed back as the same :class:`MappedJob` object (attribution keeps
+    its work per job by identity).  The result equals ``map_jobs(jobs, fabric,
+    index=index)``: in a cycle without shared hosts only new jobs cost anything, which
+    keeps a cycle of thousands of jobs to a few milliseconds.
 
     Args:
         fabric: the fabric.
@@ -334,6 +361,7 @@ class JobMapper:
         self.fabric = fabric
         self.index = host_ports(fabric, matcher)
         self._alone: dict[Job, tuple[MappedJob | None, list[str]]] = {}
+        self._shared: dict[Job, MappedJob] = {}  # last cycle's jobs on shared hosts
         self._last: tuple[tuple[Job, ...], list[MappedJob], list[str]] | None = None
 
     def map(self, jobs: Sequence[Job]) -> tuple[list[MappedJob], list[str]]:
@@ -352,16 +380,20 @@ class JobMapper:
         for job in key:
             hit = self._alone.get(job)
             if hit is None:
-                hit = _map_one(job, self.index, {})
+                hit = _map_one(job, self.index)
             alone[job] = hit
             results.append(hit)
         self._alone = alone  # ended jobs drop out
-        claimed = [host for m, _ in results if m is not None for host in m.hosts]
-        if len(claimed) == len(set(claimed)):
-            mapped = [m for m, _ in results if m is not None]
-            warnings = [msg for _, msgs in results for msg in msgs]
-        else:  # a host in two jobs: who gets it depends on the other jobs
-            mapped, warnings = map_jobs(key, self.fabric, index=self.index, log=False)
+        mapped = _shared_out([m for m, _ in results if m is not None], self.index)
+        shared: dict[Job, MappedJob] = {}
+        for i, mj in enumerate(mapped):
+            if mj.shared:
+                before = self._shared.get(mj.job)
+                if before is not None and before == mj:
+                    mapped[i] = mj = before
+                shared[mj.job] = mj
+        self._shared = shared
+        warnings = [msg for _, msgs in results for msg in msgs]
         self._last = (key, mapped, warnings)
         return list(mapped), list(warnings)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ibqos.config.load import load_config
+from ibqos.deploy.preflight import preflight
 from ibqos.opensm.check import check_file, partitions_file
 from ibqos.opensm.partitions import read_partitions
 
@@ -50,7 +51,23 @@ def check_opensm_command(
 
 @click.command("check-config")
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-def check_config_command(file: Path) -> None:
-    """Validate an ibqos config file as a whole; one line per problem, exit 1 if any."""
-    load_config(file)
+@click.option(
+    "--syntax-only",
+    is_flag=True,
+    help="Only validate the file; do not look at what it points at.",
+)
+def check_config_command(file: Path, syntax_only: bool) -> None:
+    """Validate an ibqos config file, then check what it points at: OpenSM's files and
+    process, the job source, the state directory, the metrics port and the SL socket.
+
+    One line per problem (error, warning or note); exit 1 if any is an error.
+    """
+    config = load_config(file)
+    errors = 0
+    if not syntax_only:
+        for finding in preflight(config):
+            click.echo(str(finding))
+            errors += finding.severity == "error"
+    if errors:
+        click.get_current_context().exit(1)
     click.echo(f"{file}: ok")

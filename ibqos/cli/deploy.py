@@ -12,7 +12,7 @@ import click
 
 from ibqos.cli.options import config_option
 from ibqos.config.load import find_config, load_config
-from ibqos.deploy.install import UNIT, UNIT_DIR, install, plan
+from ibqos.deploy.install import UNIT, UNIT_DIR, install, plan, sandbox_problem
 from ibqos.deploy.restore import restore
 from ibqos.errors import ApplyError
 
@@ -44,12 +44,30 @@ from ibqos.errors import ApplyError
     help="The ibqos executable the unit runs (default: this one).",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be installed; write nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Install even when the unit's sandbox (ProtectHome=, PrivateTmp=) hides the"
+    " executable: for a drop-in that relaxes it.",
+)
 def install_command(
-    prefix: Path, unit_dir: Path, opensm_unit: str | None, bin_path: Path | None, dry_run: bool
+    prefix: Path,
+    unit_dir: Path,
+    opensm_unit: str | None,
+    bin_path: Path | None,
+    dry_run: bool,
+    force: bool,
 ) -> None:
     """Install the systemd unit, its environment file, the example config and the Slurm
-    scripts; an admin's existing files are kept (the shipped ones go beside as .new)."""
-    steps = plan(prefix, unit_dir=unit_dir, opensm_unit=opensm_unit, bin_path=bin_path)
+    scripts; an admin's existing files are kept (the shipped ones go beside as .new).
+
+    Refuses (unless --force) an executable the unit's sandbox hides: one under /home,
+    /root or /run/user (ProtectHome=yes) or /tmp, /var/tmp (PrivateTmp=yes).
+    """
+    steps = plan(prefix, unit_dir=unit_dir, opensm_unit=opensm_unit, bin_path=bin_path, force=force)
+    hidden = sandbox_problem(steps[0].text) if force else None
+    if hidden is not None:
+        click.echo(f"warning: {hidden} (--force: a drop-in must relax the sandbox)", err=True)
     if dry_run:
         for step in steps:
             click.echo(f"would install {step.target} (mode {step.mode:o})")

@@ -89,6 +89,8 @@ def parse_perfquery(text: str, source: str = "perfquery") -> tuple[list[CounterB
         the complete counter blocks, in order, and the ``iberror`` line perfquery printed
         when it gave up ("" if none).
 
+    Blank lines are ignored.
+
     Raises:
         MadError: a line that is neither a header, a counter nor an iberror line, a value
             out of range, a counter outside a block, a block without its counters, or
@@ -102,6 +104,8 @@ def parse_perfquery(text: str, source: str = "perfquery") -> tuple[list[CounterB
     iberror = ""
     for lineno, line in enumerate(text.splitlines(), 1):
         where = f"{source}: line {lineno}"
+        if not line.strip():
+            continue  # a saved output or a wrapper may end with (or hold) blank lines
         if iberror:
             raise MadError(f"{where}: output after the error line: {line[:60]!r}")
         if m := _HEADER.match(line):

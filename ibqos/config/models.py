@@ -33,6 +33,7 @@ from ibqos.config.fields import (
     text,
 )
 from ibqos.config.planning import CLASSIFY, LANES, LanesConfig
+from ibqos.config.webconfig import WebConfig, load_web_config
 from ibqos.errors import ConfigError
 from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, LAB_SM_HOSTNAME, HostMatcher
 from ibqos.fabric.model import DISCOVER_TIMEOUT_S
@@ -46,8 +47,11 @@ BACKENDS = ("native", "perfquery", "replay")
 #: on a production fabric before an admin has read what it would do (docs/deploy.md).
 MODES = ("observe", "enforce")
 DEFAULT_MODE = "observe"
-#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2)
-PORT_TYPES = ("ca", "swe", "sw0", "rtr")
+#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2; ``sw2sw``
+#: exists in NVIDIA's OpenSM only)
+PORT_TYPES = ("ca", "swe", "sw2sw", "sw0", "rtr")
+#: ``opensm.flavour``: which OpenSM reads the files; auto tells it from its log and opensm.conf
+OPENSM_FLAVOURS = ("auto", "upstream", "nvidia")
 #: where a lab keeps its ibnetdiscover output, in its directory
 LAB_DISCOVERED_FILE = "ibnetdiscover.txt"
 
@@ -144,7 +148,11 @@ class OpenSMConfig:
         reload_command: a command that makes OpenSM re-read its files (then ibqos cannot
             tell whether OpenSM runs).  At most one of the three; none: the files are
             written and OpenSM is not signalled.
-        port_types: the port types whose ``qos_<type>_*`` keys ibqos manages.
+        port_types: the port types whose ``qos_<type>_*`` keys ibqos manages; on NVIDIA's
+            OpenSM ``swe`` brings ``sw2sw`` (switch-to-switch ports) with it, and upstream
+            OpenSM has no ``sw2sw``.
+        flavour: the OpenSM that reads the files: "upstream" (3.3.x), "nvidia" (5.x), or
+            "auto" (told from the version OpenSM logs, else from opensm.conf's keys).
         sweep_timeout_s: seconds to wait for OpenSM's heavy sweep after a signal.
         verify: after a reload, check through SA that OpenSM serves the new tables and SLs.
         reload_budget: how often OpenSM may be signalled (a token bucket).
@@ -159,6 +167,7 @@ class OpenSMConfig:
         tuple[str, ...], strings("a list of strings (argv)", blank_items=True, none=True)
     ] = Field(default=(), json_schema_extra={"default": None})
     port_types: Annotated[tuple[str, ...], members(PORT_TYPES)] = ("ca", "swe")
+    flavour: Annotated[str, choice(OPENSM_FLAVOURS)] = "auto"
     sweep_timeout_s: Annotated[float, number(1)] = 30.0
     verify: Annotated[bool, flag()] = True
     reload_budget: ReloadBudgetConfig = dataclasses.field(default_factory=ReloadBudgetConfig)
@@ -385,8 +394,13 @@ class MetricsConfig:
             Loopback by default: the metrics name jobs and users.
         fabric: the fabric's name in ``ibqos_fabric_info`` (the dashboards' variable).
         per_port: also export per-port traffic (3 series per swept port).
+        web_config_file: the web configuration file Prometheus exporters share
+            (node_exporter's ``--web.config.file``: ``tls_server_config``, bcrypt-hashed
+            ``basic_auth_users``); None: none.  Instead of *tls* and *basic_auth*.
         tls: serve HTTPS; None: plain HTTP.
-        basic_auth: require this user and password; None: no authentication.
+        basic_auth: require this user and password (a plaintext password file); None:
+            no authentication.
+        web: the web configuration file as read (not a key of the YAML).
     """
 
     listen: Annotated[tuple[str, int] | None, address()] = Field(
@@ -394,8 +408,25 @@ class MetricsConfig:
     )
     fabric: Annotated[str, text()] = "default"
     per_port: Annotated[bool, flag()] = False
+    web_config_file: Annotated[Path | None, readable(optional=True)] = None
     tls: TlsConfig | None = None
     basic_auth: BasicAuthConfig | None = None
+    web: SkipJsonSchema[WebConfig | None] = dataclasses.field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.web_config_file is None:
+            return
+        if self.tls is not None or self.basic_auth is not None:
+            raise problem(
+                "set HTTPS and users in the web configuration file, or in metrics.tls and"
+                " metrics.basic_auth, not in both",
+                key="web_config_file",
+            )
+        try:
+            web = load_web_config(self.web_config_file)
+        except ConfigError as err:
+            raise problem(str(err), key="web_config_file", cause=err) from err
+        object.__setattr__(self, "web", web)  # frozen: set once, while built
 
 
 @dataclass(frozen=True, config=_SECTION)

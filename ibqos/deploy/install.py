@@ -15,6 +15,12 @@ staging directory), at the places systemd and the docs name:
                                                    characterization workflow, schemas, docs
 ================================================  ==========================================
 
+The unit's sandbox hides ``/home``, ``/root`` and ``/run/user`` (``ProtectHome=yes``) and
+gives it a ``/tmp`` and ``/var/tmp`` of its own (``PrivateTmp=yes``): an ibqos installed
+there (a virtual environment in a home directory) cannot be started by it (status
+203/EXEC).  :func:`plan` refuses such an ``ExecStart`` unless forced (a site whose drop-in
+relaxes the sandbox); :func:`sandbox_problem` says why.
+
 An admin's files are never overwritten: an existing config, environment file or drop-in
 is kept and the shipped version is written beside it as ``<name>.new`` (the drop-in is
 replaced only when ``--opensm-unit`` names the unit again).  ``ExecStart`` is pointed at
@@ -27,6 +33,7 @@ from the source tree.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sysconfig
@@ -57,6 +64,15 @@ SHARED = (
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
 _EXEC_START = re.compile(r"^(ExecStart=)(\S+)", re.M)
 _OPENSM = re.compile(r"^(After|BindsTo)=\S+$", re.M)
+_TRUE = ("yes", "true", "on", "1")
+#: directory -> (the unit's setting, values that hide it from ExecStart)
+_HIDDEN = {
+    Path("/home"): ("ProtectHome", (*_TRUE, "tmpfs")),
+    Path("/root"): ("ProtectHome", (*_TRUE, "tmpfs")),
+    Path("/run/user"): ("ProtectHome", (*_TRUE, "tmpfs")),
+    Path("/tmp"): ("PrivateTmp", _TRUE),  # noqa: S108 - a path the unit hides, not a temp file
+    Path("/var/tmp"): ("PrivateTmp", _TRUE),  # noqa: S108 - the same
+}
 
 
 @dataclass(frozen=True)
@@ -106,12 +122,45 @@ def default_bin() -> Path:
     return Path(found).absolute()
 
 
+def sandbox_problem(unit_text: str) -> str | None:
+    """Why the unit *unit_text* cannot run its ``ExecStart`` executable (None: it can).
+
+    The executable, where its symbolic links lead, and the interpreter of its ``#!`` line
+    (a virtual environment's Python) must all be visible inside the unit's sandbox.
+    """
+    start = _EXEC_START.search(unit_text)
+    if start is None:
+        return None
+    exe = Path(start.group(2))
+    settings: dict[str, str] = {}
+    for key, value in re.findall(r"^(ProtectHome|PrivateTmp)=(\S*)\s*$", unit_text, re.M):
+        settings[key] = value.lower()  # the last one wins, as in systemd
+    looked = [exe, exe.resolve()]
+    try:
+        with exe.open("rb") as script:
+            first = script.readline(512)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!") and first[2:].split():
+        looked.append(Path(os.fsdecode(first[2:].split()[0])))
+    for path in dict.fromkeys(looked):
+        for top, (key, hiding) in _HIDDEN.items():
+            if path.is_relative_to(top) and settings.get(key) in hiding:
+                subject = f"{exe} is" if path == exe else f"{exe} needs {path}, which is"
+                return (
+                    f"{subject} under {top}, hidden from the service by the unit's"
+                    f" {key}={settings[key]}: it could not start (status 203/EXEC)"
+                )
+    return None
+
+
 def plan(
     prefix: Path,
     *,
     unit_dir: Path = UNIT_DIR,
     opensm_unit: str | None = None,
     bin_path: Path | None = None,
+    force: bool = False,
 ) -> list[Step]:
     """The files to install under *prefix*, nothing written yet.
 
@@ -121,9 +170,12 @@ def plan(
         opensm_unit: the site's OpenSM unit (None: the shipped ``opensm.service``, and an
             existing drop-in is kept).
         bin_path: the ibqos executable ExecStart runs (None: :func:`default_bin`).
+        force: install even when the unit's sandbox hides the executable
+            (:func:`sandbox_problem`).
 
     Raises:
-        InstallError: a bad option, or the shipped files are missing.
+        InstallError: a bad option, the shipped files are missing, or the unit could not
+            start the executable (not forced).
     """
     root = data_root()
     exe = bin_path if bin_path is not None else default_bin()
@@ -138,6 +190,12 @@ def plan(
         raise InstallError(f"--unit-dir {unit_dir}: must be relative to --prefix")
     units = prefix / unit_dir
     unit = _EXEC_START.sub(lambda m: m.group(1) + str(exe), (root / "systemd" / UNIT).read_text())
+    hidden = sandbox_problem(unit)
+    if hidden is not None and not force:
+        raise InstallError(
+            f"{hidden}; install ibqos elsewhere (python3 -m venv /opt/ibqos), or give --force"
+            " with a drop-in that relaxes the sandbox"
+        )
     drop_in = (root / "systemd" / f"{UNIT}.d" / DROP_IN).read_text()
     if opensm_unit is not None:
         drop_in = _OPENSM.sub(lambda m: f"{m.group(1)}={opensm_unit}", drop_in)

@@ -1,6 +1,7 @@
 """The fabric: its topology as ibnetdiscover writes it, and the fat-tree model built on it.
 
 - :mod:`~ibqos.fabric.topology`: ibnetdiscover output parsed and written (nodes, ports, links);
+- :mod:`~ibqos.fabric.portlist`: ``ibnetdiscover -p`` (a ports list) read, and the choice of layout;
 - :mod:`~ibqos.fabric.model`: the fat tree (levels, port roles, uplink capacities, PMA targets);
 - :mod:`~ibqos.fabric.diff`: what changed between two discoveries;
 - :mod:`~ibqos.fabric.hostnames`: host names read from NodeDescriptions;

@@ -36,7 +36,16 @@ Warnings (logged on ``ibqos.fabric.model`` and kept in ``Fabric.warnings``; the 
 - a node with no GUID, or a port with no LID (or LID 0, not yet assigned by the SM): kept
   for levels and capacities, but not a PMA target (a query needs both); without a GUID it
   is not in ``Fabric.ports`` nor in diffs either, as those are keyed by GUID;
-- a root GUID that is not a switch of the fabric.
+- a root GUID that is not a switch of the fabric;
+- CAs whose NodeDescription is a vendor default (``MT4129 ConnectX7 Mellanox Technologies``):
+  one warning with their number and an example; they stay in the model, but name no host,
+  so no job gets their ports (:func:`~ibqos.fabric.hostnames.is_vendor_default`).
+
+SHARP aggregation nodes (the CA inside each NVIDIA Quantum switch; see
+:mod:`ibqos.fabric.topology` for how they are recognised) are left out: they make no switch
+a leaf, and neither their port nor the switch port cabled to it is in ``Fabric.ports`` or
+among the PMA targets.  Their traffic stays inside the switch: it is neither a host's
+injection nor uplink traffic.  ``Fabric.aggregation_nodes`` lists them.
 
 Leaves are the switches with CA ports.  When CAs hang off higher switches (a storage node
 on a spine), that switch would look like a leaf linked to other leaves; as with OpenSM's
@@ -54,8 +63,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ibqos.errors import TopologyError
+from ibqos.fabric.hostnames import is_vendor_default
+from ibqos.fabric.portlist import parse_topology_text
 from ibqos.fabric.targets import Role, Target
-from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
+from ibqos.fabric.topology import Port, Topology
 from ibqos.tools import run_tool
 
 log = logging.getLogger(__name__)
@@ -136,7 +147,9 @@ class Fabric:
         levels: fat-tree level of every switch, by node id (leaf = 1).
         height: the top level (1 for a single switch).
         ports: every linked port of a switch or CA that has a node GUID, by (GUID, port),
-            in topology order.
+            in topology order (aggregation nodes and the switch ports cabled to them left
+            out).
+        aggregation_nodes: node ids of the SHARP aggregation nodes, left out of the model.
         warnings: one line for each thing that was left out or looks degraded.
     """
 
@@ -150,6 +163,8 @@ class Fabric:
         self.topo = topo
         self.source = source
         self.warnings: list[str] = []
+        self.aggregation_nodes = [n.id for n in topo.aggregation_nodes()]
+        self._internal = set(self.aggregation_nodes)
         if not topo.switches():
             raise TopologyError(f"{source}: not a fat tree: no switches")
         if root_guids is None:
@@ -166,6 +181,7 @@ class Fabric:
         }
         self._components: dict[int, dict[str, int]] = {}
         self._check_up_links()
+        self._check_descriptions()
         self._targets = [t for fp in self._all if (t := self._target(fp)) is not None]
         self._log_warnings()
 
@@ -236,10 +252,25 @@ class Fabric:
                     f"(the top level is {self.height})"
                 )
 
+    def _check_descriptions(self) -> None:
+        unnamed = [n for n in self.topo.cas() if is_vendor_default(n.desc)]
+        if unnamed:
+            self._warn(
+                f"{len(unnamed)} CA(s) have a vendor-default NodeDescription, e.g. "
+                f"{self._name(unnamed[0].id)}: they name no host, so no job gets their ports "
+                f"(set the descriptions on the hosts, e.g. with rdma-ndd)"
+            )
+
     # -- ports ----------------------------------------------------------------------
     def _ports_of(self, node_id: str) -> Iterable[FabricPort]:
         node = self.topo.nodes[node_id]
-        linked = list(self.topo.ports(node_id))
+        if node_id in self._internal:
+            return  # a switch's aggregation node: neither host nor fabric link
+        linked = [
+            p
+            for p in self.topo.ports(node_id)
+            if (peer := self.topo.peer(p)) is None or peer.node not in self._internal
+        ]
         if not linked and node.kind != "switch":
             kind = "CA" if node.kind == "ca" else "router"
             self._warn(f"{kind} {self._name(node_id)} has no link: left out")
@@ -355,10 +386,12 @@ class Fabric:
     def summary(self) -> str:
         """One line: levels, switches, CAs and ports, for logs."""
         roles = [fp.role for fp in self._all]
+        internal = len(self.aggregation_nodes)
         return (
             f"{self.source}: {self.height} levels, {len(self.levels)} switches, "
             f"{len(self.topo.cas())} CAs, {roles.count('host')} host, "
             f"{roles.count('down')} down and {roles.count('up')} up ports"
+            + (f", {internal} aggregation nodes left out" if internal else "")
         )
 
     # -- helpers --------------------------------------------------------------------
@@ -395,7 +428,7 @@ class Fabric:
 def fabric_from_text(
     text: str, source: str, *, root_guids: Collection[int] | None = None
 ) -> Fabric:
-    """Build a fabric from ibnetdiscover text.
+    """Build a fabric from ibnetdiscover text (or ``ibnetdiscover -p``, a ports list).
 
     Lines that cannot be read are skipped with a warning (``strict=False`` of
     :func:`~ibqos.fabric.topology.parse_ibnetdiscover`): a saved discovery with an ``ibwarn``
@@ -404,7 +437,7 @@ def fabric_from_text(
     Raises:
         TopologyError: the text cannot be parsed or is not a fat tree (names *source*).
     """
-    topo = parse_ibnetdiscover(text, source, strict=False)
+    topo = parse_topology_text(text, source, strict=False)
     return Fabric(topo, source=source, root_guids=root_guids)
 
 

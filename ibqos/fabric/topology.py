@@ -16,10 +16,24 @@ Levels follow the design: leaf switches (those with CA ports) are switch level 1
 switches above them level 2, and so on; link level 0 is a host link, link level *l* >= 1 the
 uplinks of level-*l* switches.
 
-What the parser accepts besides the plain records: the ``-g`` port suffix ``[ext N]``, the
-``-f`` suffix ``s=.. w=.. v=..``, the link types infiniband-diags prints (widths 1x, 2x, 4x,
-8x, 12x; speeds SDR ... NDR, FDR10, and XDR), and its unknown-value marks ``??`` (width) and
-``???`` (speed).
+What the parser accepts besides the plain records: the ``-g`` port suffix ``[ext N]`` and its
+chassis lines, the ``-f`` suffix ``s=.. w=.. v=..``, the port labels ibdiagnet writes in its
+``ibdiagnet2.ibnetdiscover`` (``[1](1/1/1)`` on a switch, ``[1](B9D0F0/0/0/1)(guid)`` on a
+CA: a parenthesised label holding a ``/``), records whose tabs were lost (``Switch41
+"S-..."#``, as a terminal log gives them), the link types infiniband-diags prints (widths 1x,
+2x, 4x, 8x, 12x; speeds SDR ... NDR, FDR10, and XDR), and its unknown-value marks ``??``
+(width) and ``???`` (speed).  ``ibnetdiscover -p`` (a ports list) is another layout, read by
+:mod:`ibqos.fabric.portlist`.
+
+SHARP aggregation nodes.  NVIDIA Quantum switches carry a CA on an internal port (the port
+past the front-panel ones: 41 on a 40-port Quantum, 65 on a 64-port Quantum-2) that runs the
+switch's SHARP reductions.  It is no host: :meth:`Topology.cas` leaves it out, so it makes
+no switch a leaf and belongs to no job.  A CA is taken for an aggregation node when its
+NodeDescription holds "Aggregation Node" (the firmware's ``Mellanox Technologies Aggregation
+Node``), or its device id is 0xcf09 (the aggregation node's ``devid``), or its system image
+GUID is that of the switch it is cabled to (a CA inside the switch's own system).  The port
+count in the dump includes the internal port (``Switch 41``), so the port number alone
+cannot tell it.
 
 Strict or tolerant.  By default a line it cannot read raises.  With ``strict=False`` (what
 :mod:`ibqos.fabric.model` uses on discovered fabrics) such a line (say, an ``ibwarn:`` line from
@@ -27,7 +41,8 @@ stderr saved into the file), a port line it cannot read, or a link type it has n
 is logged as a warning naming the file, line and node record, and skipped; the link type is
 then taken from the far end's line.  In both modes what breaks the structure raises: a node
 header it cannot read, a port line outside a record, a link to an unknown node or port, a
-port cabled twice.
+port cabled twice, and a file of which most port lines cannot be read (a layout this parser
+does not know: skipping them would leave a fabric without links).
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ibqos.errors import TopologyError
+from ibqos.fabric.hostnames import is_vendor_default
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +86,22 @@ _WORD_BY_KIND = {"switch": "Switch", "ca": "Ca", "router": "Rt"}
 _PREFIX_BY_KIND = {"switch": "S", "ca": "H", "router": "R"}
 
 _GUID_LINE = re.compile(r"^(switchguid|caguid|hcaguids?|rtguid)\s*=\s*(0x[0-9a-fA-F]+|\d+)")
+_ID_LINE = re.compile(r"^(devid|sysimgguid)\s*=\s*(0x[0-9a-fA-F]+|\d+)")
 # The description is matched greedily up to the last quote: a NodeDescription may itself
-# hold a quote, and nothing after it in the header does.
+# hold a quote, and nothing after it in the header does.  No space is needed after the
+# word: a terminal log of ibnetdiscover loses its tabs ("Switch41").
 _NODE_LINE = re.compile(
-    r'^(Switch|Ca|Hca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"(.*)"(.*))?$', re.IGNORECASE
+    r'^(Switch|Ca|Hca|Rt)\s*(\d+)\s*"([^"]+)"\s*(?:#\s*"(.*)"(.*))?$', re.IGNORECASE
 )
-_NODE_WORD = re.compile(r"^(Switch|Ca|Hca|Rt)\s", re.IGNORECASE)
-# [port][ext N](port guid) "remote id"[port][ext N] (remote guid) # comment
+_NODE_WORD = re.compile(r"^(Switch|Ca|Hca|Rt)(\s|\d)", re.IGNORECASE)
+# ibnetdiscover -g: chassis headers and the like, which start no node record
+_GROUP_LINE = re.compile(r"^(Non-Chassis Nodes|Chassis \d+|Hostname:)", re.IGNORECASE)
+# ibdiagnet's port label after a port number: "(1/1/1)", "(B9D0F0/0/0/1)"
+_LABEL = r"(?:\([^()\s\"]*/[^()\s\"]*\))?"
+# [port][ext N](label)(port guid) "remote id"[port][ext N](label) (remote guid) # comment
 _PORT_LINE = re.compile(
-    r"^\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9a-fA-F]+)\))?\s*"
-    r'"([^"]+)"\[(\d+)\](?:\[ext \d+\])?(?:\s*\(([0-9a-fA-F]+)\))?\s*(?:#(.*))?$'
+    rf"^\[(\d+)\](?:\[ext \d+\])?{_LABEL}(?:\(([0-9a-fA-F]+)\))?\s*"
+    rf'"([^"]+)"\[(\d+)\](?:\[ext \d+\])?{_LABEL}(?:\s*\(([0-9a-fA-F]+)\))?\s*(?:#(.*))?$'
 )
 # infiniband-diags prints "??" for a width and "???" for a speed it has no name for.
 _LINK_TYPE = re.compile(r"(?<!\S)(\d+x|\?\?)([A-Z][A-Z0-9]*|\?\?\?)(?!\S)")
@@ -88,6 +110,9 @@ _SWITCH_LID = re.compile(r"\blid\s+(\d+)")
 #: Link type of a port line without one: what ibsim assumes (4x, SDR).
 DEFAULT_LINK_TYPE = (4, "SDR")
 _MAX_LOGGED = 10  # unreadable lines logged one by one; the rest are counted
+#: NodeInfo DeviceID of a SHARP aggregation node (the CA inside a Quantum switch)
+AGGREGATION_DEVID = 0xCF09
+_AGGREGATION_DESC = re.compile(r"\bAggregation\s+Node\b", re.IGNORECASE)
 
 
 def link_rate_bytes_per_s(width: int, speed: str) -> float:
@@ -121,6 +146,9 @@ class Node:
         nports: number of external ports.
         desc: NodeDescription.
         guid: node GUID, if known.
+        sysimgguid: system image GUID (``sysimgguid=``), if known: the nodes of one
+            system (a switch and its aggregation node) share it.
+        devid: NodeInfo DeviceID (``devid=``), if known.
     """
 
     id: str
@@ -128,12 +156,15 @@ class Node:
     nports: int
     desc: str
     guid: int | None = None
+    sysimgguid: int | None = None
+    devid: int | None = None
 
     @property
     def hostname(self) -> str:
-        """The host name a scheduler uses for this node: the first word of its description."""
+        """The host name a scheduler uses for this node: the first word of its description
+        (the node id when the description is a vendor default, which names no host)."""
         words = self.desc.split()
-        return words[0] if words else self.id
+        return words[0] if words and not is_vendor_default(self.desc) else self.id
 
 
 @dataclass(frozen=True)
@@ -200,7 +231,30 @@ class Topology:
         return [n for n in self.nodes.values() if n.kind == "switch"]
 
     def cas(self) -> list[Node]:
-        return [n for n in self.nodes.values() if n.kind == "ca"]
+        """The channel adapters of hosts: every CA but the SHARP aggregation nodes."""
+        return [n for n in self.nodes.values() if n.kind == "ca" and not self.is_aggregation(n)]
+
+    def aggregation_nodes(self) -> list[Node]:
+        """The SHARP aggregation nodes (CAs inside switches; see the module docstring)."""
+        return [n for n in self.nodes.values() if self.is_aggregation(n)]
+
+    def is_aggregation(self, node: Node) -> bool:
+        """True for a SHARP aggregation node: a switch-internal CA, not a host."""
+        if node.kind != "ca":
+            return False
+        if node.devid == AGGREGATION_DEVID or _AGGREGATION_DESC.search(node.desc):
+            return True
+        if node.sysimgguid is None:
+            return False
+        return any(
+            self.nodes[p.node].kind == "switch" and self.nodes[p.node].sysimgguid == node.sysimgguid
+            for p in self._peers_of(node.id)
+        )
+
+    def is_endpoint(self, node_id: str) -> bool:
+        """True for a host CA or a router: what makes a switch a leaf."""
+        node = self.nodes[node_id]
+        return node.kind != "switch" and not self.is_aggregation(node)
 
     def ports(self, node_id: str) -> Iterator[Port]:
         """Connected ports of a node, in port order."""
@@ -216,7 +270,8 @@ class Topology:
         return self.port_guids.get(port)
 
     def switch_levels(self) -> dict[str, int]:
-        """Fat-tree level of every switch: 1 for leaves (switches with CA ports), then upward.
+        """Fat-tree level of every switch: 1 for leaves (switches with host CA or router
+        ports; an aggregation node makes no leaf), then upward.
 
         Raises:
             TopologyError: a switch is reachable from no leaf.
@@ -224,7 +279,7 @@ class Topology:
         level: dict[str, int] = {}
         queue: deque[str] = deque()
         for sw in self.switches():
-            if any(self.nodes[p.node].kind != "switch" for p in self._peers_of(sw.id)):
+            if any(self.is_endpoint(p.node) for p in self._peers_of(sw.id)):
                 level[sw.id] = 1
                 queue.append(sw.id)
         while queue:
@@ -291,16 +346,33 @@ def parse_ibnetdiscover(text: str, source: str, *, strict: bool = True) -> Topol
     for lineno, raw in enumerate(text.splitlines(), 1):
         parser.line(lineno, raw.strip())
     topo = parser.topo
-    _link_ends(topo, parser.ends, source)
-    if len(topo.warnings) > _MAX_LOGGED:
-        log.warning("%s: %d more lines skipped", source, len(topo.warnings) - _MAX_LOGGED)
     if not topo.nodes:
         raise TopologyError(f"{source}: no nodes found")
+    check_port_lines(source, parser.port_lines, parser.bad_ports)
+    link_port_lines(topo, parser.ends, source)
+    if len(topo.warnings) > _MAX_LOGGED:
+        log.warning("%s: %d more lines skipped", source, len(topo.warnings) - _MAX_LOGGED)
     return topo
 
 
+def check_port_lines(source: str, total: int, bad: list[tuple[int, str]]) -> None:
+    """Refuse a file of which more than half the *total* port lines are *bad* (line number,
+    text): skipping suits a stray line, but then the layout is one the parser does not know,
+    and what is left would be a fabric without links.
+
+    Raises:
+        TopologyError: naming *source*, the count and the first bad line.
+    """
+    if bad and 2 * len(bad) > total:
+        lineno, line = bad[0]
+        raise TopologyError(
+            f"{source}: parsing failed: {len(bad)} of {total} port lines cannot be read "
+            f"(first at line {lineno}: {line[:60]!r}); not an ibnetdiscover layout ibqos reads"
+        )
+
+
 @dataclass
-class _End:
+class PortLine:
     """One port line: a link as seen from its *local* end.
 
     ``link_type`` is (width, speed), None when the line names none, or the text of a type
@@ -320,9 +392,12 @@ class _Parser:
         self.source = source
         self.strict = strict
         self.topo = Topology()
-        self.ends: list[_End] = []
+        self.ends: list[PortLine] = []
         self.pending_guid: int | None = None
+        self.pending_ids: dict[str, int] = {}  # devid, sysimgguid of the next node
         self.current: Node | None = None
+        self.port_lines = 0
+        self.bad_ports: list[tuple[int, str]] = []
 
     def line(self, lineno: int, line: str) -> None:
         where = f"{self.source}:{lineno}"
@@ -330,6 +405,10 @@ class _Parser:
             self.current = None if not line else self.current
         elif m := _GUID_LINE.match(line):
             self.pending_guid = int(m.group(2), 0)
+        elif m := _ID_LINE.match(line):
+            self.pending_ids[m.group(1)] = int(m.group(2), 0)
+        elif _GROUP_LINE.match(line):
+            self.current = None  # ibnetdiscover -g: a chassis header ends the record
         elif m := _NODE_LINE.match(line):
             self._node(m, where)
         elif _NODE_WORD.match(line):
@@ -346,7 +425,10 @@ class _Parser:
         nid = m.group(3)
         guid = self.pending_guid if self.pending_guid is not None else _guid_from_id(nid)
         desc = m.group(4) if m.group(4) is not None else nid
-        self.current = Node(nid, kind, int(m.group(2)), desc, guid)
+        ids = self.pending_ids
+        self.current = Node(
+            nid, kind, int(m.group(2)), desc, guid, ids.get("sysimgguid"), ids.get("devid")
+        )
         try:
             self.topo.add_node(self.current)
         except TopologyError as err:
@@ -355,6 +437,7 @@ class _Parser:
         if kind == "switch" and (lm := _SWITCH_LID.search(rest)):
             self.topo.lids[Port(nid, 0)] = int(lm.group(1))
         self.pending_guid = None
+        self.pending_ids = {}
 
     def _port(self, line: str, lineno: int, where: str) -> None:
         m = _PORT_LINE.match(line)
@@ -362,8 +445,10 @@ class _Parser:
         if current is None:
             what = "port line outside a node record" if m else "cannot parse port line"
             raise TopologyError(f"{where}: {what}: {line[:60]!r}")
+        self.port_lines += 1
         if m is None:
             # Only this port is lost; the far end's line may still describe the link.
+            self.bad_ports.append((lineno, line))
             self._skip(where, "cannot parse port line", line)
             return
         local = Port(current.id, int(m.group(1)))
@@ -380,7 +465,7 @@ class _Parser:
         link_type = _link_type(comment)
         if isinstance(link_type, str):
             self._skip(where, f"unknown link type {link_type!r} of {local}", "")
-        self.ends.append(_End(lineno, local, Port(m.group(3), int(m.group(4))), link_type))
+        self.ends.append(PortLine(lineno, local, Port(m.group(3), int(m.group(4))), link_type))
 
     def _skip(self, where: str, what: str, line: str) -> None:
         if self.strict:
@@ -411,14 +496,14 @@ def _link_type(comment: str) -> tuple[int, str] | str | None:
     return int(width), speed
 
 
-def _link_ends(topo: Topology, ends: list[_End], source: str) -> None:
+def link_port_lines(topo: Topology, ends: list[PortLine], source: str) -> None:
     """Make one link of the one or two port lines that describe it.
 
     Each link usually appears twice, once from each end; its type is the first one either
     end names, else :data:`DEFAULT_LINK_TYPE`.
     """
     seen: dict[Port, Port] = {}
-    first: dict[Port, _End] = {}  # by the port of the line that described the link first
+    first: dict[Port, PortLine] = {}  # by the port of the line that described the link first
     for end in ends:
         where = f"{source}:{end.lineno}"
         if end.remote.node not in topo.nodes:
@@ -467,6 +552,10 @@ def format_ibnetdiscover(topo: Topology) -> str:
     """
     out: list[str] = []
     for node in topo.nodes.values():
+        if node.devid is not None:
+            out.append(f"devid=0x{node.devid:x}")
+        if node.sysimgguid is not None:
+            out.append(f"sysimgguid=0x{node.sysimgguid:x}")
         if node.guid is not None:
             word = (
                 "switchguid" if node.kind == "switch" else f"{_WORD_BY_KIND[node.kind].lower()}guid"

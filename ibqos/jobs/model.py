@@ -36,6 +36,9 @@ class Job:
         halo_dims: halo grid dimensions (product == node count); None means one dimension.
         seed: seed for the random-pairs pairing; None lets the model derive one from the id.
         matrix: matrix pattern weights, rows = senders, columns = receivers, in node order.
+        host_cpus: (host, CPUs the job holds there) as the scheduler allocated them, for
+            hosts it may share with other jobs (Slurm's ``job_resources``); empty when the
+            source does not say.  Not a job file key.
     """
 
     id: str
@@ -50,6 +53,7 @@ class Job:
     halo_dims: tuple[int, ...] | None = None
     seed: int | None = None
     matrix: tuple[tuple[float, ...], ...] | None = None
+    host_cpus: tuple[tuple[str, int], ...] = ()
 
     @property
     def has_rates(self) -> bool:

@@ -2,7 +2,8 @@
 
 Layout of ``<root>/<name>/``::
 
-    lab.json            what the lab is (name, sockname, SM host, tick, contention model)
+    lab.json            what the lab is (name, sockname, SM host, tick, contention model,
+                        the address its agent's metrics are served on)
     state.json          its processes (pid + start time), status, metrics endpoint,
                         whether OpenSM runs
     fabric.net          topology given to ibsim (ibnetdiscover format)
@@ -13,15 +14,22 @@ Layout of ``<root>/<name>/``::
     ibqos.yaml          ibqos configuration for this lab
     opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
     control/            requests to the supervisor and its replies (ibqos.lab.control)
-    run/                working directory of umad2sim clients (they create sys-<pid>/)
+    run/                working directory of umad2sim clients (they create sys-<pid>/),
+                        and the socket of the lab's agent (ibqos.sock)
+
+Each lab's agent has a metrics port and an SL socket of its own, so that labs side by side
+each run an agent: the port is chosen free when the lab is made (and not one another lab
+under the same root recorded), the socket is in the lab's run directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from ibqos.agent.handoff import SOCKET_PATH_MAX
 from ibqos.config.models import LAB_DISCOVERED_FILE
 from ibqos.errors import LabError, TopologyError
 from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
@@ -39,6 +48,7 @@ from ibqos.lab.opensm import MINIMAL_POLICY, PER_MODULE_LOGGING, OpenSMFiles, re
 __all__ = [
     "LAB_SPEEDS",
     "LabPaths",
+    "agent_socket",
     "check_name",
     "check_speeds",
     "default_root",
@@ -144,6 +154,30 @@ def load_net(path: Path) -> Topology:
         raise LabError(f"{path}: cannot read: {err.strerror}") from err
 
 
+def agent_socket(paths: LabPaths) -> Path | None:
+    """The lab agent's SL socket, in the lab's run directory; None when that path is too
+    long for a UNIX socket (a lab root deep down: the lab's agent then serves no socket)."""
+    sock = paths.run.absolute() / "ibqos.sock"
+    return sock if len(os.fsencode(sock)) <= SOCKET_PATH_MAX else None
+
+
+def _agent_port(paths: LabPaths) -> int:
+    """A loopback port free now for the lab's agent, and not the one another lab under the
+    same root recorded (its agent may be down at the moment)."""
+    taken = set()
+    for spec in paths.root.glob("*/lab.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            address = json.loads(spec.read_text()).get("agent_metrics", "")
+            taken.add(int(address.rpartition(":")[2]))
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port not in taken:
+            return port
+    raise LabError(f"no free loopback port for the agent of lab {paths.name}")
+
+
 def write_files(
     paths: LabPaths,
     topo: Topology,
@@ -161,6 +195,8 @@ def write_files(
     atomic_write(osm.conf, render_conf(osm, opensm_options, header))
     atomic_write(osm.policy, MINIMAL_POLICY)
     atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
+    sock = agent_socket(paths)
+    metrics = f"127.0.0.1:{_agent_port(paths)}"
     config = {
         # a lab is a simulation: the agent changes its OpenSM at once (the default,
         # observe, is for production fabrics: docs/deploy.md)
@@ -172,8 +208,10 @@ def write_files(
             "pid_file": str(osm.pid),
         },
         "jobs": {"source": "file", "path": str(paths.jobs)},
-        # the agent's memory and OpenSM file backups stay inside the lab
-        "agent": {"state_dir": str(paths.dir / "agent")},
+        # the agent's memory and OpenSM file backups stay inside the lab, and so do its
+        # socket and port: labs side by side each run an agent
+        "agent": {"state_dir": str(paths.dir / "agent"), "socket": str(sock or "")},
+        "metrics": {"listen": metrics, "fabric": paths.name},
         "lab": {"name": paths.name, "dir": str(paths.dir)},
     }
     atomic_write(
@@ -186,6 +224,7 @@ def write_files(
         "sockname": sockname,
         "sm_node": sm_node,
         "tick_s": tick_s,
+        "agent_metrics": metrics,
         **extra,
         "created": time.time(),
     }

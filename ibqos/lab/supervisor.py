@@ -2,10 +2,13 @@
 
 It holds ibsim's console pipe (which must stay open), starts OpenSM, serves the lab's
 metrics (jobs' iterations, :mod:`ibqos.lab.progress`) on a loopback port it records in
-state.json as ``metrics_url``, tells ``lab up`` through an inherited pipe whether the
-fabric came up, then every ``tick_s`` seconds re-reads the job file if it changed and
-writes the new counters (with fluid contention, re-reading the QoS setup from the fabric
-every ``readback_s``).  Between ticks it serves control requests (stop, start or restart
+state.json as ``metrics_url``, then every ``tick_s`` seconds re-reads the job file if it
+changed and writes the new counters (with fluid contention, re-reading the QoS setup from the fabric
+every ``readback_s``).  It tells ``lab up`` through an inherited pipe whether the fabric
+came up, and only once traffic flows (:func:`flowing`): after the first tick (which, with
+fluid contention, compiles the solver where numba has no cache yet), and once a running
+job's bytes are in the counters, so that what reads the fabric right after ``lab up``
+sees the jobs.  Between ticks it serves control requests (stop, start or restart
 OpenSM, take links down and up; :mod:`ibqos.lab.control`), woken by SIGUSR1.  An OpenSM
 that exits on its own is reaped and recorded, and the lab runs on; an ibsim that exits ends
 the lab.  SIGTERM ends OpenSM and ibsim and exits.  Run as
@@ -21,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ibqos.errors import IbqosError, JobsError
@@ -58,10 +62,25 @@ def serve(
         return 1
     try:
         _record(lab.paths, "metrics_url", metrics.url)
-        _report(ready_fd, "ok")
-        return _loop(lab, stop, wake, metrics)
+        return _loop(lab, stop, wake, metrics, lambda message: _report(ready_fd, message))
     finally:
         metrics.close()
+
+
+def flowing(lab: Lab, tick_s: float) -> bool:
+    """Whether ``lab up`` may return: a running job has sent bytes, or none will soon.
+
+    With no running job there is nothing to wait for.  A job may compute before it first
+    sends (fluid contention: ``(1 - duty) x period_s``), so once the model has run for the
+    longest running job's period (plus two ticks) without bytes, waiting longer would not
+    help either (a job of zero rate, a tick that failed).
+    """
+    truth = lab.last_truth
+    running = [j for j in truth.get("jobs", {}).values() if j.get("running")]
+    if not running or any(j["level_bytes"][0] > 0 for j in running):
+        return True
+    periods = [load.job.period_s for load in lab.model.jobs.values()] if lab.model else []
+    return float(truth.get("time_s", 0.0)) >= max(periods, default=0.0) + 2 * tick_s
 
 
 def _record(paths: LabPaths, key: str, value: str) -> None:
@@ -70,7 +89,15 @@ def _record(paths: LabPaths, key: str, value: str) -> None:
     atomic_write(paths.state, json.dumps(state, indent=1) + "\n")
 
 
-def _loop(lab: Lab, stop: threading.Event, wake: threading.Event, metrics: MetricsServer) -> int:
+def _loop(
+    lab: Lab,
+    stop: threading.Event,
+    wake: threading.Event,
+    metrics: MetricsServer,
+    report: Callable[[str], None],
+) -> int:
+    """Tick every ``tick_s`` until *stop*; *report* "ok" once traffic flows (or the
+    error that ended the lab before)."""
     tick_s = float(lab.spec.get("tick_s", 1.0))
     log.info(
         "lab %s up in %.1f s (%s contention); ticking every %.2f s; metrics on %s",
@@ -80,7 +107,11 @@ def _loop(lab: Lab, stop: threading.Event, wake: threading.Event, metrics: Metri
         tick_s,
         metrics.url,
     )
-    last = next_at = time.monotonic()
+    # the first tick one tick_s from now, so that it advances the model by a whole tick
+    # (a tick of ~0 s would leave the counters at 0 while 'lab up' has returned)
+    last = time.monotonic()
+    next_at = last + tick_s
+    waiting = True
     bad_jobs = ""
     while not stop.is_set():
         wake.wait(max(0.0, next_at - time.monotonic()))
@@ -105,12 +136,17 @@ def _loop(lab: Lab, stop: threading.Event, wake: threading.Event, metrics: Metri
         except IbqosError as err:
             log.error("tick failed: %s", err)
         last = now
+        if waiting and flowing(lab, tick_s):
+            waiting = False
+            report("ok")
         code = lab.check_opensm()
         if code is not None:
             # a fault to observe, not the lab's end: 'lab opensm start' brings it back
             log.error("OpenSM exited with status %d; the lab runs on without it", code)
         if lab.ibsim is None or lab.ibsim.proc is None or lab.ibsim.proc.poll() is not None:
             log.error("ibsim exited; stopping the lab")
+            if waiting:
+                report("error: ibsim exited before the first traffic")
             lab.stop("failed")
             return 1
         next_at += tick_s

@@ -1,8 +1,10 @@
 """Prometheus metrics of the agent (``docs/metrics.md``).
 
 - :mod:`~ibqos.metrics.snapshot`: what one cycle leaves for the exporter;
+- :mod:`~ibqos.metrics.totals`: the snapshots' bytes added up into counters;
 - :mod:`~ibqos.metrics.families`: the snapshot as metric families at scrape time;
 - :mod:`~ibqos.metrics.health`: the agent's own counters, durations and info;
+- :mod:`~ibqos.metrics.auth`: basic authentication, plaintext or bcrypt;
 - :mod:`~ibqos.metrics.server`: the HTTP(S) endpoint.
 """
 

@@ -5,6 +5,9 @@ the latest :class:`~ibqos.metrics.snapshot.Snapshot` only, so a job that ended i
 not in the next scrape (no stale label sets to remember and delete).  The families of one
 snapshot are built once and served to every scrape until the next snapshot.
 
+Beside each rate gauge, a byte counter (:mod:`ibqos.metrics.totals`) adds up what the
+snapshots measured, for ``rate()`` and for scrapes that come late.
+
 Label sets stay bounded: levels, lanes, SLs and classes are small; jobs are one set per
 running job; ports only with ``per_port``.  Unknown values (NaN) are left out.
 
@@ -29,6 +32,7 @@ from prometheus_client.utils import floatToGoString
 
 from ibqos.config.classes import CLASSES
 from ibqos.metrics.snapshot import Snapshot
+from ibqos.metrics.totals import Totals, TotalsView, counter_families
 from ibqos.plan.output import lane_weights
 
 __all__ = ["SnapshotCollector", "exposition"]
@@ -47,13 +51,19 @@ class SnapshotCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
+        self._totals = Totals()
+        self._view = TotalsView()
         self._families: list[Metric] | None = None
         self._text: bytes | None = None
+        self._om_text: dict[str, bytes] = {}
 
     def publish(self, snapshot: Snapshot) -> None:
-        """Serve *snapshot* from the next scrape on."""
+        """Serve *snapshot* from the next scrape on, and add its bytes to the counters."""
+        view = self._totals.add(snapshot)  # in the publisher's thread: a few ms
         with self._lock:
-            self._snapshot, self._families, self._text = snapshot, None, None
+            self._snapshot, self._view = snapshot, view
+            self._families, self._text = None, None
+            self._om_text = {}
 
     def text(self) -> bytes:
         """The snapshot's families in the text format (b"" before the first snapshot)."""
@@ -65,6 +75,20 @@ class SnapshotCollector(Collector):
         with self._lock:
             if self._snapshot is snapshot:
                 self._text = text
+        return text
+
+    def encoded(self, encoder: Callable[[Collector], bytes], key: str) -> bytes:
+        """The snapshot's families as *encoder* writes them (OpenMetrics: the endpoint's
+        slow path, on request), its ``# EOF`` line left out; once per snapshot and *key*
+        (the content type)."""
+        with self._lock:
+            snapshot, text = self._snapshot, self._om_text.get(key)
+        if text is not None or snapshot is None:
+            return text or b""
+        text = encoder(_Fixed(self._built())).removesuffix(b"# EOF\n")
+        with self._lock:
+            if self._snapshot is snapshot:
+                self._om_text[key] = text
         return text
 
     def describe(self) -> Iterable[Metric]:
@@ -82,18 +106,30 @@ class SnapshotCollector(Collector):
         at 80k series); two scrapes at once may both build, and get the same families.
         """
         with self._lock:
-            snapshot, built = self._snapshot, self._families
+            snapshot, built, view = self._snapshot, self._families, self._view
         if built is None and snapshot is not None:
-            built = families(snapshot)
+            built = [*families(snapshot), *counter_families(view)]
             with self._lock:
                 if self._snapshot is snapshot:
                     self._families = built
         return built or []
 
 
+class _Fixed(Collector):
+    """Families already built, for an encoder that takes a collector."""
+
+    def __init__(self, built: list[Metric]) -> None:
+        self._built = built
+
+    def collect(self) -> Iterable[Metric]:
+        return self._built
+
+
 def exposition(metrics: Iterable[Metric]) -> bytes:
-    """Gauge families in the Prometheus text format (0.0.4), as ``generate_latest`` writes
-    them: HELP and TYPE lines, then one line per sample with its labels sorted by name."""
+    """Gauge and counter families in the Prometheus text format (0.0.4), as
+    ``generate_latest`` writes them: HELP and TYPE lines (a counter's named with its
+    ``_total``), then one line per sample with its labels sorted by name.  Counters here
+    have no ``_created`` samples."""
     out: list[str] = []
     escaped: dict[str, str] = {}  # label values repeat across families (job ids, levels)
 
@@ -105,10 +141,11 @@ def exposition(metrics: Iterable[Metric]) -> bytes:
         return e
 
     for metric in metrics:
-        if metric.type != "gauge":
-            raise ValueError(f"{metric.name}: only gauges are rendered here, not {metric.type}")
+        if metric.type not in ("gauge", "counter"):
+            raise ValueError(f"{metric.name}: only gauges and counters are rendered here")
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {metric.name} {doc}\n# TYPE {metric.name} gauge\n")
+        name = f"{metric.name}_total" if metric.type == "counter" else metric.name
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
         names = sorted(metric.samples[0].labels) if metric.samples else []
         for sample in metric.samples:
             labels = sample.labels
@@ -296,7 +333,8 @@ def _jobs(snap: Snapshot) -> list[Metric]:
     vl = _gauge("ibqos_job_vl", "The virtual lane the job's SL maps to.", ["job_id"])
     share = _gauge(
         "ibqos_job_measured_share_ratio",
-        "Share of the job's upper-level traffic that was measured; the rest was estimated.",
+        "Share of the job's traffic that was measured (upper levels; injection too when it"
+        " shares hosts); the rest was estimated.",
         ["job_id"],
     )
     for job in snap.decision.jobs:

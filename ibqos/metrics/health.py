@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -285,7 +285,8 @@ def _apply_gauges(c: Counters) -> Iterator[Metric]:
 class AgentMetrics:
     """Every metric of one agent.
 
-    Two registries hold them: :attr:`own` has the agent's counters, info and histograms;
+    Two registries hold them: :attr:`own` has the agent's counters, info and histograms
+    (and prometheus-client's ``process_*`` and ``python_info``);
     :attr:`registry` has those and the snapshot's families, for anything that reads a
     registry (tests, OpenMetrics).  The endpoint serves :attr:`own` through
     prometheus-client and the snapshot from its cached text (``ibqos.metrics.families``).
@@ -321,7 +322,17 @@ class AgentMetrics:
             buckets=DURATION_BUCKETS,
             registry=None,
         )
-        for collector in (self.health, self.cycle_seconds, self.sweep_seconds):
+        # the process's CPU, memory, file descriptors and start time (process_*), and the
+        # Python it runs on (python_info), as every Prometheus client exports them
+        process = ProcessCollector(registry=None)
+        platform_info = PlatformCollector(registry=None)
+        for collector in (
+            self.health,
+            self.cycle_seconds,
+            self.sweep_seconds,
+            process,
+            platform_info,
+        ):
             self.own.register(collector)
             self.registry.register(collector)
         self.registry.register(self.snapshot)

@@ -8,15 +8,20 @@ what is already known.
 Levels follow :meth:`ibqos.fabric.model.Fabric.uplinks`: level 0 is the CA ports (injection),
 level *l* >= 1 the up ports of the level-*l* switches.  Units: bytes per second, XmitWait
 ticks per second, seconds since the epoch.
+
+A snapshot made from a fresh sweep also says how many bytes (and XmitWait ticks) crossed
+each level during the sweep's interval (each port's rate times its own interval), and the
+interval itself, so that :mod:`ibqos.metrics.totals` can add them up into counters.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
@@ -40,8 +45,14 @@ class Snapshot:
         level_wait: level -> PortXmitWait ticks/s of those ports (ports that have it).
         vl_wait: (VL, level) -> PortVLXmitWait ticks/s; None when per-VL counters were not
             read (``collect.vl_xmit_wait`` off).
-        ports: the rates columns of :data:`PORT_COLUMNS` plus ``xmit_wait_per_s``, for
-            per-port series; None unless ``metrics.per_port``.
+        ports: the rates columns of :data:`PORT_COLUMNS` plus ``xmit_wait_per_s`` and
+            ``interval_s``, for per-port series; None unless ``metrics.per_port``.
+        interval_s: seconds the rates cover (the sweep's median port interval) when the
+            snapshot comes from a fresh sweep; None when it reuses earlier rates (a job
+            event, a sweep that reached too few ports), which add nothing to the counters.
+        level_bytes: level -> bytes its ports sent during the interval (each port's rate
+            times its own interval); empty unless *interval_s*.
+        level_wait_ticks: level -> PortXmitWait ticks during the interval, likewise.
     """
 
     time_s: float
@@ -51,6 +62,9 @@ class Snapshot:
     level_wait: Mapping[int, float]
     vl_wait: Mapping[tuple[int, int], float] | None
     ports: pd.DataFrame | None = None
+    interval_s: float | None = None
+    level_bytes: Mapping[int, float] = field(default_factory=dict)
+    level_wait_ticks: Mapping[int, float] = field(default_factory=dict)
 
 
 def level_capacities(fabric: Fabric) -> dict[int, float]:
@@ -66,6 +80,7 @@ def build_snapshot(
     time_s: float,
     *,
     per_port: bool = False,
+    fresh: bool = False,
 ) -> Snapshot:
     """Sum the rates table per level (and per VL) for the exporter.
 
@@ -75,6 +90,7 @@ def build_snapshot(
         capacity: :func:`level_capacities` of the fabric.
         time_s: UNIX time of the cycle, seconds.
         per_port: keep the per-port columns for per-port series.
+        fresh: *rates* come from this cycle's sweep (not reused): their bytes count.
     """
     level = rates["level"].to_numpy(dtype=np.int64)
     role = rates["role"].to_numpy(dtype=object)
@@ -85,6 +101,11 @@ def build_snapshot(
     waits = list(VL_WAIT_RATE_COLUMNS) if VL_WAIT_RATE_COLUMNS[0] in rates.columns else []
     for col in ("xmit_bytes_per_s", "xmit_wait_per_s", *waits):
         sums[col] = rates[col].to_numpy(dtype=np.float64)[keep]
+    interval = rates["interval_s"].to_numpy(dtype=np.float64)
+    span = _interval(interval) if fresh else None
+    if span is not None:
+        sums["bytes"] = sums["xmit_bytes_per_s"].to_numpy() * interval[keep]
+        sums["ticks"] = sums["xmit_wait_per_s"].to_numpy() * interval[keep]
     grouped = sums.groupby("level")
     # min_count=1: a level none of whose ports answered has no figure, not 0
     totals = grouped.sum(min_count=1)
@@ -97,7 +118,7 @@ def build_snapshot(
         }
     ports = None
     if per_port:
-        ports = rates.loc[:, [*PORT_COLUMNS, "xmit_wait_per_s"]].copy()
+        ports = rates.loc[:, [*PORT_COLUMNS, "xmit_wait_per_s", "interval_s"]].copy()
     return Snapshot(
         time_s=time_s,
         decision=decision,
@@ -106,7 +127,17 @@ def build_snapshot(
         level_wait=_finite(totals["xmit_wait_per_s"]),
         vl_wait=vl_wait,
         ports=ports,
+        interval_s=span,
+        level_bytes=_finite(totals["bytes"]) if span is not None else {},
+        level_wait_ticks=_finite(totals["ticks"]) if span is not None else {},
     )
+
+
+def _interval(interval: npt.NDArray[np.float64]) -> float | None:
+    """The sweep's interval, seconds: the median of its ports' own; None if none has one
+    (the first sweep)."""
+    known = interval[np.isfinite(interval) & (interval > 0)]
+    return float(np.median(known)) if known.size else None
 
 
 def _finite(series: pd.Series[float]) -> dict[int, float]:

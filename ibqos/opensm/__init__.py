@@ -2,6 +2,8 @@
 safely, and verify that OpenSM serves them.
 
 - :mod:`ibqos.opensm.conf`: the QoS keys ibqos owns in the admin's opensm.conf;
+- :mod:`ibqos.opensm.flavour`: which OpenSM reads them (upstream 3.3.x or NVIDIA's 5.x,
+  whose switch-to-switch ports have keys of their own);
 - :mod:`ibqos.opensm.policy`: ibqos's block of qos-policy.conf (a port-group per job, a
   qos-level per SL, match rules), and a parser that mirrors OpenSM's;
 - :mod:`ibqos.opensm.check`: the checker both files pass before anything is written

@@ -38,12 +38,17 @@ ibqos's own block must be delimited by exactly one begin and one end marker; any
 and a :class:`~ibqos.errors.RenderError` when ibqos renders (:func:`ibqos.opensm.conf.find_block`).
 
 opensm.conf (reference A.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
-osm_subnet.c, ``qos_build_config`` in osm_qos.c): ``key=value`` lines, unknown ``qos*``
-keys, lines past fgets' buffer, ``qos`` not exactly ``TRUE``, SL2VL tables that are not 16
-VLs or use VLs beyond the data VLs (OpenSM masks them), VLArb entries with VL 15 (read as
-VL 0), beyond the data VLs, weights above 255, more than 64 entries or than the ports' cap,
-values OpenSM's ``strtoul`` reads differently (a leading 0 is octal; a blank before ``:``
-or ``,`` shifts every later entry), and SL2VL keys under routing engines that own SLs.
+osm_subnet.c, ``qos_build_config`` in osm_qos.c): lines past fgets' buffer, ``qos`` not
+exactly ``TRUE``, SL2VL tables that are not 16 VLs or use VLs beyond the data VLs (OpenSM
+masks them), VLArb entries with VL 15 (read as VL 0), beyond the data VLs, weights above
+255, more than 64 entries or than the ports' cap, values OpenSM's ``strtoul`` reads
+differently (a leading 0 is octal; a blank before ``:`` or ``,`` shifts every later entry),
+and SL2VL keys under routing engines that own SLs.
+The options of both upstream OpenSM 3.3.23 and NVIDIA's OpenSM 5.x are known
+(:mod:`ibqos.opensm.flavour`; ``(null)`` and ``-1`` mean unset in both).  An unknown
+``qos*`` key, a ``key=value`` line, or an NVIDIA-only key read by upstream OpenSM is a
+warning: OpenSM never rejects opensm.conf for a key, it logs ``Unrecognized token``, skips
+that line and applies the rest, so ibqos's own block still takes effect.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from ibqos.opensm.conf import (
     split_lines,
     strtoul,
 )
+from ibqos.opensm.flavour import NVIDIA_QOS_KEYS, UPSTREAM_QOS_KEYS, Flavour
 from ibqos.opensm.partitions import DEFAULT_PARTITIONS_FILE, DEFAULT_PKEY, Partitions
 from ibqos.opensm.policy.model import Policy, Range, Severity, fold
 from ibqos.opensm.policy.parser import parse_policy
@@ -84,14 +90,6 @@ __all__ = [
 Kind = Literal["conf", "policy"]
 #: fgets(line, 1023) in osm_subn_parse_conf_file: longer lines are read in pieces
 MAX_CONF_LINE = 1022
-_QOS_KEYS = frozenset(
-    ["qos", "qos_policy_file"]
-    + [
-        f"qos{t}_{f}"
-        for t in ("", "_ca", "_sw0", "_swe", "_rtr")
-        for f in ("max_vls", "high_limit", "vlarb_high", "vlarb_low", "sl2vl")
-    ]
-)
 _NUM = r"(0[xX][0-9a-fA-F]+|[0-9]+)"
 _VLARB_ENTRY = re.compile(rf"\s*{_NUM}\s*:\s*{_NUM}\s*")
 _SECTION_LINE = re.compile(
@@ -324,6 +322,7 @@ def check_conf(
     data_vls: int | None = None,
     vlarb_low_cap: int | None = None,
     vlarb_high_cap: int | None = None,
+    flavour: Flavour | None = None,
 ) -> list[Finding]:
     """Check opensm.conf text as OpenSM reads it; findings in line order.
 
@@ -334,6 +333,8 @@ def check_conf(
             checked against 0-14.
         vlarb_low_cap, vlarb_high_cap: the ports' VLArbLowCap / VLArbHighCap (entries
             OpenSM sends); None: only OpenSM's own limit of 64 is checked.
+        flavour: the OpenSM that reads the file (:mod:`ibqos.opensm.flavour`); None:
+            either, so the options of NVIDIA's OpenSM are known.
     """
     out = _Findings(source)
     add = out.add
@@ -343,15 +344,23 @@ def check_conf(
             add(n, f"line longer than {MAX_CONF_LINE} characters: OpenSM reads the rest as"
                 " a line of its own")  # fmt: skip
     _check_markers(text, source, BEGIN_MARK, END_MARK, out)
+    known = UPSTREAM_QOS_KEYS | NVIDIA_QOS_KEYS
     last: dict[str, ConfLine] = {}
     for entry in conf_lines(text):
+        # OpenSM never rejects opensm.conf for an unknown key: it logs 'Unrecognized token',
+        # skips the line and reads the rest (osm_subn_parse_conf_file), so these are warnings
         if "=" in entry.key:
             add(entry.line, f"{entry.key!r}: 'key=value' is not opensm.conf syntax; OpenSM"
-                " logs 'Unrecognized token' and ignores the line (write 'key value')")  # fmt: skip
+                " logs 'Unrecognized token' and ignores the line (write 'key value')",
+                "warning")  # fmt: skip
             continue
-        if entry.key.startswith("qos") and entry.key not in _QOS_KEYS:
+        if entry.key in NVIDIA_QOS_KEYS and flavour == "upstream":
+            add(entry.line, f"{entry.key} is an option of NVIDIA's OpenSM only: this upstream"
+                " OpenSM logs 'Unrecognized token' and ignores the line", "warning")  # fmt: skip
+            continue
+        if entry.key.startswith("qos") and entry.key not in known:
             add(entry.line, f"unknown option {entry.key!r}: OpenSM logs 'Unrecognized token'"
-                " and ignores the line")  # fmt: skip
+                " and ignores the line", "warning")  # fmt: skip
             continue
         if entry.key in last:
             add(entry.line, f"{entry.key} is set again (first on line {last[entry.key].line}):"
@@ -424,14 +433,19 @@ def _check_sl2vl(entry: ConfLine, data_vls: int | None, out: _Findings) -> None:
         add(line, f"{key} is empty: OpenSM maps every SL to VL 0")
         return
     tokens = value.split(",")
-    if not all(re.fullmatch(rf"\s*{_NUM}\s*", t) for t in tokens):
-        bad = next(t.strip() for t in tokens if not re.fullmatch(rf"\s*{_NUM}\s*", t))
-        add(line, f"{key}: {bad!r} is not a VL number (16 comma-separated VLs, one per SL)")
-        return
+    if len(tokens) > 1 and not tokens[-1].strip():
+        tokens.pop()  # a comma after the last VL: OpenSM skips it like any separator
+    for n, token in enumerate(tokens, start=1):
+        if not re.fullmatch(rf"\s*{_NUM}\s*", token):
+            what = (
+                f"VL {n} is empty" if not token.strip() else f"{token.strip()!r} is not a VL number"
+            )
+            add(line, f"{key}: {what} (16 comma-separated VLs, one per SL)")
+            return
     vls = [_as_written(t) for t in tokens]
     if len(vls) != NUM_SLS:
         rest = "maps the missing SLs to VL 0" if len(vls) < NUM_SLS else "drops the rest"
-        add(line, f"{key}: {len(vls)} VLs, expected 16 (one per SL); OpenSM {rest}")
+        add(line, f"{key}: {len(vls)} VLs given, {NUM_SLS} needed (one per SL); OpenSM {rest}")
     too_big = [(sl, vl) for sl, vl in enumerate(vls[:NUM_SLS]) if vl > VL15]
     if too_big:
         add(line, f"{key}: VLs are 0-15, OpenSM keeps the low 4 bits of "

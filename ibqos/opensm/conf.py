@@ -1,8 +1,9 @@
 """opensm.conf: the QoS keys ibqos owns, rendered into the admin's own file.
 
-ibqos owns only the keys it manages (reference A.2): ``qos`` and, for each port type it is
-configured to manage, ``qos_<type>_sl2vl``, ``qos_<type>_vlarb_high``,
-``qos_<type>_vlarb_low`` and ``qos_<type>_high_limit``.  :func:`render_conf` removes the
+ibqos owns only the keys it manages (reference A.2): ``qos`` and, for each port type it
+manages, ``qos_<type>_sl2vl``, ``qos_<type>_vlarb_high``, ``qos_<type>_vlarb_low`` and
+``qos_<type>_high_limit`` (on NVIDIA's OpenSM ``sw2sw`` joins ``swe``:
+:func:`ibqos.opensm.flavour.managed_types`).  :func:`render_conf` removes the
 admin's lines for those keys and writes them once, in a block between two marker comments,
 so an admin sees who owns them.  Every other line of the admin's file (comments, order,
 other options such as ``qos_max_vls``, ``qos_policy_file`` or ``routing_engine``) stays byte
@@ -56,8 +57,9 @@ __all__ = [
     "strtoul",
 ]
 
-#: OpenSM's QoS port types: CA ports, switch external ports, enhanced switch port 0, routers.
-PORT_TYPES = ("ca", "swe", "sw0", "rtr")
+#: OpenSM's QoS port types: CA ports, switch external ports, switch-to-switch ports (NVIDIA's
+#: OpenSM only, :mod:`ibqos.opensm.flavour`), enhanced switch port 0, routers.
+PORT_TYPES = ("ca", "swe", "sw2sw", "sw0", "rtr")
 #: The per-type fields ibqos manages, in the order the block lists them.
 FIELDS = ("sl2vl", "vlarb_high", "vlarb_low", "high_limit")
 #: An explicitly empty VLArb table: one entry of weight 0, which arbitration skips.  An

@@ -4,10 +4,12 @@
 - qos-policy.conf: the admin's file with ibqos's block, a port-group per job and a
   qos-level per SL (:mod:`ibqos.opensm.policy`).
 
-Both are rendered from the files as they are on disk now, and both must pass ibqos's own
-checker (:mod:`ibqos.opensm.check`): a file OpenSM would reject, or drop the whole policy
-for, is never handed on to be written.  Nothing here writes or signals
-(:mod:`ibqos.opensm.apply` does).
+Both are rendered from the files as they are on disk now, for the OpenSM that reads them
+(upstream or NVIDIA's, :mod:`ibqos.opensm.flavour`: on NVIDIA's the ``qos_sw2sw_*`` keys
+get the switch tables too), and both must pass ibqos's own checker
+(:mod:`ibqos.opensm.check`): a file OpenSM would reject, or drop the whole policy for, is
+never handed on to be written.  Nothing here writes or signals (:mod:`ibqos.opensm.apply`
+does).
 
 An error on one of the admin's lines (outside ibqos's block) stops every render until the
 admin fixes it: writing would only make OpenSM reject the file, ibqos roll back, and the
@@ -19,6 +21,7 @@ partition file opensm.conf names (:mod:`ibqos.opensm.partitions`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +33,13 @@ from ibqos.opensm.check import Finding, check_conf, check_policy
 from ibqos.opensm.conf import BEGIN_MARK as CONF_BEGIN
 from ibqos.opensm.conf import END_MARK as CONF_END
 from ibqos.opensm.conf import find_block, managed_values, parse_conf, render_conf, split_lines
+from ibqos.opensm.flavour import Detected, managed_types, resolve_flavour
 from ibqos.opensm.partitions import DEFAULT_PARTITIONS_FILE, Partitions, read_partitions
 from ibqos.opensm.policy.render import BEGIN_MARK as POLICY_BEGIN
 from ibqos.opensm.policy.render import END_MARK as POLICY_END
 from ibqos.opensm.policy.render import PolicyJob, render_policy
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ibqos.config.lanes import LaneConfig
@@ -50,10 +56,12 @@ class Rendered:
         warnings: findings OpenSM accepts the files with (a rule it keeps but that never
             matches, a value it reads otherwise than likely meant, ...), each naming its
             file and line and whether the line is the admin's or ibqos's.
+        flavour: the OpenSM the files were rendered for, and how that was told.
     """
 
     files: dict[Path, str]
     warnings: tuple[Finding, ...] = ()
+    flavour: Detected | None = None
 
 
 def render_files(
@@ -91,8 +99,11 @@ def render_checked(
             Nothing is to be written.
     """
     conf_source, policy_source = str(cfg.conf), str(cfg.policy_file)
-    values = managed_values(plan.tables, cfg.port_types)
-    conf = render_conf(read_file(cfg.conf) or "", values, source=conf_source)
+    admin_conf = read_file(cfg.conf) or ""
+    flavour = resolve_flavour(cfg.flavour, parse_conf(admin_conf), cfg.log)
+    log.debug("rendering for OpenSM %s", flavour)
+    values = managed_values(plan.tables, managed_types(cfg.port_types, flavour.flavour))
+    conf = render_conf(admin_conf, values, source=conf_source)
     policy_jobs = [
         PolicyJob(job_id, plan.job_sl[job_id], guids, name) for job_id, guids, name in jobs
     ]
@@ -105,6 +116,7 @@ def render_checked(
                 data_vls=lanes.data_vls,
                 vlarb_low_cap=lanes.vlarb_low_cap,
                 vlarb_high_cap=lanes.vlarb_high_cap,
+                flavour=flavour.flavour,
             ),
             conf,
             CONF_BEGIN,
@@ -117,11 +129,16 @@ def render_checked(
             POLICY_END,
         ),
     ]
+    if "sw2sw" in cfg.port_types and flavour.flavour == "upstream":
+        findings.append(Finding(conf_source, None, "opensm.port_types lists sw2sw, but this"
+                                f" OpenSM is {flavour}: it has no qos_sw2sw_* keys, none"
+                                " written", "warning"))  # fmt: skip
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise RenderError(f"{errors[0]}{more}; nothing written")
-    return Rendered({cfg.conf: conf, cfg.policy_file: policy}, tuple(findings))
+    files = {cfg.conf: conf, cfg.policy_file: policy}
+    return Rendered(files, tuple(findings), flavour)
 
 
 def _partitions(conf: str) -> Partitions | None:

@@ -273,10 +273,22 @@ class Decider:
 
     def job_lids(self) -> list[tuple[str, list[int]]]:
         """(job id, LIDs of its CA ports) of the jobs mapped in the last cycle, for
-        PathRecord checks."""
+        PathRecord checks (a path from the first LID to the last must carry the job's SL).
+
+        A port that several jobs share is in each job's port-group, and OpenSM's first
+        matching rule decides its paths to the other ports they share (osm_qos_policy.c
+        walks the rules in file order and stops at the first match): the SA cannot serve
+        two jobs two SLs on one path.  So a job's own ports come first: a path from a port
+        only its port-group has can match only its rule.  A job on shared hosts only is
+        left without LIDs (no PathRecord of it is sure to carry its SL)."""
         ports = self.fabric.ports
         out = []
         for mj in self.mapped:
-            lids = (ports[key].lid for key in mj.ports if key in ports)
+            keys = list(mj.ports)
+            if mj.share:
+                own = [k for k, part in zip(mj.ports, mj.share, strict=True) if part >= 1.0]
+                rest = [k for k, part in zip(mj.ports, mj.share, strict=True) if part < 1.0]
+                keys = own + rest if own else []
+            lids = (ports[key].lid for key in keys if key in ports)
             out.append((mj.id, [lid for lid in lids if lid is not None]))
         return out

@@ -107,6 +107,7 @@ def _job(job: JobReport) -> dict[str, Any]:
         "user": job.user,
         "nodes": list(job.nodes),
         "missing_nodes": list(job.missing),
+        "shared_nodes": list(job.shared),
         "ports": job.ports,
         "levels": {
             str(level): {
@@ -228,6 +229,12 @@ def _tables_text(decision: Decision, from_scratch: bool) -> str:
         f"job {job.id}: expected class from profile {job.prior}"
         for job in decision.jobs
         if job.prior
+    ]
+    lines += [
+        f"job {job.id}: shares {NodeSet.fromlist(job.shared, resolver=RESOLVER_NOGROUP)} with"
+        " other jobs: its part of their traffic is estimated"
+        for job in decision.jobs
+        if job.shared
     ]
     tables = current.tables
     if tables is not None:

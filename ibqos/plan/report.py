@@ -64,12 +64,15 @@ class JobReport:
             ``LaneConfig.default_class``).
         sl: its SL.
         vl: its SL's lane; None when the routing engine owns SL2VL.
-        measured_share: share of its upper-level traffic measured rather than estimated
-            (1.0 when it is alone in every subtree it uses).
+        measured_share: share of its traffic measured rather than estimated
+            (:attr:`~ibqos.attribute.attribution.JobTraffic.measured_share`: 1.0 when it is
+            alone on its hosts and in every subtree it uses).
         profile: "pattern <name>" when a declared pattern was the attribution prior, else
             "gravity".
         prior: the job profile that gave its expected class (and pattern, if it declared
             none): ``file: class (how, confidence c)``; None when no profile matched.
+        shared: its hosts that other running jobs have too (their ports' traffic is
+            split among the jobs: estimated).
     """
 
     id: str
@@ -89,6 +92,7 @@ class JobReport:
     measured_share: float
     profile: str
     prior: str | None = None
+    shared: tuple[str, ...] = ()
 
 
 class LazySharing:
@@ -259,4 +263,5 @@ def _report(
         measured_share=measured_share,
         profile=f"pattern {mj.job.pattern}" if mj.job.pattern else "gravity",
         prior=prior.describe() if (prior := priors.get(mj.id)) is not None else None,
+        shared=mj.shared,
     )

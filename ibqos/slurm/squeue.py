@@ -6,6 +6,8 @@ Two readers of the same facts (job id, name, user, node list, start time, state)
   give ``job_state`` as a string and times as integers; Slurm 23.02 and later give
   ``job_state`` as a list of flags and times as ``{"set": .., "infinite": .., "number": ..}``.
   Both shapes are read, so an upgrade of Slurm does not stop the agent.
+- :func:`parse_json` also reads the CPUs each job holds on each node
+  (:mod:`ibqos.slurm.jobres`), by which a host that several jobs share is split among them.
 - :func:`parse_text` reads ``squeue --noheader --format=TEXT_FORMAT``, which every Slurm
   release since 2.x prints: the fallback for clusters older than 21.08.
 
@@ -24,11 +26,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from ibqos.errors import JobsError, SlurmError
 from ibqos.jobs.hosts import expand_hosts
-from ibqos.jobs.model import Job
+from ibqos.jobs.model import Job, shared_nodes
+from ibqos.slurm.jobres import host_cpus
 
 __all__ = [
     "JSON_ARGS",
@@ -115,6 +119,7 @@ def parse_json(text: str, source: str = "squeue --json") -> tuple[tuple[Job, ...
             what = str(first)
         raise SlurmError(f"{source}: squeue reported an error: {what}")
     jobs: list[Job] = []
+    resources: list[object] = []  # each job's job_resources
     warnings: list[str] = []
     for i, item in enumerate(doc["jobs"]):
         where = f"{source}: jobs[{i}]"
@@ -139,7 +144,22 @@ def parse_json(text: str, source: str = "squeue --json") -> tuple[tuple[Job, ...
         )
         if job is not None:
             jobs.append(job)
-    return tuple(jobs), warnings
+            resources.append(item.get("job_resources"))
+    return _with_cpus(jobs, resources), warnings
+
+
+def _with_cpus(jobs: list[Job], resources: list[object]) -> tuple[Job, ...]:
+    """The jobs, those on a node another job has too with the CPUs they hold on such
+    nodes (:attr:`Job.host_cpus`).  Only shared nodes: the counts serve to split a shared
+    host's traffic, and a job of a thousand exclusive nodes need not carry a thousand."""
+    shared = shared_nodes(jobs)
+    if not shared:
+        return tuple(jobs)
+    out = []
+    for job, res in zip(jobs, resources, strict=True):
+        cpus = tuple((h, n) for h, n in host_cpus(res) if h in shared and h in job.nodes)
+        out.append(replace(job, host_cpus=cpus) if cpus else job)
+    return tuple(out)
 
 
 def parse_text(text: str, source: str = "squeue") -> tuple[tuple[Job, ...], list[str]]:

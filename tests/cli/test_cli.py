@@ -146,10 +146,39 @@ def test_check_opensm_passes_good_files_and_names_the_trap_in_bad_ones(run) -> N
 
 def test_check_config(run, tmp_path) -> None:
     example = Path(__file__).resolve().parents[2] / "opensm_conf" / "ibqos.yaml"
-    assert run("check-config", str(example)).output == f"{example}: ok\n"
+    assert run("check-config", "--syntax-only", str(example)).output == f"{example}: ok\n"
     bad = tmp_path / "c.yaml"
     bad.write_text("lanes:\n  data_vls: 16\n")
     one_line_error(run("check-config", str(bad)), f"{bad}: lanes.data_vls: expected an integer")
+
+
+def test_check_config_looks_at_what_the_config_points_at(run, tmp_path) -> None:
+    """Valid, but OpenSM's files and the job file are not there: the agent's first cycle
+    would fail, so the check does."""
+    cfg = tmp_path / "c.yaml"
+    osm = tmp_path / "opensm"
+    cfg.write_text(
+        f"opensm:\n  conf: {osm}/opensm.conf\n  log: {osm}/opensm.log\n"
+        f"  policy_file: {osm}/qos-policy.conf\n"
+        f"jobs:\n  path: {tmp_path}/jobs.yaml\n"
+        f"agent:\n  state_dir: {tmp_path}/state\n  socket: {tmp_path}/s.sock\n"
+        "metrics:\n  listen: ''\n"
+    )
+    result = run("check-config", str(cfg))
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: opensm.conf: {osm}/opensm.conf: no such file (OpenSM reads it at start and"
+        " at every SIGHUP; ibqos adds its QoS keys to the admin's file)",
+        f"error: opensm.conf: {osm}: no such directory",
+        f"error: jobs.path: {tmp_path}/jobs.yaml: cannot read job file: No such file or directory",
+        f"warning: opensm.log: {osm}/opensm.log: no such file (OpenSM's errors after a reload"
+        " are then seen only by verification, after a fixed wait)",
+    ]
+    osm.mkdir()
+    (osm / "opensm.conf").write_text("")
+    (osm / "opensm.log").write_text("")
+    (tmp_path / "jobs.yaml").write_text("jobs: []\n")
+    assert run("check-config", str(cfg)).output == f"{cfg}: ok\n"
 
 
 def test_status_reads_the_state_dir(run, tmp_path) -> None:

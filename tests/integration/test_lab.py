@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,29 @@ def test_lab_from_topology_file(tmp_path):
         # 4x SDR (no link type in the file): 1 GB/s per direction, enough for this job
         assert lab.topo.link_at(h1).rate_bytes_per_s == 1.0e9
     assert not (tmp_path / "labs" / "file").exists()
+
+
+def test_lab_up_returns_once_the_jobs_traffic_is_in_the_counters(tmp_path, jobs):
+    # What reads the fabric right after 'lab up' (the demo's first sections, a test)
+    # must see the jobs: the supervisor answers only after a whole tick has been written.
+    root = tmp_path / "labs"
+    topo = build_xgft(parse_xgft("2;4,2;1,2"))
+    tick_s = 2.0
+    lab = manage.up("flow", topo, root=root, jobs=jobs, tick_s=tick_s)
+    try:
+        # the LID as the supervisor discovered it (perfquery reads the port itself)
+        found = parse_ibnetdiscover(lab.paths.discovered.read_text(), "ibnetdiscover")
+        host = next(n for n in found.nodes.values() if n.desc.startswith("cn0001 "))
+        lid = found.lids[Port(host.id, 1)]
+        node = lab.resolve_node("cn0001")
+        out = lab.run(["perfquery", "-x", str(lid), "1"], host=node, check=True).stdout
+        got = {
+            m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+):\.*(\d+)$", out, re.MULTILINE)
+        }
+        # job 1 sends 2e9 B/s half of the time: 2e9 bytes in one tick; allow for a
+        # compute-first phase but not for a tick of ~0 s
+        assert got["PortXmitData"] * 4 >= 0.25 * 2.0e9 * 0.5 * tick_s
+        assert manage.status("flow", root=root)["ticks"] >= 1
+    finally:
+        manage.down("flow", root=root)
+    assert not (root / "flow").exists()

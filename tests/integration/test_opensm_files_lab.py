@@ -25,13 +25,16 @@ import pytest
 from labcheck import QUIET
 
 from ibqos.config.lanes import LaneConfig
+from ibqos.config.models import OpenSMConfig
 from ibqos.fabric.model import Fabric, FabricPort
 from ibqos.fsio import atomic_write
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.opensm import MINIMAL_POLICY
 from ibqos.opensm.check import check_conf, check_policy
 from ibqos.opensm.conf import managed_values, parse_conf, render_conf
+from ibqos.opensm.flavour import Detected
 from ibqos.opensm.policy import PolicyJob, render_policy
+from ibqos.opensm.render import render_checked
 from ibqos.plan.planner import JobState, Tables, plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "opensm"
@@ -265,3 +268,37 @@ def tail(line: str) -> str:
     """A log line without its time stamp and thread, with the policy path as ``<policy>``."""
     text = line.split(" -> ", 1)[-1]
     return re.sub(r"\(/[^)]*qos-policy\.conf\)", "(<policy>)", text)
+
+
+def test_upstream_opensm_gets_no_sw2sw_keys_and_skips_an_unknown_one(make_lab) -> None:
+    """The agent's render tells the lab's OpenSM 3.3.23 from its log and writes no
+    ``qos_sw2sw_*`` key; a key OpenSM does not know is skipped with 'Unrecognized token'
+    while the rest of the file takes effect, which is why the checker only warns of it."""
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    fabric = fabric_from_lab(lab)
+    files = lab.paths.opensm
+    a1 = host_ports(fabric)["cn0001"]
+    leaf = a1.peer
+    leaf_lid = next(fp.lid for fp in fabric.ports.values() if fp.node_id == leaf.node)
+    assert leaf_lid is not None
+    cfg = OpenSMConfig(conf=files.conf, policy_file=files.policy, log=files.log)
+    decided = plan([JobState("A", expected="high")], LANES, None, 0).plan
+    tables = decided.tables
+    assert isinstance(tables, Tables)
+    guids = tuple(fp.port_guid or 0 for fp in (a1, host_ports(fabric)["cn0005"]))
+    rendered = render_checked(cfg, LANES, decided, [("A", guids, "app")])
+    assert rendered.flavour == Detected("upstream", f"'OpenSM 3.3.23' in {files.log}")
+    conf = rendered.files[files.conf]
+    assert "sw2sw" not in conf and "qos_swe_sl2vl" in conf
+    # an option upstream OpenSM does not know, after ibqos's block: a warning only
+    conf += "qos_sw2sw_sl2vl 0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0\n"
+    (warning,) = [f for f in check_conf(conf, "c", flavour="upstream") if "sw2sw" in f.message]
+    assert warning.severity == "warning"
+    atomic_write(files.conf, conf)
+    atomic_write(files.policy, rendered.files[files.policy])
+    log, stdout, _ = sighup(lab)
+    assert errors(log) == [], errors(log)
+    assert ' Unrecognized token: "qos_sw2sw_sl2vl"' in stdout
+    # the rest of the file took effect: the swe tables on a leaf's external port
+    rows = sl2vl_rows(lab, leaf_lid, leaf.num)
+    assert rows and all(vls == list(tables.sl_to_vl) for vls in rows.values()), rows

@@ -113,11 +113,17 @@ def reference(fabric: Fabric, table: pd.DataFrame, mapped: list[MappedJob]):
     def rate(key):
         return xmit.get(key, math.nan)
 
+    def parts(mj):  # the job's share of each of its ports (a host it shares: below 1)
+        return mj.share or (1.0,) * len(mj.ports)
+
     nan = math.nan
     out = {}
     for mj in mapped:
-        r = [rate(k) for k in mj.ports]
-        out[mj.id] = ({0: nan if any(map(math.isnan, r)) else sum(r)}, {0: 1.0})
+        r = [rate(k) * p for k, p in zip(mj.ports, parts(mj), strict=True)]
+        known = sum(0.0 if math.isnan(x) else x for x in r)
+        own = sum(0.0 if math.isnan(x) else x for x, p in zip(r, parts(mj), strict=True) if p == 1)
+        level0 = nan if any(map(math.isnan, r)) else sum(r)
+        out[mj.id] = ({0: level0}, {0: own / known if known > 0 else 1.0})
     ca = {n.guid: n for n in fabric.topo.cas()}
     unattributed = {}
     for lvl in range(1, fabric.height):
@@ -143,14 +149,14 @@ def reference(fabric: Fabric, table: pd.DataFrame, mapped: list[MappedJob]):
                     sent = m[i].sum()
                     away = sum(m[i, j] for j, t in where.items() if t != s)
                     share[i] = away / sent if sent > 0 else 0.0
-            for k, s in zip(mj.ports, subs, strict=True):
+            for k, s, p in zip(mj.ports, subs, parts(mj), strict=True):
                 if s is None:
                     continue
                 out_share = (n - subs.count(s)) / (n - 1) if n > 1 else 0.0  # gravity
                 host = ca[k[0]].hostname if k[0] in ca else ""
                 if host in mj.job.nodes and mj.job.nodes.index(host) in share:
                     out_share = share[mj.job.nodes.index(host)]
-                w = rate(k) * out_share
+                w = rate(k) * p * out_share
                 prior[(mj.id, s)] = prior.get((mj.id, s), 0.0) + (0.0 if math.isnan(w) else w)
         weight_sum: dict[int, float] = {}
         jobs_in: dict[int, int] = {}
@@ -230,7 +236,7 @@ def test_what_is_kept_follows_the_jobs_and_the_rates_table() -> None:
     at = Attributor(fabric)
     a, _ = map_jobs(jobs, fabric, log=False)
     b, _ = map_jobs(later, fabric, log=False)
-    equal = [MappedJob(mj.job, mj.ports, mj.hosts, mj.missing) for mj in b]  # not the same objects
+    equal = [replace(mj) for mj in b]  # equal, not the same objects
     t1, t2 = random_rates(fabric, rng), random_rates(fabric, rng, 0.02)
     moved = t2.iloc[rng.permutation(len(t2))].reset_index(drop=True)
     for mapped, table in ((a, t1), (a, t2), (b, t2), (b, moved), (equal, moved), (a, t1)):
@@ -255,3 +261,46 @@ def test_the_measured_share_is_of_the_upper_levels_only() -> None:
     t = JobTraffic("j", {0: 100.0, 1: 100.0, 2: 300.0}, {0: 1.0, 1: 0.0, 2: 0.5})
     assert t.measured_share == (0.0 * 100 + 0.5 * 300) / 400
     assert JobTraffic("j", {0: 5.0, 1: 0.0}, {0: 1.0, 1: 0.0}).measured_share == 1.0
+
+
+def test_two_jobs_on_one_node_split_its_port_and_say_it_is_estimated() -> None:
+    fabric, hp = setup()
+    # cn0002 runs both: a declares 3 GB/s per node, b 1 GB/s, so a has 3/4 of its port
+    a = replace(job("a", ["cn0001", "cn0002", "cn0009"]), rate_bytes_per_s=3e9)
+    b = job("b", ["cn0002", "cn0017"])
+    mapped, warnings = map_jobs([a, b], fabric)
+    assert warnings == [] and [m.id for m in mapped] == ["a", "b"]
+    xmit = {hp["cn0001"]: 1e9, hp["cn0002"]: 2e9, hp["cn0009"]: 1e9, hp["cn0017"]: 1e9}
+    for k in leaf_up_ports(fabric, "sw-L1-0001"):
+        xmit[k] = 1e9  # 2 GB/s leave leaf 1 in all
+    result = Attributor(fabric).attribute(rates(fabric, xmit), mapped)
+    ja, jb = result.jobs["a"], result.jobs["b"]
+    assert ja.bytes_per_s[0] == 1e9 + 0.75 * 2e9 + 1e9
+    assert jb.bytes_per_s[0] == 0.25 * 2e9 + 1e9
+    assert ja.bytes_per_s[0] + jb.bytes_per_s[0] == sum(xmit[hp[h]] for h in hp if hp[h] in xmit)
+    # level 0: the share of the shared port is estimated, the hosts of their own measured
+    assert math.isclose(ja.measured[0], 2e9 / 3.5e9) and math.isclose(jb.measured[0], 1 / 1.5)
+    # both have weight on leaf 1 (a through cn0001 and cn0002, b through cn0002): estimated
+    assert math.isclose(ja.bytes_per_s[1] + jb.bytes_per_s[1], 2e9 + 0.0)
+    assert jb.bytes_per_s[1] > 0 and ja.measured[1] < 1 and jb.measured[1] < 1
+    assert ja.measured_share < 1 and jb.measured_share < 1
+    np.testing.assert_allclose(result.measured_share, [ja.measured_share, jb.measured_share])
+
+
+def test_a_job_only_on_shared_nodes_gets_its_share() -> None:
+    fabric, hp = setup()
+    a, b = job("a", ["cn0001", "cn0002"]), job("b", ["cn0002"])  # b has no node of its own
+    mapped, _ = map_jobs([a, b], fabric)
+    xmit = {hp["cn0001"]: 1e9, hp["cn0002"]: 2e9}
+    result = Attributor(fabric).attribute(rates(fabric, xmit), mapped)
+    assert result.jobs["a"].bytes_per_s[0] == 2e9 and result.jobs["b"].bytes_per_s[0] == 1e9
+    assert result.jobs["b"].measured[0] == 0.0 and result.jobs["b"].measured_share == 0.0
+
+
+def test_the_measured_share_counts_an_estimated_injection() -> None:
+    from ibqos.attribute.attribution import JobTraffic
+
+    # a job on shared hosts: its injection is partly a split, and that shows
+    t = JobTraffic("j", {0: 100.0, 1: 100.0}, {0: 0.25, 1: 1.0})
+    assert t.measured_share == 0.25
+    assert JobTraffic("j", {0: 100.0, 1: 0.0}, {0: 0.5, 1: 1.0}).measured_share == 0.5

@@ -240,6 +240,35 @@ def test_a_job_new_between_sweeps_is_not_classed_from_rates_read_before_it() -> 
     assert {j.id: j for j in d.jobs}["h"].measured_class == "high"
 
 
+def test_jobs_on_shared_hosts_are_reported_and_checked_from_a_host_of_their_own() -> None:
+    fabric, table = traffic(0.2, 0.01)
+    # s has cn0001 and cn0009 of HEAVY's hosts, and cn0005 of its own in between
+    shared = Job("s", ("cn0001", "cn0005", "cn0009"), name="small")
+    only = Job("t", ("cn0002",), name="tiny")  # on a shared host only
+    decider = Decider(fabric, LANES, NO_EWMA)
+    d = decider.decide(table, [HEAVY, LIGHT, shared, only], 0.0)
+    by_id = {j.id: j for j in d.jobs}
+    assert set(by_id) == {"h", "l", "s", "t"} and len({j.sl for j in d.jobs}) == 4
+    assert by_id["s"].shared == ("cn0001", "cn0009") and by_id["t"].shared == ("cn0002",)
+    assert by_id["h"].measured_share < 1 and by_id["l"].measured_share == 1.0
+    doc = json.loads(render(d, "json"))
+    assert [j["shared_nodes"] for j in doc["jobs"]] == [
+        ["cn0001", "cn0002", "cn0009"],
+        [],
+        ["cn0001", "cn0009"],
+        ["cn0002"],
+    ]
+    assert "job s: shares cn[0001,0009] with other jobs" in render(d, "table")
+    # the SA serves s's SL on a path from cn0005 (only s has it), not from cn0001 to cn0009
+    # (h's rule comes first there): the PathRecord check starts at the port of its own
+    lid = {fp.node_desc.split()[0]: fp.lid for fp in fabric.ports.values() if not fp.is_switch}
+    lids = dict(decider.job_lids())
+    assert lids["s"][0] == lid["cn0005"] and sorted(lids["s"]) == sorted(
+        lid[h] for h in shared.nodes
+    )
+    assert lids["t"] == [] and lids["l"] == [lid[h] for h in LIGHT.nodes]
+
+
 # -- the table's words ---------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ibqos import __version__
-from ibqos.deploy.install import plan
+from ibqos.deploy.install import plan, sandbox_problem
 from ibqos.errors import InstallError
 
 ROOT = Path(__file__).parents[2]
@@ -105,6 +105,47 @@ def test_packagers_choose_the_unit_directory(tmp_path: Path) -> None:
     assert "ExecStart=/usr/bin/ibqos $IBQOS_OPTIONS run" in steps[0].text
     with pytest.raises(InstallError):
         plan(tmp_path, bin_path=Path("/opt/my ibqos/bin/ibqos"))
+
+
+@pytest.mark.parametrize(
+    ("exe", "hidden"),
+    [
+        (
+            "/home/admin/venv/bin/ibqos",
+            "/home, hidden from the service by the unit's ProtectHome=yes",
+        ),
+        ("/root/ibqos/bin/ibqos", "/root, hidden from the service by the unit's ProtectHome=yes"),
+        ("/tmp/ibqos/bin/ibqos", "/tmp, hidden from the service by the unit's PrivateTmp=yes"),
+        ("/var/tmp/v/bin/ibqos", "/var/tmp, hidden from the service by the unit's PrivateTmp=yes"),
+    ],
+)
+def test_an_executable_the_units_sandbox_hides_is_refused(
+    tmp_path: Path, exe: str, hidden: str
+) -> None:
+    out = ibqos("install", "--prefix", str(tmp_path / "root"), "--bin", exe)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"ibqos: install: {exe} is under {hidden}: it could not start")
+    assert "--force" in out.stderr and not (tmp_path / "root").exists()
+    forced = ibqos("install", "--prefix", str(tmp_path / "root"), "--bin", exe, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stderr.startswith(f"warning: {exe} is under {hidden}")
+    unit = (tmp_path / "root/etc/systemd/system/ibqos.service").read_text()
+    assert f"ExecStart={exe} $IBQOS_OPTIONS run" in unit
+
+
+def test_the_sandbox_hides_a_scripts_interpreter_too(tmp_path: Path) -> None:
+    script = tmp_path / "ibqos"
+    script.write_text("#!/home/admin/venv/bin/python3\nimport ibqos.cli\n")
+    unit = f"[Service]\nExecStart={script} run\nProtectHome=yes\n"
+    assert sandbox_problem(unit) == (
+        f"{script} needs /home/admin/venv/bin/python3, which is under /home, hidden from the"
+        " service by the unit's ProtectHome=yes: it could not start (status 203/EXEC)"
+    )
+    # the last setting wins, as in systemd: a drop-in's read-only leaves it visible
+    assert sandbox_problem(unit + "ProtectHome=read-only\n") is None
+    assert (
+        sandbox_problem("[Service]\nExecStart=/opt/ibqos/bin/ibqos run\nPrivateTmp=yes\n") is None
+    )
 
 
 def test_the_changelog_names_this_version() -> None:

@@ -104,7 +104,7 @@ def test_no_host_on_fabric_skipped(lab: Fabric) -> None:
     assert [m.id for m in mapped] == ["2"]
     assert warnings == [
         "job 1: 2 hosts of 2 not on the fabric: x[1-2]",
-        "job 1: no host on the fabric is left to it; skipped",
+        "job 1: no host on the fabric; skipped",
     ]
 
 
@@ -118,37 +118,92 @@ def test_no_jobs(lab: Fabric) -> None:
     assert map_jobs([], lab) == ([], [])
 
 
-# --- shared nodes: the job that started first keeps them --------------------------------------
+# --- shared nodes: every job keeps them, and their traffic is split --------------------------
 
 
-def test_shared_node_goes_to_earlier_start(lab: Fabric) -> None:
+def test_two_jobs_on_one_node_both_keep_it(lab: Fabric) -> None:
     late = job("1", cn(1), cn(2), cn(3), start=200.0)
     early = job("2", cn(3), cn(4), start=100.0)
     mapped, warnings = map_jobs([late, early], lab)
-    assert [(m.id, m.hosts, m.missing) for m in mapped] == [
-        ("1", (cn(1), cn(2)), ()),
-        ("2", (cn(3), cn(4)), ()),
+    assert warnings == []
+    assert [(m.id, m.hosts, m.shared) for m in mapped] == [
+        ("1", (cn(1), cn(2), cn(3)), (cn(3),)),
+        ("2", (cn(3), cn(4)), (cn(3),)),
     ]
-    assert mapped[0].ports == ((CN, 1), (CN + 4, 1))
-    assert warnings == ["job 1: 1 host also in job 2, which started first, left to it: cn0003"]
+    assert mapped[0].ports == ((CN, 1), (CN + 4, 1), (CN + 8, 1))
+    assert mapped[1].ports == ((CN + 8, 1), (CN + 12, 1))
+    # both declare the same rate (job()): the shared port is split in halves
+    assert mapped[0].share == (1.0, 1.0, 0.5) and mapped[1].share == (0.5, 1.0)
+
+
+def test_a_node_with_one_job_is_not_split(lab: Fabric) -> None:
+    mapped, _ = map_jobs([job("1", cn(1)), job("2", cn(2))], lab)
+    assert [(m.share, m.shared) for m in mapped] == [((), ()), ((), ())]
 
 
 @pytest.mark.parametrize(
-    ("a", "b", "winner"),
+    ("jobs", "shares"),
     [
-        (job("10", cn(1)), job("9", cn(1)), "9"),  # same (no) start: lower id, numerically
-        (job("10", cn(1), start=5.0), job("9", cn(1)), "10"),  # a start time beats none
-        (job("1234_10", cn(1), start=5.0), job("1234_9", cn(1), start=5.0), "1234_9"),
+        # declared mean rates per node (rate x duty): 3 : 1
+        (
+            [
+                Job("a", (cn(1),), "ring", 3e9, 1.0, 1.0),
+                Job("b", (cn(1),), "ring", 2e9, 0.5, 1.0),
+            ],
+            [0.75, 0.25],
+        ),
+        # no rates: the CPUs each holds on the node (Slurm's job_resources), 48 : 16
+        (
+            [
+                Job("a", (cn(1), cn(2)), host_cpus=((cn(1), 48), (cn(2), 64))),
+                Job("b", (cn(1),), host_cpus=((cn(1), 16),)),
+            ],
+            [0.75, 0.25],
+        ),
+        # one job's CPUs not known: equal shares, three jobs
+        (
+            [
+                Job("a", (cn(1),), host_cpus=((cn(1), 48),)),
+                Job("b", (cn(1),)),
+                Job("c", (cn(1),), host_cpus=((cn(1), 8),)),
+            ],
+            [1 / 3, 1 / 3, 1 / 3],
+        ),
+        # one declares a rate, the other does not: the rate says nothing of the other
+        (
+            [Job("a", (cn(1),), "ring", 3e9, 1.0, 1.0), Job("b", (cn(1),))],
+            [0.5, 0.5],
+        ),
     ],
 )
-def test_shared_node_tie_breaks(lab: Fabric, a: Job, b: Job, winner: str) -> None:
-    mapped, warnings = map_jobs([a, b], lab)
-    assert [m.id for m in mapped] == [winner]
-    loser = a if winner == b.id else b
-    assert warnings == [
-        f"job {loser.id}: 1 host also in job {winner}, which started first, left to it: cn0001",
-        f"job {loser.id}: no host on the fabric is left to it; skipped",
-    ]
+def test_how_a_shared_node_is_split(lab: Fabric, jobs: list[Job], shares: list[float]) -> None:
+    mapped, _ = map_jobs(jobs, lab)
+    got = [m.share[0] for m in mapped]
+    assert got == pytest.approx(shares) and sum(got) == pytest.approx(1.0)
+
+
+def test_a_node_shared_with_a_job_on_no_other_node(lab: Fabric) -> None:
+    # a job on shared nodes only is still mapped: it keeps its SL
+    mapped, warnings = map_jobs([job("10", cn(1)), job("9", cn(1))], lab)
+    assert [m.id for m in mapped] == ["10", "9"] and warnings == []
+    assert [m.share for m in mapped] == [(0.5,), (0.5,)]
+
+
+def test_a_host_with_three_ports_shares_them_all() -> None:
+    # cn0007's HCA is renamed "cn0008 mlx5_1", and cn0008's HCA gets a second linked port
+    topo = build_xgft(parse_xgft("2;4,2;1,2"))
+    by_desc = {node.desc: node for node in topo.nodes.values()}
+    cn7, cn8 = by_desc["cn0007 mlx5_0"], by_desc["cn0008 mlx5_0"]
+    leaf2 = by_desc["sw-L1-0002"]
+    topo.nodes[cn7.id] = dataclasses.replace(cn7, desc="cn0008 mlx5_1")
+    topo.nodes[cn8.id] = dataclasses.replace(cn8, nports=2)
+    assert cn8.guid is not None
+    topo.port_guids[Port(cn8.id, 2)] = cn8.guid + 2
+    topo.add_link(Link(Port(cn8.id, 2), Port(leaf2.id, leaf2.nports), 4, "EDR"))
+    fabric = Fabric(topo)
+    mapped, _ = map_jobs([job("1", cn(6), cn(8)), job("2", cn(8))], fabric)
+    assert len(mapped[0].ports) == 4 and len(mapped[1].ports) == 3
+    assert mapped[0].share == (1.0, 0.5, 0.5, 0.5) and mapped[1].share == (0.5, 0.5, 0.5)
 
 
 def test_shared_unknown_host_is_just_missing(lab: Fabric) -> None:
@@ -251,8 +306,14 @@ def test_scale() -> None:
     mapped, warnings = map_jobs(jobs, fabric)
     elapsed = time.perf_counter() - begin
     assert len(host_ports(fabric)) == 1025
-    assert sum(len(m.hosts) for m in mapped) <= 1024  # every host in at most one job
-    assert len(warnings) > 1000 and warnings[-1].startswith("job x: no host")
+    assert len(mapped) == 4096 and warnings[-1].startswith("job x: no host")
+    # each of the 576 hosts the jobs have is in 32 jobs; its shares add up to its traffic
+    shares: dict[tuple[int, int], float] = {}
+    for m in mapped:
+        for port, part in zip(m.ports, m.share, strict=True):
+            shares[port] = shares.get(port, 0.0) + part
+    assert len(shares) == 576 and all(abs(v - 1.0) < 1e-9 for v in shares.values())
+    assert {part for m in mapped for part in m.share} == {1 / 32}
     assert elapsed < 30  # generous: a quadratic mapping would take minutes, not seconds
 
 
@@ -290,6 +351,17 @@ def test_mapper_keeps_a_running_job_s_mapping(lab: Fabric) -> None:
     assert later[0] is first[1] and later[2] is first[0]
     later.clear()  # the caller may change the lists it gets
     assert len(mapper.map([b, job("3", cn(4)), a])[0]) == 3
+
+
+def test_mapper_keeps_a_shared_job_until_its_shares_change(lab: Fabric) -> None:
+    mapper = JobMapper(lab)
+    a, b, c = job("1", cn(1), cn(2)), job("2", cn(2)), job("3", cn(2), cn(3))
+    first, _ = mapper.map([a, b])
+    again, _ = mapper.map([b, a, job("4", cn(9))])  # a new job elsewhere: same shares
+    assert again[1] is first[0] and again[0] is first[1]
+    third, _ = mapper.map([a, b, c])  # a third job on cn0002: a third each
+    assert third[0] is not first[0] and third[0].share == pytest.approx((1.0, 1 / 3))
+    assert mapper.map([a, b, c]) == map_jobs([a, b, c], lab, log=False)
 
 
 # --- the file job source ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from fabric_rates import leaf_up_ports, rates, setup
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
 from ibqos.config.classes import Thresholds
@@ -29,6 +30,7 @@ LINK = 12.5e9  # 4x EDR, bytes/s per direction
 HEAVY = Job("h", ("cn0001", "cn0002", "cn0009", "cn0010"), name="ft", user="ann")
 LIGHT = Job("l", ("cn0017", "cn0018", "cn0025", "cn0026"), name="pairs")
 WAIT = 1000.0  # XmitWait ticks/s of every up port
+INTERVAL = 10.0  # seconds between two sweeps
 
 
 def full_rates(fabric: Fabric, xmit: dict) -> pd.DataFrame:
@@ -39,10 +41,11 @@ def full_rates(fabric: Fabric, xmit: dict) -> pd.DataFrame:
     table["role"] = pd.Series([fp.role for fp in ports], dtype=object)
     table["rcv_bytes_per_s"] = table["xmit_bytes_per_s"]
     table["xmit_wait_per_s"] = [WAIT if fp.role == "up" else 0.0 for fp in ports]
+    table["interval_s"] = INTERVAL
     return table
 
 
-def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=False):
+def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=False, fresh=True):
     """One decision on the recorded 4-leaf fabric, each job alone on two leaves."""
     fabric, hp = setup()
     xmit = {}
@@ -60,7 +63,8 @@ def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=Fa
             table[col] = [float(vl) if fp.role == "up" else 0.0 for fp in fabric.ports.values()]
     decider = Decider(fabric, LaneConfig(min_interval_s=0.0), Thresholds(tau_s=0.0))
     decision = decider.decide(table, list(jobs), 0.0)
-    snap = build_snapshot(decision, table, level_capacities(fabric), 1.7e9, per_port=per_port)
+    capacity = level_capacities(fabric)
+    snap = build_snapshot(decision, table, capacity, 1.7e9, per_port=per_port, fresh=fresh)
     return fabric, decision, snap
 
 
@@ -262,6 +266,11 @@ def test_the_fast_text_is_byte_for_byte_prometheus_client_s() -> None:
     assert collector.text() is text  # rendered once per snapshot
 
 
+def steady(page: bytes) -> list[bytes]:
+    """The lines of a page that do not change between two scrapes (not process_*)."""
+    return [ln for ln in page.splitlines() if not ln.startswith(b"process_")]
+
+
 def test_the_endpoint_serves_the_agent_and_the_snapshot_gzipped() -> None:
     m = metrics(Counters(cycles=2, last_success_s=1.0))
     m.snapshot.publish(cycle()[2])
@@ -272,10 +281,107 @@ def test_the_endpoint_serves_the_agent_and_the_snapshot_gzipped() -> None:
             assert resp.headers["Content-Encoding"] == "gzip"
             assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             body = gzip.decompress(resp.read())
-        assert body == generate_latest(m.registry)  # the same page as the full registry
+        # the same page as the full registry (but for the process's CPU and memory, which
+        # move between two scrapes)
+        assert steady(body) == steady(generate_latest(m.registry))
+        assert b"\nprocess_cpu_seconds_total " in body and b"\npython_info{" in body
         with urllib.request.urlopen(exp.url, timeout=5) as resp:
-            assert resp.read() == body and resp.headers["Content-Encoding"] is None
+            assert steady(resp.read()) == steady(body) and resp.headers["Content-Encoding"] is None
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(exp.url.replace("/metrics", "/other"), timeout=5)
     finally:
         exp.close()
+
+
+def test_byte_counters_add_each_fresh_sweep_and_only_go_up() -> None:
+    m = metrics()
+    get = m.registry.get_sample_value
+    _, decision, snap = cycle(per_port=True)
+    h = decision.jobs[0]
+    m.snapshot.publish(snap)
+    level1 = 4 * LINK * 0.81 * INTERVAL  # every up port's rate times its interval
+    assert math.isclose(get("ibqos_level_traffic_bytes_total", {"level": "1"}), level1)
+    assert get("ibqos_level_xmit_wait_ticks_total", {"level": "1"}) == 8 * WAIT * INTERVAL
+    job_h1 = {"job_id": "h", "level": "1"}
+    assert math.isclose(get("ibqos_job_traffic_bytes_total", job_h1), 4 * LINK * 0.8 * INTERVAL)
+    lane_h1 = {"vl": str(h.vl), "level": "1"}
+    assert math.isclose(get("ibqos_lane_traffic_bytes_total", lane_h1), 4 * LINK * 0.8 * INTERVAL)
+    port = next(s.labels for s in _samples(m, "ibqos_port_transmit_bytes_total"))
+    assert get("ibqos_port_transmit_bytes_total", port) is not None
+    # the next sweep adds its interval; a cycle that reuses the rates (a job event) adds
+    # nothing; a scrape that comes late still sees every byte
+    m.snapshot.publish(cycle(per_port=True)[2])
+    m.snapshot.publish(cycle(per_port=True, fresh=False)[2])
+    assert math.isclose(get("ibqos_level_traffic_bytes_total", {"level": "1"}), 2 * level1)
+    assert math.isclose(get("ibqos_job_traffic_bytes_total", job_h1), 2 * 4 * LINK * 0.8 * INTERVAL)
+    # a quiet sweep (counters reset, nothing sent) never takes them down
+    before = get("ibqos_level_traffic_bytes_total", {"level": "1"})
+    m.snapshot.publish(cycle(heavy=0.0, light=0.0, per_port=True)[2])
+    assert get("ibqos_level_traffic_bytes_total", {"level": "1"}) == before
+    # an ended job's counter goes with its other series
+    m.snapshot.publish(cycle(jobs=(LIGHT,))[2])
+    assert get("ibqos_job_traffic_bytes_total", job_h1) is None
+    assert get("ibqos_job_traffic_bytes_total", {"job_id": "l", "level": "0"}) > 0
+    assert get("ibqos_level_traffic_bytes_total", {"level": "1"}) > before
+
+
+def test_the_first_sweep_counts_nothing_and_unknown_rates_add_nothing() -> None:
+    fabric, hp = setup()
+    table = full_rates(fabric, {hp["cn0001"]: 1e9})
+    table["interval_s"] = np.nan  # every port's first reading: no interval yet
+    decider = Decider(fabric, LaneConfig(min_interval_s=0.0), Thresholds(tau_s=0.0))
+    decision = decider.decide(table, [HEAVY], 0.0)
+    snap = build_snapshot(decision, table, level_capacities(fabric), 1.0, fresh=True)
+    assert snap.interval_s is None
+    m = metrics()
+    m.snapshot.publish(snap)
+    assert m.registry.get_sample_value("ibqos_level_traffic_bytes_total", {"level": "0"}) is None
+    assert (
+        m.registry.get_sample_value("ibqos_job_traffic_bytes_total", {"job_id": "h", "level": "0"})
+        == 0.0
+    )
+
+
+def _samples(m: AgentMetrics, name: str):
+    return [s for f in m.registry.collect() for s in f.samples if s.name == name]
+
+
+def test_the_process_s_own_metrics() -> None:
+    m = metrics()
+    get = m.registry.get_sample_value
+    assert get("process_cpu_seconds_total") > 0
+    assert get("process_resident_memory_bytes") > 0
+    assert get("process_start_time_seconds") > 1.6e9
+    assert [s.value for s in _samples(m, "python_info")] == [1.0]
+    assert b"\nprocess_open_fds " in generate_latest(m.own)  # served by the endpoint
+
+
+# what Prometheus 2.x and 3.x send, OpenMetrics first
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_ACCEPT, "application/openmetrics-text"])
+def test_openmetrics_when_the_scraper_asks_for_it(accept: str) -> None:
+    m = metrics(Counters(cycles=2, last_success_s=1.0))
+    m.snapshot.publish(cycle()[2])
+    exp = Exporter(metrics_app(m), MetricsConfig(listen=("127.0.0.1", 0)))
+    try:
+        req = urllib.request.Request(exp.url, headers={"Accept": accept})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            kind = resp.headers["Content-Type"]
+            body = resp.read().decode()
+    finally:
+        exp.close()
+    assert kind.startswith("application/openmetrics-text; version=1.0.0")
+    assert body.endswith("# EOF\n") and body.count("# EOF") == 1
+    # the strict OpenMetrics parser takes it whole: agent, process and snapshot families
+    parsed = {f.name: f for f in text_string_to_metric_families(body)}
+    assert parsed["ibqos_cycles"].type == "counter"
+    assert parsed["ibqos_cycles"].samples[0].value == 2
+    assert parsed["ibqos_job_traffic_bytes"].type == "counter"
+    assert parsed["ibqos_level_traffic_bytes_per_second"].type == "gauge"
+    assert "process_cpu_seconds" in parsed

@@ -147,6 +147,22 @@ def test_empty_output_has_no_blocks():
     assert parse_perfquery("") == ([], "")
 
 
+@pytest.mark.parametrize("name", ["switch-x-ports", "ca"])
+def test_blank_lines_are_accepted(name):
+    """A trailing blank line (a wrapper's echo, a saved file) or blank lines between the
+    blocks change nothing."""
+    out = case(name)["stdout"]
+    want = parse_perfquery(out)
+    assert want[0]
+    assert parse_perfquery(out + "\n") == want
+    assert parse_perfquery(out + "\n  \n") == want
+    spaced = out.replace("\n# Port", "\n\n# Port")
+    assert spaced != out or len(want[0]) == 1
+    assert parse_perfquery(spaced) == want
+    failed = "perfquery: iberror: failed: perfextquery\n"
+    assert parse_perfquery(out + failed + "\n") == (want[0], failed.strip())
+
+
 # -- the backend, with a fake perfquery ---------------------------------------------
 FAKE = """#!{python}
 import json, os, sys, time

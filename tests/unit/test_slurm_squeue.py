@@ -127,3 +127,80 @@ def test_text_lines_that_do_not_parse() -> None:
 )
 def test_versions(text, version) -> None:
     assert parse_version(text) == version
+
+
+# --- nodes that several jobs share: the CPUs each job holds there ------------------------------
+
+SHARED = DATA / "25.05-shared.json"
+
+
+def test_squeue_json_of_slurm_25_05_with_a_shared_node() -> None:
+    # 4101 (12 CPUs on each of cn0001-cn0002) and 4102 (4 CPUs) share cn0002; 4103 has
+    # whole nodes; 4104 is pending
+    jobs, warnings = parse_json(SHARED.read_text())
+    assert warnings == []
+    assert [(j.id, j.nodes, j.user) for j in jobs] == [
+        ("4101", ("cn0001", "cn0002"), "alice"),
+        ("4102", ("cn0002",), "bob"),
+        ("4103", ("cn0003", "cn0004"), "carol"),
+    ]
+    # only the shared node's counts are kept: they split its traffic
+    assert [j.host_cpus for j in jobs] == [(("cn0002", 12),), (("cn0002", 4),), ()]
+    assert jobs[1].start_time == 1790000300.0
+
+
+def test_the_shared_node_of_the_squeue_fixture_is_split_by_cpus() -> None:
+    from ibqos.attribute.jobmap import map_jobs
+    from ibqos.fabric.model import fabric_from_file
+
+    fabric = fabric_from_file(DATA.parent / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt")
+    jobs, _ = parse_json(SHARED.read_text())
+    mapped, warnings = map_jobs(jobs, fabric)
+    assert warnings == [] and [m.id for m in mapped] == ["4101", "4102", "4103"]
+    assert [m.share for m in mapped] == [(1.0, 0.75), (0.25,), ()]
+    assert [m.shared for m in mapped] == [("cn0002",), ("cn0002",), ()]
+
+
+def test_cpus_on_a_shared_node_in_the_22_05_and_23_x_shape() -> None:
+    # 22.05-23.11 list allocated_nodes with a core map; cpus_used stays 0 for running jobs
+    doc = recorded()
+    one, four = doc["jobs"][0], doc["jobs"][1]
+    four["nodes"] = four["job_resources"]["nodes"] = "cn0002"
+    four["job_resources"]["allocated_nodes"][0]["nodename"] = "cn0002"
+    four["job_resources"]["allocated_nodes"][0]["sockets"] = {
+        "0": {"cores": {"1": "allocated", "2": "allocated", "3": "unassigned"}}
+    }
+    assert one["job_resources"]["allocated_nodes"][1]["cpus_used"] == 0  # as recorded
+    jobs, _ = parse_json(json.dumps(doc))
+    assert [j.host_cpus for j in jobs] == [(("cn0002", 1),), (("cn0002", 2),)]
+
+
+def test_cpus_on_a_shared_node_in_the_21_08_shape() -> None:
+    # 21.08: allocated_nodes keyed by the node's index in job_resources.nodes, with cpus
+    doc = recorded()
+    for job, nodes, cpus in ((doc["jobs"][0], "cn[0001-0002]", 6), (doc["jobs"][1], "cn0002", 2)):
+        job["nodes"] = nodes
+        job["job_resources"] = {
+            "nodes": nodes,
+            "allocated_cpus": cpus,
+            "allocated_hosts": 1,
+            "allocated_nodes": {
+                str(i): {"sockets": {"0": "assigned"}, "cores": {}, "memory": 0, "cpus": cpus}
+                for i in range(len(nodes.split("-")))
+            },
+        }
+    jobs, _ = parse_json(json.dumps(doc))
+    assert [j.host_cpus for j in jobs] == [(("cn0002", 6),), (("cn0002", 2),)]
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [None, {}, [], {"nodes": {"allocation": "x"}}, {"allocated_nodes": [{"nodename": 3}]}],
+)
+def test_job_resources_not_understood_give_no_cpus(resources) -> None:
+    doc = recorded()
+    for job in doc["jobs"][:2]:
+        job["nodes"] = "cn0001"
+        job["job_resources"] = resources
+    jobs, warnings = parse_json(json.dumps(doc))
+    assert warnings == [] and [j.host_cpus for j in jobs] == [(), ()]

@@ -146,7 +146,9 @@ def test_port_guids(fabric: tuple[str, Topology]) -> None:
 def test_cn0025_record_2_level() -> None:
     topo = load(TWO)
     node = topo.nodes["H-0c42a10301000060"]
-    assert node == Node("H-0c42a10301000060", "ca", 1, "cn0025 mlx5_0", 0x0C42A10301000060)
+    assert node == Node(
+        "H-0c42a10301000060", "ca", 1, "cn0025 mlx5_0", 0x0C42A10301000060, 0x0C42A10301000060, 0
+    )
     assert topo.port_guids[Port(node.id, 1)] == 0x0C42A10301000061
     assert topo.peer(Port(node.id, 1)) == Port("S-0c42a10300010004", 1)
 
@@ -471,9 +473,12 @@ def test_unknown_line_in_a_record_is_skipped_with_a_warning(caplog) -> None:
 
 def test_unknown_line_outside_a_record(caplog) -> None:
     with caplog.at_level(logging.WARNING):
-        topo = parse_ibnetdiscover(f"Chassis 1 (guid 0xabc)\n{GOOD}", "t.net", strict=False)
-    assert topo.warnings == ["t.net:1: cannot parse line, skipped: 'Chassis 1 (guid 0xabc)'"]
+        topo = parse_ibnetdiscover(f"Frame 1 (guid 0xabc)\n{GOOD}", "t.net", strict=False)
+    assert topo.warnings == ["t.net:1: cannot parse line, skipped: 'Frame 1 (guid 0xabc)'"]
     assert len(topo.links) == 1
+    # ibnetdiscover -g's chassis headers are part of the layout, not noise
+    grouped = parse_ibnetdiscover(f"Chassis 1 (guid 0xabc)\n{GOOD}", "t.net", strict=True)
+    assert grouped.warnings == [] and len(grouped.links) == 1
 
 
 def test_bad_port_line_loses_only_that_end(caplog) -> None:
