@@ -164,13 +164,10 @@ def align(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
 
-def split_text(job: JobReport) -> str:
-    """How the job's part of the uplink counters it shares was found: ``measured`` (alone
-    in its subtrees), ``estimated`` (split among the jobs there by pattern or gravity), a
-    share measured, or ``-`` when it sent nothing up (there was nothing to split)."""
-    upper = [f.bytes_per_s for lvl, f in job.levels.items() if lvl >= 1]
-    if not any(math.isfinite(v) and v > 0 for v in upper):
-        return "-"
+def source_text(job: JobReport) -> str:
+    """Where the job's figures come from: ``measured`` (counters of its own: its hosts,
+    subtrees it has alone), ``estimated`` (its part of counters it shares with other jobs,
+    split by pattern or gravity), or the share measured when it is some of each."""
     share = round(job.measured_share, 3)
     if share >= 1.0:
         return "measured"
@@ -179,10 +176,10 @@ def split_text(job: JobReport) -> str:
     return f"{pct_text(share)} measured"
 
 
-#: what the UPLINK SPLIT column means (level 0, a job's own host ports, is always measured)
-SPLIT_NOTE = (
-    "UPLINK SPLIT: a job alone in its subtrees has its uplink bytes measured; jobs sharing"
-    " one split its counters by pattern or gravity (estimated); L0 is always measured"
+#: what the SOURCE column means
+SOURCE_NOTE = (
+    "SOURCE: measured from counters of the job's own (its hosts, subtrees it has alone), or"
+    " estimated: its part of counters it shares with other jobs, split by pattern or gravity"
 )
 
 
@@ -208,7 +205,7 @@ def _tables_text(decision: Decision, from_scratch: bool) -> str:
         lvl for lvl in levels if any(j.levels[lvl].avail_bytes_per_s > 0 for j in decision.jobs)
     ]
     header = ["JOB", "NAME", "NODES", *(f"L{lvl} rate/util" for lvl in upper)]
-    header += ["INTENSITY", "CLASS", "SL", "VL", "UPLINK SPLIT"]
+    header += ["INTENSITY", "CLASS", "SL", "VL", "SOURCE"]
     rows = []
     for job in decision.jobs:
         nodes = str(NodeSet.fromlist(job.nodes, resolver=RESOLVER_NOGROUP))
@@ -221,10 +218,10 @@ def _tables_text(decision: Decision, from_scratch: bool) -> str:
             job.cls + ("" if job.measured_class in (None, job.cls) else f" ({job.measured_class})"),
             str(job.sl),
             "-" if job.vl is None else str(job.vl),
-            split_text(job),
+            source_text(job),
         ]
         rows.append(cells)
-    lines = [*align(header, rows), SPLIT_NOTE] if rows else ["no running jobs on the fabric"]
+    lines = [*align(header, rows), SOURCE_NOTE] if rows else ["no running jobs on the fabric"]
     lines += [
         f"job {job.id}: expected class from profile {job.prior}"
         for job in decision.jobs

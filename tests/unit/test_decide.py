@@ -274,13 +274,12 @@ def test_jobs_on_shared_hosts_are_reported_and_checked_from_a_host_of_their_own(
 
 def shared_leaves():
     """h and x share leaves 1 and 2; l is alone on leaves 3 and 4; one sits on leaf 1
-    only, so it sends nothing up whatever its hosts inject."""
+    only, so it sends nothing up (and nothing of it is estimated) whatever it injects."""
     fabric, hp = setup()
     x = Job("x", ("cn0003", "cn0011"), name="x")
     one = Job("one", ("cn0005", "cn0006"), name="one")
-    xmit = {
-        hp[h]: r for job, r in ((HEAVY, 4e9), (x, 2e9), (LIGHT, 1e9), (one, 3e9)) for h in job.nodes
-    }
+    injection = ((HEAVY, 4e9), (x, 2e9), (LIGHT, 1e9), (one, 3e9))
+    xmit = {hp[h]: r for job, r in injection for h in job.nodes}
     for leaf, up in ((1, 6e9), (2, 6e9), (3, 1e9), (4, 1e9)):
         for key in leaf_up_ports(fabric, f"sw-L1-000{leaf}"):
             xmit[key] = up / 2
@@ -288,14 +287,15 @@ def shared_leaves():
     return decider.decide(rates(fabric, xmit), [HEAVY, x, LIGHT, one], 0.0)
 
 
-def test_the_table_says_how_each_job_s_uplink_bytes_were_found() -> None:
-    """A job measured at GB/s whose uplink split was estimated does not read "0.0%"."""
+def test_the_table_says_where_each_job_s_figures_come_from() -> None:
+    """A job at GB/s whose share of shared uplinks was estimated does not read "0.0%"."""
     d = shared_leaves()
     lines = render(d, "table").splitlines()
-    assert lines[0].endswith("VL  UPLINK SPLIT")
-    split = {ln.split()[0]: ln.split()[-1] for ln in lines[1:5]}
-    assert split == {"h": "estimated", "x": "estimated", "l": "measured", "one": "-"}
-    assert lines[5].startswith("UPLINK SPLIT: a job alone in its subtrees")
+    assert lines[0].endswith("VL  SOURCE")
+    assert lines[1].split()[3:5] == ["16.00", "GB/s"]  # h: measured on its own hosts
+    source = {ln.split()[0]: ln.split()[-1] for ln in lines[1:5]}
+    assert source == {"h": "estimated", "x": "estimated", "l": "measured", "one": "measured"}
+    assert lines[5].startswith("SOURCE: measured from counters of the job's own")
     partly = replace(d, jobs=(replace(d.jobs[0], measured_share=0.25),))
     assert render(partly, "table").splitlines()[1].endswith("25.0% measured")
     assert to_json(d)["jobs"][0]["measured_share"] == 0.0  # the JSON keeps the number
