@@ -4,14 +4,13 @@ place errors become messages and exit codes.
 Known errors print ``ibqos: <category>: <message>`` and exit 1; usage errors exit 2
 (click's own); Ctrl-C prints ``ibqos: interrupted`` and exits 130; a closed pipe is
 silent; anything else prints ``ibqos: unexpected error: ...`` and exits 1, with the
-traceback only under ``--debug``.
+traceback only under ``--debug``.  ``--debug`` and ``-v`` go before or after the command
+(:mod:`ibqos.cli.verbosity`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from typing import Any
 
 import click
@@ -28,6 +27,7 @@ from ibqos.cli.plan import plan_command
 from ibqos.cli.run import run_command
 from ibqos.cli.simulate import simulate_command
 from ibqos.cli.status import status_command
+from ibqos.cli.verbosity import DEBUG, DEBUG_HELP, VERBOSE_HELP, add_global_options, start
 from ibqos.errors import IbqosError
 
 __all__ = ["cli", "main"]
@@ -50,7 +50,7 @@ class _Cli(click.Group):
         except BrokenPipeError:
             ctx.exit(0)
         except Exception as err:
-            if ctx.obj and ctx.obj.get("debug"):
+            if ctx.obj and ctx.obj.get(DEBUG):
                 raise
             click.echo(
                 f"ibqos: unexpected error: {type(err).__name__}: {err} "
@@ -62,16 +62,12 @@ class _Cli(click.Group):
 
 @click.group(cls=_Cli)
 @click.version_option(__version__, prog_name="ibqos")
-@click.option("--debug", is_flag=True, help="Log at debug level; tracebacks on errors.")
+@click.option("--debug", is_flag=True, help=DEBUG_HELP)
+@click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
     """InfiniBand QoS companion agent for OpenSM."""
-    ctx.obj = {"debug": debug}
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    start(ctx, debug, verbose)
 
 
 for _command in (
@@ -89,6 +85,7 @@ for _command in (
     restore_command,
     characterize_group,
 ):
+    add_global_options(_command)
     cli.add_command(_command)
 
 

@@ -109,6 +109,12 @@ def replay_option(help: str) -> Callable[[FC], FC]:
     )
 
 
+def sweeping_text(interval_s: float) -> str:
+    """What a command that needs rates says while it waits for them (rates take two
+    sweeps of the counters, *interval_s* seconds apart)."""
+    return f"sweeping counters (2 sweeps, {interval_s:g} s apart)..."
+
+
 def interval_option(help: str) -> Callable[[FC], FC]:
     """``--interval``: seconds between two sweeps."""
     return click.option("--interval", type=click.FloatRange(min=0.01), help=help)

@@ -19,6 +19,7 @@ from ibqos.cli.options import (
     jobs_option,
     load_or_defaults,
     replay_option,
+    sweeping_text,
     topology_option,
 )
 from ibqos.collect.loop import Collector
@@ -71,9 +72,11 @@ def plan_command(
     decider = Decider.from_config(config, fabric, lanes)
     pause = interval if interval is not None else cfg.interval_s
     with Collector(cfg, fabric) as collector:
+        if cfg.backend != "replay":
+            click.echo(sweeping_text(pause), err=True)
         collector.step()  # rates need two sweeps: the first is the baseline
         if cfg.backend != "replay":
             time.sleep(pause)
         rates = collector.step()
     decision = decider.decide(rates, jobs, time.time())
-    click.echo(render(decision, fmt), nl=False)
+    click.echo(render(decision, fmt, from_scratch=True), nl=False)

@@ -9,7 +9,8 @@ import click
 from ibqos.agent.daemon import Agent
 from ibqos.agent.lock import claim
 from ibqos.agent.sdnotify import Notifier
-from ibqos.cli.options import config_option
+from ibqos.cli.options import config_option, sweeping_text
+from ibqos.cli.verbosity import serving
 from ibqos.config.load import find_config, load_config
 
 
@@ -32,6 +33,8 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
     signalled.  Prometheus metrics are served on metrics.listen (not with --once).  Under
     systemd (ibqos.service) it notifies READY, STATUS and the watchdog.
     """
+    if not once:
+        serving()  # the daemon's log is its output: one line per state change
     found = find_config(path)
     config = load_config(found)
     if simulate and not dry_run:
@@ -60,6 +63,8 @@ def run_command(path: Path | None, dry_run: bool, once: bool, simulate: bool) ->
             if not dry_run:
                 agent.serve_sl()
         agent.install_signal_handlers()
+        if once:  # one-shot commands log warnings only: say what the wait is for
+            click.echo(sweeping_text(config.collect.interval_s), err=True)
         ctx = click.get_current_context()
         ctx.exit(agent.run(cycles=1 if once else None))
     finally:

@@ -104,7 +104,7 @@ def simulate_command(
     if path is not None:
         lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
     net = network(xgft, int(width), speed, topology, lfts)
-    text = simulate(
+    report = simulate(
         net,
         jobs_path,
         policies,
@@ -117,4 +117,6 @@ def simulate_command(
         buffers,
         fluid_buffers,
     )
-    click.echo(text, nl=False)
+    for note in report.notes:
+        click.echo(f"ibqos: simulate: {note}", err=True)
+    click.echo(report.text, nl=False)

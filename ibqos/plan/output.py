@@ -130,11 +130,16 @@ def _job(job: JobReport) -> dict[str, Any]:
     }
 
 
-def render(decision: Decision, fmt: str) -> str:
-    """The decision as text: "table" (two aligned tables and notes) or "json"."""
+def render(decision: Decision, fmt: str, *, from_scratch: bool = False) -> str:
+    """The decision as text: "table" (two aligned tables and notes) or "json".
+
+    *from_scratch*: the decision was made without the plan in force (``ibqos plan``): the
+    table then says that nothing was written instead of whether the plan in force would
+    change (the JSON keeps ``replace`` and ``reasons`` as they are).
+    """
     if fmt == "json":
         return json.dumps(to_json(decision), indent=1, allow_nan=False) + "\n"
-    return _tables_text(decision)
+    return _tables_text(decision, from_scratch)
 
 
 def rate_text(value: float | None) -> str:
@@ -159,14 +164,48 @@ def align(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
 
-def _tables_text(decision: Decision) -> str:
+def source_text(job: JobReport) -> str:
+    """Where the job's figures come from: ``measured`` (counters of its own: its hosts,
+    subtrees it has alone), ``estimated`` (its part of counters it shares with other jobs,
+    split by pattern or gravity), or the share measured when it is some of each."""
+    share = round(job.measured_share, 3)
+    if share >= 1.0:
+        return "measured"
+    if share <= 0.0:
+        return "estimated"
+    return f"{pct_text(share)} measured"
+
+
+#: what the SOURCE column means
+SOURCE_NOTE = (
+    "SOURCE: measured from counters of the job's own (its hosts, subtrees it has alone), or"
+    " estimated: its part of counters it shares with other jobs, split by pattern or gravity"
+)
+
+
+def weights_text(tables: Tables, vlarb_low_cap: int) -> str:
+    """The note under the lanes: the unit of WEIGHT, and the spread of the weights between
+    the lightest and the most intense job lane next to what the weight law asks."""
+    text = "WEIGHT: 64-byte credits per arbitration round"
+    if sum(lane.rank is not None for lane in tables.lanes) < 2:
+        return text
+    got, want = tables.achieved_ratio, tables.target_ratio
+    text += f"; the lightest lane weighs {got:.3g}x the most intense one"
+    if math.isclose(got, want, rel_tol=1e-3):
+        return text + ", as the weight law asks"
+    return (
+        text + f" (the weight law asks {want:.3g}x; {vlarb_low_cap} VLArb entries encode no closer)"
+    )
+
+
+def _tables_text(decision: Decision, from_scratch: bool) -> str:
     current = decision.plan
     levels = sorted({lvl for job in decision.jobs for lvl in job.levels})
     upper = [
         lvl for lvl in levels if any(j.levels[lvl].avail_bytes_per_s > 0 for j in decision.jobs)
     ]
     header = ["JOB", "NAME", "NODES", *(f"L{lvl} rate/util" for lvl in upper)]
-    header += ["INTENSITY", "CLASS", "SL", "VL", "MEASURED"]
+    header += ["INTENSITY", "CLASS", "SL", "VL", "SOURCE"]
     rows = []
     for job in decision.jobs:
         nodes = str(NodeSet.fromlist(job.nodes, resolver=RESOLVER_NOGROUP))
@@ -179,10 +218,10 @@ def _tables_text(decision: Decision) -> str:
             job.cls + ("" if job.measured_class in (None, job.cls) else f" ({job.measured_class})"),
             str(job.sl),
             "-" if job.vl is None else str(job.vl),
-            pct_text(job.measured_share),
+            source_text(job),
         ]
         rows.append(cells)
-    lines = align(header, rows) if rows else ["no running jobs on the fabric"]
+    lines = [*align(header, rows), SOURCE_NOTE] if rows else ["no running jobs on the fabric"]
     lines += [
         f"job {job.id}: expected class from profile {job.prior}"
         for job in decision.jobs
@@ -209,11 +248,16 @@ def _tables_text(decision: Decision) -> str:
             for lane in sorted(tables.lanes, key=lambda lane: lane.vl)
         ]
         lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS", "INTENSITY"], lane_rows)]
+        lines.append(weights_text(tables, current.cfg.vlarb_low_cap))
+    why = "; ".join(decision.result.reasons)
+    if from_scratch:
         lines.append(
-            f"weights in 64-byte credits per round; lightest/most intense lane: target"
-            f" {tables.target_ratio:g}, achieved {tables.achieved_ratio:g}"
+            "nothing written: planned from scratch, without the agent's plan in force"
+            " (ibqos run --dry-run --once shows what the agent would change)"
         )
-    what = "apply" if decision.result.replace else "keep"
-    lines.append(f"plan: {what} ({'; '.join(decision.result.reasons)})")
+    elif decision.result.replace:
+        lines.append(f"plan: replaces the plan in force ({why})")
+    else:
+        lines.append(f"plan: the plan in force stays ({why})")
     lines += [f"warning: {w}" for w in decision.warnings]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ibqos.config.lanes import LaneConfig
@@ -14,7 +14,7 @@ from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.jobfile import check_hosts, load_jobs
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import POLICIES, one_vl, setup_of
+from ibqos.sim.policies import POLICIES, one_vl, setup_of, too_large_to_search
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.report import BASELINE, load_plan, render
 from ibqos.sim.senders import Granularity, auto_buffers
@@ -22,6 +22,20 @@ from ibqos.sim.workload import prepare
 
 #: the policies that plan by simulating the fluid model
 PLANNED = ("ibqos", "optimal")
+
+
+@dataclass(frozen=True)
+class SimReport:
+    """What ``ibqos simulate`` prints.
+
+    Attributes:
+        text: the rendered report (table or JSON).
+        notes: what the user should know about the run, one line each (a policy of
+            ``--policy all`` left out, and why).
+    """
+
+    text: str
+    notes: tuple[str, ...] = ()
 
 
 def network(
@@ -60,8 +74,12 @@ def simulate(
     per: Granularity = "auto",
     buffer_packets: int | None = None,
     fluid_buffers: int | None = None,
-) -> str:
+) -> SimReport:
     """Run the mix under each policy (and the plan file), return the rendered report.
+
+    ``all`` in *policies* runs every policy that can run on the mix: ``optimal`` is left
+    out, with a note saying why, when the mix is too large for its search (asked for by
+    name, it is an error).
 
     *buffer_packets*: switch buffers per VL per input of *model* (None: its default, for
     the fluid model :func:`~ibqos.sim.senders.auto_buffers`).  *fluid_buffers*: the fluid
@@ -86,6 +104,12 @@ def simulate(
         )
     jobs = load_jobs(jobs_path, traffic=True)
     check_hosts(jobs, set(net.hosts), str(jobs_path))
+    notes: list[str] = []
+    if "all" in policies and "optimal" in names:
+        why = too_large_to_search(len(jobs), lanes)
+        if why is not None:  # the other policies still answer the question asked
+            names.remove("optimal")
+            notes.append(f"--policy all: left out optimal: {why}")
     sim_jobs = prepare(net, jobs)
     if model == "fluid":
         buffer_packets = fluid_buffers = auto_buffers(sim_jobs, per, buffer_packets)
@@ -112,4 +136,4 @@ def simulate(
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)
     if baseline is None:
         baseline = outcome(base_arb)
-    return render(outcomes, baseline, fmt)
+    return SimReport(render(outcomes, baseline, fmt), tuple(notes))

@@ -212,15 +212,22 @@ def grid(jobs: Sequence[SimJob], lanes: LaneConfig) -> list[Arbitration]:
     Raises:
         SimError: more than :data:`MAX_SEARCH` setups.
     """
+    why = too_large_to_search(len(jobs), lanes)
+    if why is not None:
+        raise SimError(f"--policy optimal: {why}; use fewer jobs or lanes")
     vls = _job_lanes(lanes)
-    ids = [j.id for j in jobs]
-    candidates = list(itertools.islice(_setups(ids, len(vls)), MAX_SEARCH + 1))
-    if len(candidates) > MAX_SEARCH:
-        raise SimError(
-            f"--policy optimal: {len(jobs)} jobs on {len(vls)} lanes make more than"
-            f" {MAX_SEARCH} setups to try; use fewer jobs or lanes"
-        )
+    candidates = _setups([j.id for j in jobs], len(vls))
     return [grouped(g, w, lanes, "optimal") for g, w in candidates]
+
+
+def too_large_to_search(n_jobs: int, lanes: LaneConfig) -> str | None:
+    """Why ``optimal`` cannot search a mix of *n_jobs* jobs on *lanes* (more than
+    :data:`MAX_SEARCH` setups), or None when it can."""
+    n_lanes = len(_job_lanes(lanes))
+    setups = _setups([str(i) for i in range(n_jobs)], n_lanes)
+    if sum(1 for _ in itertools.islice(setups, MAX_SEARCH + 1)) <= MAX_SEARCH:
+        return None
+    return f"{n_jobs} jobs on {n_lanes} lanes make more than {MAX_SEARCH} setups to try"
 
 
 def best_of(

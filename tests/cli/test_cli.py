@@ -186,7 +186,10 @@ def test_status_reads_the_state_dir(run, tmp_path) -> None:
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"agent:\n  state_dir: {tmp_path / 'state'}\n")
-    assert "no agent state in" in run("status", "--config", str(cfg)).output
+    for fmt in ("table", "json"):  # a health check must not pass where no agent ran
+        result = run("status", "--config", str(cfg), "--format", fmt)
+        assert result.stdout == ""
+        one_line_error(result, f"ibqos: state: {tmp_path / 'state'}: no agent state")
     plan = {
         "jobs": [{"id": "7", "name": "ft", "intensity": 0.5, "class": "high", "sl": 1, "vl": 1}],
         "lanes": [{"vl": 1, "weight": 32, "sls": [1], "jobs": ["7"]}],

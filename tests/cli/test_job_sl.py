@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -20,6 +21,16 @@ def one_line_error(result, text):
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
     assert text in result.stderr
+
+
+@pytest.fixture(autouse=True)
+def agent_log_elsewhere():
+    """The agent is another process: its log lines are not the command's stderr."""
+    agent_log = logging.getLogger("ibqos.agent.handoff")
+    elsewhere = logging.Filter("not the command's")  # passes no record of this logger
+    agent_log.addFilter(elsewhere)
+    yield
+    agent_log.removeFilter(elsewhere)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from ibqos.sim import policies
 from ibqos.sim.fluid import FluidSim, simulate_fluid
 from ibqos.sim.workload import RunResult
 
+ROOT = Path(__file__).resolve().parents[2]
 MIX = """\
 jobs:
   - {id: H, nodes: "cn[0001-0004,0009-0012,0017-0020,0025-0028]", pattern: all-to-all,
@@ -100,6 +102,37 @@ def test_a_plan_file_is_simulated(mix: Path, tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["policy"] == "plan plan.json"
     assert {j["id"]: j["vl"] for j in doc["jobs"]} == {"H": 1, "M": 2, "L": 2}
+
+
+def test_all_on_the_readme_s_mix_runs_every_policy_that_can_and_says_why_not_optimal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """9 jobs on 8 lanes are too many for the exhaustive search: ``all`` runs the rest."""
+    line = next(
+        ln
+        for ln in (ROOT / "README.md").read_text().splitlines()
+        if ln.startswith("ibqos simulate")
+    )
+    monkeypatch.chdir(ROOT)  # the README's paths are relative to the checkout
+    args = [*shlex.split(line)[1:], "--iterations", "2", "--format", "json"]
+    assert args[args.index("--policy") + 1] == "all"
+    code, out, err = invoke(*args)
+    assert code == 0, err
+    assert [r["policy"] for r in json.loads(out)["results"]] == [
+        "one-vl", "equal", "bandwidth", "ibqos"
+    ]  # fmt: skip
+    assert err == (
+        "ibqos: simulate: --policy all: left out optimal:"
+        " 9 jobs on 8 lanes make more than 4000 setups to try\n"
+    )
+    # asked for by name, it is still refused
+    optimal = [a if a != "all" else "optimal" for a in args]
+    code, out, err = invoke(*optimal)
+    assert code == 1 and out == "", out
+    assert err == (
+        "ibqos: simulate: --policy optimal: 9 jobs on 8 lanes make more than 4000 setups"
+        " to try; use fewer jobs or lanes\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ def test_plan_on_a_live_lab(make_lab, tmp_path):
     jobs.write_text(JOBS)
     lab = make_lab("2;4,2;1,2", jobs=jobs, opensm_options=QUIET)
     proc = subprocess.Popen(
-        ["ibqos", "plan", "--interval", "2", "--format", "json"],
+        ["ibqos", "plan", "--interval", "2", "--format", "json", "-v"],
         env=lab.env(),
         cwd=lab.paths.run,
         stdout=subprocess.PIPE,
@@ -74,7 +74,11 @@ def test_plan_on_a_live_lab(make_lab, tmp_path):
     cfg = doc["lane_config"]
     assert (cfg["data_vls"], cfg["vlarb_low_cap"], cfg["mtu"]) == (8, 8, 2048)
     assert len(doc["tables"]["vlarb_low"]) <= 8
-    assert "lanes: 8 data VLs, VLArb low 8" in err
+    assert "lanes: 8 data VLs, VLArb low 8" in err  # -v: INFO lines
+    lines = err.splitlines()
+    said = lines.index("sweeping counters (2 sweeps, 2 s apart)...")  # before the wait
+    assert not any("sweep: " in ln for ln in lines[:said])
+    assert sum("sweep: " in ln for ln in lines[said:]) == 2
 
 
 def test_plan_on_a_replayed_recording_follows_the_model(make_lab, tmp_path):
@@ -113,7 +117,7 @@ def test_plan_on_a_replayed_recording_follows_the_model(make_lab, tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     found = check_plan(doc)
     truth = lab.truth()["jobs"]
     errors = []

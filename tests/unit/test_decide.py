@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
-from ibqos.plan.output import lane_weights, render, to_json
+from ibqos.plan.output import lane_weights, render, to_json, weights_text
+from ibqos.plan.planner import JobState, plan
 
 NO_EWMA = Thresholds(tau_s=0.0)
 LANES = LaneConfig(min_hold_s=60.0, min_interval_s=0.0)
@@ -265,3 +267,73 @@ def test_jobs_on_shared_hosts_are_reported_and_checked_from_a_host_of_their_own(
         lid[h] for h in shared.nodes
     )
     assert lids["t"] == [] and lids["l"] == [lid[h] for h in LIGHT.nodes]
+
+
+# -- the table's words ---------------------------------------------------------------------
+
+
+def shared_leaves():
+    """h and x share leaves 1 and 2; l is alone on leaves 3 and 4; one sits on leaf 1
+    only, so it sends nothing up (and nothing of it is estimated) whatever it injects."""
+    fabric, hp = setup()
+    x = Job("x", ("cn0003", "cn0011"), name="x")
+    one = Job("one", ("cn0005", "cn0006"), name="one")
+    injection = ((HEAVY, 4e9), (x, 2e9), (LIGHT, 1e9), (one, 3e9))
+    xmit = {hp[h]: r for job, r in injection for h in job.nodes}
+    for leaf, up in ((1, 6e9), (2, 6e9), (3, 1e9), (4, 1e9)):
+        for key in leaf_up_ports(fabric, f"sw-L1-000{leaf}"):
+            xmit[key] = up / 2
+    decider = Decider(fabric, LANES, NO_EWMA)
+    return decider.decide(rates(fabric, xmit), [HEAVY, x, LIGHT, one], 0.0)
+
+
+def test_the_table_says_where_each_job_s_figures_come_from() -> None:
+    """A job at GB/s whose share of shared uplinks was estimated does not read "0.0%"."""
+    d = shared_leaves()
+    lines = render(d, "table").splitlines()
+    assert lines[0].endswith("VL  SOURCE")
+    assert lines[1].split()[3:5] == ["16.00", "GB/s"]  # h: measured on its own hosts
+    source = {ln.split()[0]: ln.split()[-1] for ln in lines[1:5]}
+    assert source == {"h": "estimated", "x": "estimated", "l": "measured", "one": "measured"}
+    assert lines[5].startswith("SOURCE: measured from counters of the job's own")
+    partly = replace(d, jobs=(replace(d.jobs[0], measured_share=0.25),))
+    assert render(partly, "table").splitlines()[1].endswith("25.0% measured")
+    assert to_json(d)["jobs"][0]["measured_share"] == 0.0  # the JSON keeps the number
+
+
+def test_the_weight_note_says_what_the_ratio_is() -> None:
+    d = shared_leaves()
+    assert d.plan.tables is not None and d.plan.tables.achieved_ratio == 8.0
+    assert (
+        "WEIGHT: 64-byte credits per arbitration round; the lightest lane weighs 8x the most"
+        " intense one, as the weight law asks"
+    ) in render(d, "table").splitlines()
+    # 8 lanes of distinct intensity want 2**7 = 128x; 8 VLArb entries of one lane each
+    # hold at most 7 packets against 1
+    jobs = [JobState(f"j{i}", intensity=0.9 / (i + 1), cls="moderate") for i in range(8)]
+    tables = plan(jobs, LaneConfig(data_vls=8, vlarb_low_cap=8), None, 0.0).plan.tables
+    assert tables is not None
+    got = tables.achieved_ratio
+    assert weights_text(tables, 8) == (
+        f"WEIGHT: 64-byte credits per arbitration round; the lightest lane weighs {got:.3g}x"
+        " the most intense one (the weight law asks 128x; 8 VLArb entries encode no closer)"
+    )
+    one_lane = plan(jobs[:1], LaneConfig(), None, 0.0).plan.tables
+    assert one_lane is not None
+    assert weights_text(one_lane, 64) == "WEIGHT: 64-byte credits per arbitration round"
+
+
+def test_the_table_does_not_say_apply_for_what_it_does_not_write() -> None:
+    fabric, table = traffic(0.8, 0.01)
+    decider = Decider(fabric, LANES, NO_EWMA)
+    first = decider.decide(table, [HEAVY, LIGHT], 0.0)
+    assert render(first, "table").splitlines()[-1] == (
+        "plan: replaces the plan in force (first plan; jobs started: h, l)"
+    )
+    again = decider.decide(table, [HEAVY, LIGHT], 10.0)
+    assert render(again, "table").splitlines()[-1] == (
+        "plan: the plan in force stays (no change in substance)"
+    )
+    text = render(first, "table", from_scratch=True)
+    assert "apply" not in text and "replaces" not in text
+    assert text.splitlines()[-1].startswith("nothing written: planned from scratch")
