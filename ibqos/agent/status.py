@@ -11,9 +11,8 @@ from ibqos.plan.output import align, pct_text
 
 
 def render_status(state: AgentState, state_dir: Path) -> str:
-    """``ibqos status``: when the agent last wrote its state, the last apply, the plan."""
-    if not state.updated_s:
-        return f"no agent state in {state_dir} (has ibqos run run here?)\n"
+    """``ibqos status``: when the agent last wrote its state, the last apply, the plan
+    (*state* is one the agent wrote: ``updated_s`` set)."""
     when = datetime.fromtimestamp(state.updated_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [f"state {state_dir}, written {when}"]
     if state.mode == "observe":  # the plan below was only shown, never written
