@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ibqos.deploy.install import sandbox_problem
+
 Unit = dict[str, dict[str, list[str]]]
 
 _ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", " ": " "}
@@ -200,3 +202,12 @@ class Systemd:
         self._run = False
         self._thread.join()
         self.sock.close()
+
+
+def install_force(ibqos: Path, root: Path) -> tuple[str, ...]:
+    """``("--force",)`` when the shipped unit's sandbox would hide *ibqos* (a checkout under
+    /tmp or /home), else ``()``.  Where the checkout lives is not what the install and
+    service tests test; ``ibqos install`` refusing such a place is tested on its own."""
+    unit = (root / "systemd/ibqos.service").read_text()
+    unit = re.sub(r"^ExecStart=\S+", f"ExecStart={ibqos}", unit, flags=re.M)
+    return ("--force",) if sandbox_problem(unit) else ()

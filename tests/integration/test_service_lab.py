@@ -23,12 +23,21 @@ from pathlib import Path
 import yaml
 from agentrun import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
 from labcheck import QUIET
-from systemdunit import Systemd, Unit, exec_argv, parse_unit, seconds, unit_environment
+from systemdunit import (
+    Systemd,
+    Unit,
+    exec_argv,
+    install_force,
+    parse_unit,
+    seconds,
+    unit_environment,
+)
 
 from ibqos.agent.state import load_state
 from ibqos.opensm.check import check_file
 
 IBQOS = Path(sys.executable).parent / "ibqos"
+ROOT = Path(__file__).parents[2]
 #: WatchdogSec= of the test's drop-in (the shipped 2min would make the test take minutes)
 WATCHDOG_S = 2.0
 
@@ -129,7 +138,9 @@ def install(tmp_path: Path, config: Path) -> Path:
     the watchdog shortened in a drop-in."""
     prefix = tmp_path / "root"
     subprocess.run(
-        [str(IBQOS), "install", "--prefix", str(prefix)], check=True, capture_output=True
+        [str(IBQOS), "install", "--prefix", str(prefix), *install_force(IBQOS, ROOT)],
+        check=True,
+        capture_output=True,
     )
     unit_path = prefix / "etc/systemd/system/ibqos.service"
     shipped = parse_unit(unit_path)["Service"]
