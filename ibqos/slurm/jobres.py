@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from ibqos.errors import JobsError
 from ibqos.jobs.hosts import expand_hosts
 
-__all__ = ["host_cpus"]
+__all__ = ["host_cpus", "slurm_int"]
 
 #: a core of ``sockets`` in this state is not the job's (22.05-23.11 shape)
 _FREE_CORE = "unassigned"
@@ -56,7 +56,7 @@ def host_cpus(resources: object, where: str = "job_resources") -> tuple[tuple[st
         out = []
         for key, item in allocated.items():
             if isinstance(item, Mapping) and str(key).isdigit() and int(key) < len(names):
-                out.append((names[int(key)], _int(item.get("cpus"))))
+                out.append((names[int(key)], slurm_int(item.get("cpus"))))
         return _pairs(out)
     return ()
 
@@ -65,8 +65,10 @@ def _dicts(items: list[object]) -> list[Mapping[str, object]]:
     return [item for item in items if isinstance(item, Mapping)]
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, Mapping):  # {"set": true, "infinite": false, "number": N}
+def slurm_int(value: object) -> int | None:
+    """An integer field of Slurm's JSON: plain (<= 22.05) or ``{"set": true, "infinite":
+    false, "number": N}`` (>= 23.02); None when unset, infinite or not an integer."""
+    if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite", False):
             return None
         value = value.get("number")
@@ -77,13 +79,13 @@ def _int(value: object) -> int | None:
 
 def _count(cpus: object) -> int | None:
     """``cpus.count`` of the 24.05+ shape."""
-    return _int(cpus.get("count")) if isinstance(cpus, Mapping) else None
+    return slurm_int(cpus.get("count")) if isinstance(cpus, Mapping) else None
 
 
 def _cores(item: Mapping[str, object]) -> int | None:
     """CPUs of one 22.05-23.11 node entry: ``cpus_used`` when it is set, else the cores
     of ``sockets`` that are the job's (each core counts once, whatever its threads)."""
-    used = _int(item.get("cpus_used"))
+    used = slurm_int(item.get("cpus_used"))
     if used:
         return used
     sockets = item.get("sockets")

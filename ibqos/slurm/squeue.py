@@ -32,7 +32,7 @@ from datetime import datetime
 from ibqos.errors import JobsError, SlurmError
 from ibqos.jobs.hosts import expand_hosts
 from ibqos.jobs.model import Job, shared_nodes
-from ibqos.slurm.jobres import host_cpus
+from ibqos.slurm.jobres import host_cpus, slurm_int
 
 __all__ = [
     "JSON_ARGS",
@@ -67,17 +67,6 @@ def parse_version(text: str) -> tuple[int, int] | None:
     """(major, minor) from ``squeue --version`` (``slurm 22.05.8``, ``slurm-wlm 20.11.9``)."""
     m = re.search(r"\b(\d+)\.(\d+)(?:\.\d+)?\b", text)
     return None if m is None else (int(m.group(1)), int(m.group(2)))
-
-
-def _number(value: object) -> int | None:
-    """An integer field: plain (<= 22.05) or ``{"set": true, "number": N}`` (>= 23.02)."""
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite", False):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
 
 
 def _states(value: object) -> list[str] | None:
@@ -126,7 +115,7 @@ def parse_json(text: str, source: str = "squeue --json") -> tuple[tuple[Job, ...
         if not isinstance(item, dict):
             warnings.append(f"{where}: expected an object; skipped")
             continue
-        job_id = _number(item.get("job_id"))
+        job_id = slurm_int(item.get("job_id"))
         states = _states(item.get("job_state"))
         if job_id is None or states is None:
             warnings.append(f"{where}: no job_id or job_state this reader knows; skipped")
@@ -138,7 +127,7 @@ def parse_json(text: str, source: str = "squeue --json") -> tuple[tuple[Job, ...
             item.get("name"),
             item.get("user_name"),
             item.get("nodes"),
-            _number(item.get("start_time")),
+            slurm_int(item.get("start_time")),
             f"{source}: job {job_id}",
             warnings,
         )
