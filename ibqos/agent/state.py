@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ibqos.classify.prior import FinishedJob
-from ibqos.config.classes import CLASSES, Class
+from ibqos.config.classes import Class, as_class
 from ibqos.errors import StateError
 from ibqos.fsio import atomic_write
 
@@ -98,8 +98,8 @@ def load_state(state_dir: Path) -> AgentState:
     try:
         return AgentState(
             job_sl={str(k): _sl(v) for k, v in doc["job_sl"].items()},
-            job_cls={str(k): _cls(v) for k, v in doc["job_cls"].items()},
-            history={str(k): _cls(v) for k, v in doc["history"].items()},
+            job_cls={str(k): as_class(v) for k, v in doc["job_cls"].items()},
+            history={str(k): as_class(v) for k, v in doc["history"].items()},
             # absent in files of before profiles were learned
             finished={str(k): _finished(str(k), v) for k, v in doc.get("finished", {}).items()},
             plan=doc.get("plan"),
@@ -129,7 +129,7 @@ def _finished(name: str, doc: Any) -> FinishedJob:
         name=name,
         user=None if user is None else str(user),
         nodes=int(doc["nodes"]),
-        cls=_cls(doc["class"]),
+        cls=as_class(doc["class"]),
         intensity=float(doc["intensity"]),
         end_s=None if end is None else float(end),
     )
@@ -147,10 +147,3 @@ def _sl(value: object) -> int:
     if type(value) is not int or not 0 <= value <= 15:
         raise ValueError(f"SL {value!r} is not 0-15")
     return value
-
-
-def _cls(value: object) -> Class:
-    for cls in CLASSES:
-        if value == cls:
-            return cls
-    raise ValueError(f"class {value!r} is not one of {', '.join(CLASSES)}")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ibqos.config.classes import CLASSES, Class, Thresholds
+from ibqos.config.classes import CLASSES, Class, Thresholds, as_class
 
 if TYPE_CHECKING:
     from ibqos.attribute.attribution import Attribution
@@ -359,10 +359,10 @@ def next_class(current: Class, value: float, thresholds: Thresholds) -> Class:
 
 
 def _as_class(name: str) -> Class:
-    for cls in CLASSES:
-        if name == cls:
-            return cls
-    raise ValueError(f"prior: expected one of {', '.join(CLASSES)}, got {name!r}")
+    try:
+        return as_class(name)
+    except ValueError:
+        raise ValueError(f"prior: expected one of {', '.join(CLASSES)}, got {name!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

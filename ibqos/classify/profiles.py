@@ -38,7 +38,7 @@ import numpy as np
 import yaml
 
 from ibqos.classify.traffic import NodeTraffic
-from ibqos.config.classes import CLASSES, Class
+from ibqos.config.classes import CLASSES, Class, as_class
 from ibqos.config.load import check_mapping
 from ibqos.errors import ConfigError, ProfileError
 from ibqos.fsio import atomic_write
@@ -515,10 +515,12 @@ def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> 
 
 
 def _class(value: object, source: str, key: str) -> Class:
-    for cls in CLASSES:
-        if value == cls:
-            return cls
-    raise ProfileError(f"{source}: {key}: expected one of {', '.join(CLASSES)}, got {value!r}")
+    try:
+        return as_class(value)
+    except ValueError:
+        raise ProfileError(
+            f"{source}: {key}: expected one of {', '.join(CLASSES)}, got {value!r}"
+        ) from None
 
 
 def _number(value: object, source: str, key: str) -> float:

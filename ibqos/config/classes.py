@@ -13,6 +13,18 @@ Class = Literal["low", "moderate", "high"]
 CLASSES: tuple[Class, ...] = get_args(Class)
 
 
+def as_class(value: object) -> Class:
+    """*value* as a class name.
+
+    Raises:
+        ValueError: it is not one of :data:`CLASSES`.
+    """
+    for cls in CLASSES:
+        if value == cls:
+            return cls
+    raise ValueError(f"class {value!r} is not one of {', '.join(CLASSES)}")
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """How intensities become classes.

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ibqos.config.classes import CLASSES, Class
+from ibqos.config.classes import as_class
 from ibqos.config.lanes import NUM_SLS, LaneConfig
 from ibqos.plan.planner import Lane, Plan, Tables
 
@@ -69,7 +69,7 @@ def plan_from_doc(doc: Mapping[str, Any] | None, cfg: LaneConfig) -> Plan | None
         return None
     try:
         job_sl = {str(j): int(sl) for j, sl in doc["job_sl"].items()}
-        job_cls = {str(j): _cls(c) for j, c in doc["job_cls"].items()}
+        job_cls = {str(j): as_class(c) for j, c in doc["job_cls"].items()}
         job_int = {str(j): float(v) for j, v in doc["job_intensity"].items()}
         tables = None if doc["tables"] is None else _tables(doc["tables"])
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -121,13 +121,6 @@ def _lane(ln: Lane) -> list[Any]:
         target,
         ln.packets,
     ]
-
-
-def _cls(text: object) -> Class:
-    for cls in CLASSES:
-        if cls == text:
-            return cls
-    raise ValueError(f"not a class: {text!r}")
 
 
 def _finite(value: float) -> float:
