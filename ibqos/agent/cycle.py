@@ -131,12 +131,11 @@ class CycleAgent(AgentParts):
         """
         if in_force:
             self.in_force = dict(plan.job_sl)
+            self.in_force_plan = plan
         else:
             self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
         planned = [j for j in plan.job_sl if j not in self.in_force]
         self.board.publish(self.in_force, running, planned)
-        if in_force or self.observing:
-            self.in_force_plan = plan
 
     def _sweep(self) -> pd.DataFrame:
         """One counter sweep (and a new fabric model if the topology changed)."""

@@ -371,17 +371,13 @@ class Applier:
         """Signal OpenSM about the files *swap* put in place, check, verify, roll back."""
         if self.signaller is None:
             return ApplyResult(changed, False, True, unverified=True)
-        log_ok = self._log_readable()
-        offset = log_size(self.log_path)
-        t0 = time.monotonic()
         try:
-            self._signal()
+            waited = self._signal_and_wait()
         except ApplyError as err:
             self._undo(swap)
             if err.maybe_signalled:
                 self._signal_again(err)
             raise
-        waited = self._wait(offset, t0, log_ok)
         if waited.exited is not None:
             # nothing to signal: OpenSM reads the files on disk when it starts again
             self.opensm_up = False
@@ -415,7 +411,7 @@ class Applier:
             self._beat()
         common: dict[str, Any] = {
             "warnings": waited.report.warnings,
-            "log_missing": not log_ok,
+            "log_missing": self.log_missing,  # as looked at for this signal
             "verify_s": verify_s,
         }
         if not problems:
@@ -474,11 +470,8 @@ class Applier:
             "%s; the previous files are back, signalling OpenSM again so that it reads them",
             err,
         )
-        log_ok = self._log_readable()
-        offset = log_size(self.log_path)
-        t0 = time.monotonic()
         try:
-            self._signal()
+            waited = self._signal_and_wait()
         except ApplyError as again:
             log.error(
                 "signalling OpenSM again failed (%s): it may run the new files until it"
@@ -486,7 +479,6 @@ class Applier:
                 again,
             )
             return
-        waited = self._wait(offset, t0, log_ok)
         if waited.report.errors:
             log.error("signalled OpenSM again; it reports: %s", waited.report.errors[0])
         elif waited.sweep_s is not None:
@@ -499,15 +491,11 @@ class Applier:
         they are back, and how the wait after the signal ended (None: not signalled)."""
         if not self._undo(swap):
             return False, None
-        log_ok = self._log_readable()
-        offset = log_size(self.log_path)
-        t0 = time.monotonic()
         try:
-            self._signal()
+            waited = self._signal_and_wait()
         except ApplyError as err:
             log.error("rolled back on disk, but signalling OpenSM failed: %s", err)
             return True, None
-        waited = self._wait(offset, t0, log_ok)
         if waited.exited is not None:
             self.opensm_up = False
             log.error("rolled back on disk; OpenSM went away after the signal (%s)", waited.exited)
@@ -521,6 +509,19 @@ class Applier:
         else:
             log.warning("rolled back: OpenSM reads the previous files again")
         return True, waited
+
+    def _signal_and_wait(self) -> _Waited:
+        """Signal OpenSM and wait for the heavy sweep it starts (:meth:`_wait`, on what its
+        log gains from the signal on).
+
+        Raises:
+            ApplyError: the signal failed (nothing waited for).
+        """
+        log_ok = self._log_readable()
+        offset = log_size(self.log_path)
+        t0 = time.monotonic()
+        self._signal()
+        return self._wait(offset, t0, log_ok)
 
     def _wait(self, offset: int, t0: float, log_ok: bool) -> _Waited:
         """Wait for the heavy sweep's end in the log past *offset* (or :attr:`settle_s`
