@@ -25,7 +25,7 @@ from ibqos.plan.output import FORMATS
 def status_command(path: Path | None, fmt: str) -> None:
     """Show the plan in force and the last apply result, from the agent's state directory.
 
-    Exits 1 when the state directory holds no agent state (``ibqos run`` never ran with it).
+    Exits 1 when the state directory holds no agent state (ibqos run never ran with it).
     """
     config = load_config(find_config(path))
     state_dir = config.agent.state_dir
