@@ -21,7 +21,7 @@ import pandas as pd
 
 from ibqos.agent.parts import AgentParts, freeze_heap
 from ibqos.agent.sinks import enforce, verifier
-from ibqos.agent.state import AgentState, save_state
+from ibqos.agent.state import AgentState, save_state, tuning_doc
 from ibqos.classify.prior import learn
 from ibqos.errors import IbqosError, RenderError, StateError
 from ibqos.metrics import build_snapshot, level_capacities
@@ -31,6 +31,7 @@ from ibqos.plan.output import to_json
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.saved import plan_to_doc
+from ibqos.plan.setups import LAW
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,13 @@ class CycleAgent(AgentParts):
         self.notifier.ping_if_due()
         self.jobs_seen = jobs
         fresh = sweep or self.rates is None
+        # what OpenSM served over the sweep's interval, for tuning's samples
+        served = LAW
+        if self.in_force_plan is not None and self.in_force_plan.tables is not None:
+            served = self.in_force_plan.tables.setup
+        reloaded = self.reloaded_since_sweep
         if fresh or self.rates is None:
+            self.reloaded_since_sweep = False
             rates = self._sweep()
             self.notifier.ping_if_due()
             if not self.collector.covered:
@@ -62,6 +69,7 @@ class CycleAgent(AgentParts):
                 if self.rates is not None:
                     rates = self.rates
             self.rates = rates
+        self.decider.setup = self.tuning.wanted
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
@@ -100,9 +108,14 @@ class CycleAgent(AgentParts):
                 result = enforce(self.applier, files, verify, self.counters)
             finally:
                 self._applying = False
+            if result.signalled:  # OpenSM reloaded: the next sweep has the reload in it
+                self.reloaded_since_sweep = True
             if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
+        self.tuning.after_cycle(
+            decision, fresh=fresh, in_force=served, reloaded=reloaded, now_s=decision.now_s
+        )
         self._save(decision, result)
         now = time.time()
         self.metrics.snapshot.publish(
@@ -185,6 +198,9 @@ class CycleAgent(AgentParts):
             updated_s=time.time(),
             mode=self.config.mode,
             in_force=None if self.in_force_plan is None else plan_to_doc(self.in_force_plan),
+            tuning=tuning_doc(self.tuning.status(self.clock()))
+            if self.config.tuning.enabled
+            else None,
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             try:

@@ -25,6 +25,7 @@ from ibqos.agent.lock import AgentLock
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
+from ibqos.agent.tuning import TuningDriver
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
@@ -110,6 +111,10 @@ class AgentParts:
             routing_engine=self.lanes.routing_engine,
             dry_run=self.observing,
         )
+        self.tuning = self._tuning(config)
+        # OpenSM reloaded since the last sweep: the next sweep's interval holds a reload
+        self.reloaded_since_sweep = False
+        self.metrics.tuning.status = lambda: self.tuning.status(self.clock())
         self.metrics.health.sl_answers = self.board.counts
         self.metrics.health.job_source_up = self._source_up
         self.capacity = level_capacities(self.fabric)
@@ -150,6 +155,15 @@ class AgentParts:
             should_stop=lambda: self._stop,
             budget=budget,
             hold_file=config.agent.state_dir / HOLD_FILE,
+        )
+
+    def _tuning(self, config: Config) -> TuningDriver:
+        """The tuning of *config* (built anew when its ``tuning`` section changes)."""
+        return TuningDriver(
+            config.tuning,
+            enforce=not self.observing,
+            predictor=None,
+            ratio=self.lanes.weight_ratio,
         )
 
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from ibqos.classify.prior import FinishedJob
 from ibqos.config.classes import Class, as_class
 from ibqos.errors import StateError
 from ibqos.fsio import atomic_write
+from ibqos.plan.tuner import TuningStatus
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,8 @@ class AgentState:
         in_force: the plan whose files OpenSM took (:func:`ibqos.plan.saved.plan_to_doc`;
             in observe mode the plan shown): a restart continues from it without re-packing
             the lanes.  None: no plan in force yet.
+        tuning: what tuning was doing (:func:`tuning_doc`), for ``ibqos status``; None:
+            tuning is off or has not run.
     """
 
     job_sl: dict[str, int] = field(default_factory=dict)
@@ -56,6 +61,7 @@ class AgentState:
     # last: callers that build a state positionally keep working
     finished: dict[str, FinishedJob] = field(default_factory=dict)
     in_force: dict[str, Any] | None = None
+    tuning: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The file's text."""
@@ -70,6 +76,7 @@ class AgentState:
             "last_apply": self.last_apply,
             "plan": self.plan,
             "in_force": self.in_force,
+            "tuning": self.tuning,
         }
         return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
@@ -107,6 +114,7 @@ def load_state(state_dir: Path) -> AgentState:
             updated_s=float(doc.get("updated_s", 0.0)),
             mode=str(doc.get("mode", "enforce")),  # files of before modes existed: enforce
             in_force=_mapping(doc.get("in_force")),  # absent in files of ibqos <= 0.2.0
+            tuning=_mapping(doc.get("tuning")),  # absent in files of ibqos <= 0.3.0
         )
     except (KeyError, AttributeError, TypeError, ValueError) as err:
         raise StateError(f"{path}: damaged ({err})") from err
@@ -139,8 +147,28 @@ def _mapping(value: object) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise ValueError("in_force is not an object")
+        raise ValueError("not an object where one belongs")
     return value
+
+
+def tuning_doc(status: TuningStatus) -> dict[str, Any]:
+    """*status* as the state file keeps it (strict JSON: a score of a trial ended at the
+    floor, infinite, is kept as null)."""
+
+    def finite(scores: Mapping[str, float]) -> dict[str, float | None]:
+        return {k: (v if math.isfinite(v) else None) for k, v in sorted(scores.items())}
+
+    return {
+        "state": status.state,
+        "wanted": status.wanted,
+        "trial": status.trial,
+        "rounds": status.rounds,
+        "reloads": status.reloads,
+        "reloads_last_hour": status.reloads_last_hour,
+        "predicted": finite(status.predicted),
+        "measured": finite(status.measured),
+        "decision": status.decision,
+    }
 
 
 def _sl(value: object) -> int:

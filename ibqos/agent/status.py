@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ibqos.agent.state import AgentState
 from ibqos.opensm.hold import HOLD_FILE, load_hold
@@ -56,4 +58,42 @@ def render_status(state: AgentState, state_dir: Path) -> str:
     ]
     if lanes:
         lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
+    lines += _tuning_lines(state.tuning)
     return "\n".join(lines) + "\n"
+
+
+def _tuning_lines(doc: Mapping[str, Any] | None) -> list[str]:
+    """The tuning state: what it does, the setup it wants, each candidate's scores."""
+    if not doc:
+        return []
+    trial = f", trial of {doc['trial']}" if doc.get("trial") else ""
+    head = (
+        f"tuning: {doc.get('state')}{trial}; setup {doc.get('wanted')};"
+        f" {doc.get('rounds', 0)} rounds, {doc.get('reloads', 0)} reloads"
+        f" ({doc.get('reloads_last_hour', 0)} in the last hour)"
+    )
+    lines = ["", head]
+    if doc.get("decision"):
+        lines.append(f"last round: {doc['decision']}")
+    predicted = doc.get("predicted") or {}
+    measured = doc.get("measured") or {}
+    names = list(dict.fromkeys([*predicted, *measured]))
+
+    def text(value: object) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.3f}" if isinstance(value, int | float) else str(value)
+
+    rows = [
+        [
+            name,
+            text(predicted.get(name)),
+            "ended at floor"
+            if name in measured and measured[name] is None
+            else text(measured.get(name)),
+        ]
+        for name in names
+    ]
+    if rows:
+        lines += align(["SETUP", "PREDICTED", "MEASURED"], rows)
+    return lines

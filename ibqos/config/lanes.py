@@ -19,6 +19,11 @@ CREDIT_BYTES = 64
 WEIGHT_LAWS = ("geometric", "linear", "equal")
 
 
+#: Least ``weight_ratio``: below 1 the heavier lanes weigh more (favour heavy); below
+#: 1/10 the lightest of a few lanes would already be at one packet against the cap.
+MIN_WEIGHT_RATIO = 0.1
+
+
 WeightLaw = Literal["geometric", "linear", "equal"]
 
 
@@ -54,7 +59,8 @@ class LaneConfig:
             to *default_vl*.
         default_vl: lane of every SL no job uses.
         weight_law: "geometric", "linear" or "equal" (see :mod:`ibqos.plan.weights`).
-        weight_ratio: weight of a lane over the next more intense lane's (>= 1).
+        weight_ratio: weight of a lane over the next more intense lane's (>= 0.1; below 1
+            the more intense lanes weigh more, and the law must be geometric).
         other_vl_packets: MTU packets per arbitration round for lanes that carry no
             planned job: reserved VLs not in *vlarb_high*, and the default lane when idle.
         vlarb_high: the high-priority table, ``(vl, weight)`` entries, passed through;

@@ -5,7 +5,7 @@ Search order: an explicit ``--config``, then ``$IBQOS_CONFIG``, then
 :class:`~ibqos.config.models.Config`, and every problem is reported, one line each, naming
 the file and the key path::
 
-    ibqos.yaml: lanes.weight_ratio: expected a number >= 1, got 0.5
+    ibqos.yaml: lanes.weight_ratio: expected a number >= 0.1, got 0.05
     ibqos.yaml: collect.windw: unknown key (expected one of backend, interval_s, ...)
 
 The config is built whole or not at all: a failed load changes nothing (the agent keeps the

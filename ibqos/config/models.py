@@ -33,6 +33,7 @@ from ibqos.config.fields import (
     text,
 )
 from ibqos.config.planning import CLASSIFY, LANES, LanesConfig
+from ibqos.config.tuning import TuningConfig
 from ibqos.config.webconfig import WebConfig, load_web_config
 from ibqos.errors import ConfigError
 from ibqos.fabric.hostnames import DEFAULT_HOST_PATTERN, LAB_SM_HOSTNAME, HostMatcher
@@ -483,6 +484,7 @@ class Config:
         collect: how port counters are read.
         classify: how intensities become classes.
         lanes: what the planner may use.
+        tuning: how the agent tries setups beside its favour-light law.
         agent: the daemon.
         metrics: the Prometheus exporter.
         profiles: job profiles, priors for new jobs.
@@ -498,6 +500,7 @@ class Config:
     collect: CollectConfig = dataclasses.field(default_factory=CollectConfig)
     classify: Annotated[Thresholds, CLASSIFY] = dataclasses.field(default_factory=Thresholds)
     lanes: Annotated[LanesConfig, LANES] = dataclasses.field(default_factory=LanesConfig)
+    tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
     agent: AgentConfig = dataclasses.field(default_factory=AgentConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     profiles: ProfilesConfig = dataclasses.field(default_factory=ProfilesConfig)

@@ -26,7 +26,7 @@ from ibqos.config.fields import (
     problem,
     text,
 )
-from ibqos.config.lanes import MTUS, WEIGHT_LAWS, Entry, LaneConfig
+from ibqos.config.lanes import MIN_WEIGHT_RATIO, MTUS, WEIGHT_LAWS, Entry, LaneConfig
 
 #: SLs jobs never get unless ``lanes.reserved_sls`` says otherwise
 DEFAULT_RESERVED_SLS = (0,)
@@ -101,7 +101,7 @@ class LanesSection:
     reserved_sl2vl: Annotated[tuple[tuple[int, int], ...], pairs((15, 14))] = _LANES.reserved_sl2vl
     default_vl: Annotated[int, _integer(0, 14)] = _LANES.default_vl
     weight_law: Annotated[str, choice(WEIGHT_LAWS)] = _LANES.weight_law
-    weight_ratio: Annotated[float, number(1)] = _LANES.weight_ratio
+    weight_ratio: Annotated[float, number(MIN_WEIGHT_RATIO)] = _LANES.weight_ratio
     other_vl_packets: Annotated[int, _integer(1, 255)] = _LANES.other_vl_packets
     vlarb_high: Annotated[tuple[Entry, ...], pairs((14, 255))] = _LANES.vlarb_high
     high_limit: Annotated[int, _integer(0, 255)] = _LANES.high_limit

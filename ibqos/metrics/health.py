@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from ibqos import __version__
 from ibqos.metrics.families import SnapshotCollector
+from ibqos.metrics.tuning import TuningCollector
 
 __all__ = ["AgentMetrics", "Counters", "HealthCollector"]
 
@@ -310,6 +311,7 @@ class AgentMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.health = HealthCollector(counters, fabric, routing_engine, dry_run)
         self.snapshot = SnapshotCollector()
+        self.tuning = TuningCollector()
         self.cycle_seconds = Histogram(
             "ibqos_cycle_duration_seconds",
             "Seconds one decision cycle took: sweep, decide, render, apply.",
@@ -328,6 +330,7 @@ class AgentMetrics:
         platform_info = PlatformCollector(registry=None)
         for collector in (
             self.health,
+            self.tuning,
             self.cycle_seconds,
             self.sweep_seconds,
             process,

@@ -44,6 +44,7 @@ from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import JobState, Plan, plan
 from ibqos.plan.report import Decision, build_decision
+from ibqos.plan.setups import Setup
 
 if TYPE_CHECKING:
     from ibqos.config.models import Config
@@ -76,6 +77,8 @@ class Decider:
             (building the :class:`Decision`); for benchmarks and self-health metrics.
         known_sl: SLs of jobs that ran before a restart (the saved state): such a job,
             still running, keeps its SL instead of being replanned.
+        setup: the setup the tuner wants programmed instead of the favour-light law
+            (:mod:`ibqos.plan.tuner`); None: the law.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Decider:
         self._warned: frozenset[str] = frozenset()
         self.timings: dict[str, float] = {}
         self.known_sl: dict[str, int] = {}
+        self.setup: Setup | None = None
         self.mapped: tuple[MappedJob, ...] = ()
         self.set_fabric(fabric)
 
@@ -226,7 +230,7 @@ class Decider:
             for job_id, sample, exp in zip(ids, samples, expected.classes, strict=True)
         ]
         t3 = clock()
-        result = plan(states, self.lanes, previous, now_s)
+        result = plan(states, self.lanes, previous, now_s, self.setup)
         t4 = clock()
         # the plan holds: keep what this cycle knew of its jobs
         self.previous = result.plan

@@ -15,6 +15,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from ibqos.plan.planner import Tables
 from ibqos.plan.report import Decision, JobReport
+from ibqos.plan.setups import LAW
 
 FORMATS = ("table", "json")
 #: version of the JSON layout; raised only when a key changes meaning or goes away
@@ -83,6 +84,7 @@ def to_json(decision: Decision) -> dict[str, Any]:
             "target_ratio": tables.target_ratio,
             "achieved_ratio": tables.achieved_ratio,
             "weight_error": tables.weight_error,
+            "setup": tables.setup,
         },
         "unattributed": {str(k): _num(v) for k, v in sorted(decision.unattributed.items())},
         "lane_config": {
@@ -191,11 +193,10 @@ def weights_text(tables: Tables, vlarb_low_cap: int) -> str:
         return text
     got, want = tables.achieved_ratio, tables.target_ratio
     text += f"; the lightest lane weighs {got:.3g}x the most intense one"
+    asks = "the weight law asks" if tables.setup == LAW else f"setup {tables.setup} asks"
     if math.isclose(got, want, rel_tol=1e-3):
-        return text + ", as the weight law asks"
-    return (
-        text + f" (the weight law asks {want:.3g}x; {vlarb_low_cap} VLArb entries encode no closer)"
-    )
+        return text + f", as {asks}"
+    return text + f" ({asks} {want:.3g}x; {vlarb_low_cap} VLArb entries encode no closer)"
 
 
 def _tables_text(decision: Decision, from_scratch: bool) -> str:

@@ -46,9 +46,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ibqos.config.classes import CLASSES, Class
-from ibqos.config.lanes import MAX_VLARB_ENTRIES, MTUS, NUM_SLS, WEIGHT_LAWS, Entry, LaneConfig
+from ibqos.config.lanes import (
+    NUM_SLS,
+    Entry,
+    LaneConfig,
+)
 from ibqos.errors import PlanError
-from ibqos.plan.grouping import optimal_grouping
+from ibqos.plan.checks import check_jobs, check_lanes
+from ibqos.plan.grouping import lane_cost, optimal_grouping
+from ibqos.plan.setups import LAW, Setup
 from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
 
 __all__ = [
@@ -57,7 +63,9 @@ __all__ = [
     "Plan",
     "PlanResult",
     "Tables",
+    "law_setup",
     "plan",
+    "setup_tables",
 ]
 
 
@@ -125,6 +133,8 @@ class Tables:
         target_ratio: target weight of the lightest job lane over the most intense one's.
         achieved_ratio: the same ratio in packets actually encoded.
         weight_error: worst relative error of any job lane's encoded weight ratio.
+        setup: the name of the :class:`~ibqos.plan.setups.Setup` the tables follow
+            (``favour-light``: the planner's own law).
     """
 
     sl_to_vl: tuple[int, ...]
@@ -136,6 +146,7 @@ class Tables:
     target_ratio: float
     achieved_ratio: float
     weight_error: float
+    setup: str = LAW
 
     def substance(self) -> tuple[object, ...]:
         """What OpenSM sees; two tables with the same substance render the same."""
@@ -154,6 +165,7 @@ class Plan:
         pending: class changes not accepted yet: job -> (class, since, seconds).
         changed_s: when the plan last changed in substance (seconds, the caller's clock).
         cfg: the configuration it was made with.
+        setup: the setup its tables follow when the tuner chose one; None: the law.
     """
 
     job_sl: dict[str, int]
@@ -163,6 +175,7 @@ class Plan:
     pending: dict[str, tuple[Class, float]]
     changed_s: float
     cfg: LaneConfig
+    setup: Setup | None = None
 
     def substance(self) -> tuple[object, ...]:
         """What OpenSM sees: job -> SL, and the tables."""
@@ -185,78 +198,6 @@ class PlanResult:
     replace: bool
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-
-
-# -- validation ---------------------------------------------------------------------------
-
-
-def _check_cfg(cfg: LaneConfig) -> None:
-    def bad(what: str) -> PlanError:
-        return PlanError(f"lanes: {what}")
-
-    if not 1 <= cfg.data_vls <= 15:
-        raise bad(f"data_vls: expected 1-15, got {cfg.data_vls!r}")
-    vls = range(cfg.data_vls)
-    if cfg.mtu not in MTUS:
-        raise bad(f"mtu: expected one of {MTUS}, got {cfg.mtu!r}")
-    for sl in cfg.reserved_sls:
-        if not 0 <= sl < NUM_SLS:
-            raise bad(f"reserved_sls: SL {sl} is not 0-15")
-    for vl in (*cfg.reserved_vls, cfg.default_vl):
-        if vl not in vls:
-            raise bad(f"VL {vl} is not a data VL of this fabric (0-{cfg.data_vls - 1})")
-    for sl, vl in cfg.reserved_sl2vl:
-        if sl not in cfg.reserved_sls:
-            raise bad(f"reserved_sl2vl: SL {sl} is not reserved")
-        if vl not in vls:
-            raise bad(f"reserved_sl2vl: VL {vl} of SL {sl} is not a data VL (0-{vls[-1]})")
-    if len(set(cfg.reserved_sls)) >= NUM_SLS:
-        raise bad("every SL is reserved: none left for jobs")
-    if all(vl in cfg.reserved_vls for vl in vls):
-        raise bad("every data VL is reserved: none left for jobs")
-    if cfg.weight_law not in WEIGHT_LAWS:
-        raise bad(f"weight_law: expected one of {WEIGHT_LAWS}, got {cfg.weight_law!r}")
-    if not (math.isfinite(cfg.weight_ratio) and cfg.weight_ratio >= 1.0):
-        raise bad(f"weight_ratio: expected a number >= 1, got {cfg.weight_ratio!r}")
-    if not 1 <= cfg.other_vl_packets <= cfg.packets_per_entry:
-        raise bad(f"other_vl_packets: expected 1-{cfg.packets_per_entry} at MTU {cfg.mtu}")
-    for name in ("vlarb_low_cap", "vlarb_high_cap"):
-        if not 1 <= getattr(cfg, name) <= MAX_VLARB_ENTRIES:
-            raise bad(f"{name}: expected 1-{MAX_VLARB_ENTRIES}, got {getattr(cfg, name)!r}")
-    if len(cfg.vlarb_high) > cfg.vlarb_high_cap:
-        raise bad(
-            f"vlarb_high: {len(cfg.vlarb_high)} entries, VLArbHighCap is {cfg.vlarb_high_cap}"
-        )
-    for vl, weight in cfg.vlarb_high:
-        if vl not in vls or not 0 <= weight <= 255:
-            raise bad(f"vlarb_high: entry {vl}:{weight} needs a data VL and a weight 0-255")
-    if not 0 <= cfg.high_limit <= 255:
-        raise bad(f"high_limit: expected 0-255, got {cfg.high_limit!r}")
-    for name in ("min_hold_s", "min_interval_s"):
-        value = getattr(cfg, name)
-        if not (math.isfinite(value) and value >= 0):
-            raise bad(f"{name}: expected seconds >= 0, got {value!r}")
-    if cfg.default_class not in CLASSES:
-        raise bad(f"default_class: expected one of {CLASSES}, got {cfg.default_class!r}")
-    if len(cfg.class_intensity) != len(CLASSES) or not all(
-        math.isfinite(x) and x >= 0 for x in cfg.class_intensity
-    ):
-        raise bad(f"class_intensity: expected {len(CLASSES)} numbers >= 0")
-
-
-def _check_jobs(jobs: Sequence[JobState]) -> None:
-    seen: set[str] = set()
-    for job in jobs:
-        if job.job_id in seen:
-            raise PlanError(f"job {job.job_id}: listed twice")
-        seen.add(job.job_id)
-        for cls in (job.cls, job.expected):
-            if cls is not None and cls not in CLASSES:
-                raise PlanError(f"job {job.job_id}: class {cls!r} is not one of {CLASSES}")
-        if job.intensity is not None and not (math.isfinite(job.intensity) and job.intensity >= 0):
-            raise PlanError(f"job {job.job_id}: intensity {job.intensity!r} is not a number >= 0")
-        if job.sl is not None and not 0 <= job.sl < NUM_SLS:
-            raise PlanError(f"job {job.job_id}: SL {job.sl!r} is not 0-15")
 
 
 # -- job -> SL ----------------------------------------------------------------------------
@@ -291,8 +232,21 @@ def _assign_sl(expected: Class, counts: Mapping[int, Sequence[int]], cfg: LaneCo
 # -- SL -> VL and weights -----------------------------------------------------------------
 
 
-def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | None) -> Tables:
-    """SL2VL and VLArb for the active job SLs (*sl_intensity*: SL -> summed intensity)."""
+def _sl_intensity(
+    job_sl: Mapping[str, int], job_int: Mapping[str, float], cfg: LaneConfig
+) -> dict[int, float]:
+    """SL -> summed intensity of its jobs, for the SLs jobs may have (not reserved)."""
+    reserved = set(cfg.reserved_sls)
+    out: dict[int, float] = {}
+    for j, sl in sorted(job_sl.items()):
+        if sl not in reserved:
+            out[sl] = out.get(sl, 0.0) + job_int[j]
+    return out
+
+
+def _job_lanes(cfg: LaneConfig) -> tuple[list[int], list[int], list[int], bool]:
+    """The lanes jobs may have: (reserved lanes needing a low entry, job lanes, job lanes
+    other than the default one, whether the default lane is free for jobs)."""
     reserved_vls = sorted(set(cfg.reserved_vls))
     high_vls = {vl for vl, weight in cfg.vlarb_high if weight > 0}
     fixed = [vl for vl in reserved_vls if vl not in high_vls]  # reserved lanes needing a low entry
@@ -306,12 +260,65 @@ def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | N
     default_free = cfg.default_vl in pool
     others = [vl for vl in pool if vl != cfg.default_vl]
     lanes = [*others[: budget - 1], cfg.default_vl] if default_free else others[:budget]
+    return fixed, lanes, others, default_free
 
+
+def _law(sl_intensity: Mapping[int, float], cfg: LaneConfig) -> tuple[float, Setup]:
+    """The favour-light law's setup of the active job SLs, and its grouping's cost."""
+    _, lanes, _, _ = _job_lanes(cfg)
     sls = sorted(sl_intensity)
     cost, groups = optimal_grouping([sl_intensity[sl] for sl in sls], len(lanes))
-    group_sls = [tuple(sls[i] for i in group) for group in groups]  # most intense first
+    group_sls = tuple(tuple(sls[i] for i in group) for group in groups)  # most intense first
+    peaks = [max(sl_intensity[sl] for sl in g) for g in group_sls]
+    distinct = sorted(set(peaks), reverse=True)
+    targets = tuple(
+        weight_target(distinct.index(p), cfg.weight_law, cfg.weight_ratio) for p in peaks
+    )
+    return cost, Setup(LAW, group_sls, targets)
+
+
+def law_setup(current: Plan) -> Setup:
+    """The favour-light law's setup for the jobs of *current* (whatever setup it is in),
+    from their intensities as the plan last accepted them.
+
+    Raises:
+        PlanError: the lane configuration leaves no entry for jobs.
+    """
+    return _law(_sl_intensity(current.job_sl, current.job_intensity, current.cfg), current.cfg)[1]
+
+
+def setup_tables(current: Plan, setup: Setup) -> Tables:
+    """The tables *setup* gives the jobs of *current* (their intensities as the plan last
+    accepted them), lanes placed as near *current*'s as they go: what the plan would
+    program under it, for predicting it.
+
+    Raises:
+        PlanError: the lane configuration leaves no entry for jobs.
+        ValueError: *setup* does not place exactly the plan's job SLs.
+    """
+    sl_intensity = _sl_intensity(current.job_sl, current.job_intensity, current.cfg)
+    if not setup.fits(frozenset(sl_intensity)):
+        raise ValueError(f"setup {setup.name} does not place the plan's job SLs")
+    return _tables(sl_intensity, current.cfg, current.tables, setup)
+
+
+def _tables(
+    sl_intensity: Mapping[int, float],
+    cfg: LaneConfig,
+    prev: Tables | None,
+    setup: Setup | None = None,
+) -> Tables:
+    """SL2VL and VLArb for the active job SLs (*sl_intensity*: SL -> summed intensity), by
+    *setup* (None: the favour-light law; else one that places exactly those SLs)."""
+    fixed, lanes, others, default_free = _job_lanes(cfg)
+    cost, law = _law(sl_intensity, cfg)
+    if setup is None:
+        setup = law
+    else:
+        cost = math.fsum(lane_cost(sl_intensity[sl] for sl in g) for g in setup.groups)
+    group_sls = [tuple(sorted(g, key=lambda sl: (-sl_intensity[sl], sl))) for g in setup.groups]
     avail = lanes
-    if default_free and len(groups) < len(lanes):
+    if default_free and len(group_sls) < len(lanes):
         avail = others[: len(lanes) - 1]  # the default lane stays for unused SLs
     group_vl = _place(group_sls, avail, prev)
 
@@ -325,11 +332,18 @@ def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | N
     peaks = [max(sl_intensity[sl] for sl in g) for g in group_sls]
     distinct = sorted(set(peaks), reverse=True)
     ranks = [distinct.index(p) for p in peaks]
-    targets = [weight_target(r, cfg.weight_law, cfg.weight_ratio) for r in ranks]
+    # relative to the most intense lane's, as Lane.target says; quantize wants the least 1
+    top = setup.targets[0] if setup.targets else 1.0
+    targets = [t / top for t in setup.targets]
+    low = min(targets, default=1.0)
     idle_default = default_free and cfg.default_vl not in group_vl
     other_vls = [*fixed, *([cfg.default_vl] if idle_default else [])]
     job_budget = cfg.vlarb_low_cap - len(other_vls)  # other lanes: one entry each
-    packets, error = quantize(targets, cfg.packets_per_entry, job_budget) if targets else ([], 0.0)
+    packets, error = (
+        quantize([t / low for t in targets], cfg.packets_per_entry, job_budget)
+        if targets
+        else ([], 0.0)
+    )
 
     job_lanes = [
         Lane(
@@ -353,7 +367,7 @@ def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | N
     ]
     # reserved lanes first, then job lanes from the lightest: light lanes go first each round
     order = [*other_lanes, *reversed(job_lanes)]
-    low = interleave(
+    low_entries = interleave(
         [
             lane_entries(lane.vl, lane.packets, cfg.credits_per_packet, cfg.packets_per_entry)
             for lane in order
@@ -361,14 +375,16 @@ def _tables(sl_intensity: Mapping[int, float], cfg: LaneConfig, prev: Tables | N
     )
     return Tables(
         sl_to_vl=tuple(sl_to_vl),
-        vlarb_low=low,
+        vlarb_low=low_entries,
         vlarb_high=cfg.vlarb_high,
         high_limit=cfg.high_limit,
         lanes=(*job_lanes, *other_lanes),
         cost=cost,
-        target_ratio=max(targets, default=1.0) / min(targets, default=1.0),
-        achieved_ratio=max(packets, default=1) / min(packets, default=1),
+        # the lightest job lane's over the most intense one's (below 1: favour heavy)
+        target_ratio=targets[-1] if targets else 1.0,
+        achieved_ratio=packets[-1] / packets[0] if packets else 1.0,
         weight_error=error,
+        setup=setup.name,
     )
 
 
@@ -394,7 +410,11 @@ def _place(
 
 
 def plan(
-    jobs: Sequence[JobState], cfg: LaneConfig, previous: Plan | None, now_s: float
+    jobs: Sequence[JobState],
+    cfg: LaneConfig,
+    previous: Plan | None,
+    now_s: float,
+    setup: Setup | None = None,
 ) -> PlanResult:
     """Plan job -> SL, SL -> VL and VL weights for the running *jobs*.
 
@@ -403,6 +423,9 @@ def plan(
         cfg: the lanes allowed.
         previous: the plan in force (None at start).
         now_s: the current time, seconds (any clock, the same one every call).
+        setup: the tuner's setup to program instead of the favour-light law; used only
+            while it places exactly the active job SLs (a job that starts or ends brings
+            the law back, with a reason saying so).
 
     Returns:
         The plan now in force, whether it differs in substance from *previous*, why, and
@@ -411,8 +434,8 @@ def plan(
     Raises:
         PlanError: *cfg* or *jobs* are invalid, or *cfg* does not fit the fabric.
     """
-    _check_cfg(cfg)
-    _check_jobs(jobs)
+    check_lanes(cfg)
+    check_jobs(jobs)
     warnings: list[str] = []
     reasons: list[str] = []
     running = {job.job_id: job for job in jobs}
@@ -470,13 +493,19 @@ def plan(
             if job.intensity is not None and job.job_id not in pending:
                 job_int[job.job_id] = job.intensity
 
-    reserved = set(cfg.reserved_sls)
-    sl_intensity: dict[int, float] = {}
+    sl_intensity = _sl_intensity(job_sl, job_int, cfg)
     for j, sl in sorted(job_sl.items()):
-        if sl in reserved:
+        if sl in cfg.reserved_sls:
             warnings.append(f"job {j} keeps SL {sl} while it runs, but SL {sl} is now reserved")
-        else:
-            sl_intensity[sl] = sl_intensity.get(sl, 0.0) + job_int[j]
+    if setup is not None and not setup.fits(frozenset(sl_intensity)):
+        reasons.append(f"setup {setup.name} does not place the running jobs' SLs: {LAW}")
+        setup = None
+    prev_setup = previous.setup if previous is not None else None
+    # a plan restored from the state file knows its setup by the tables' name only
+    prev_name = LAW if previous is None or previous.tables is None else previous.tables.setup
+    if setup != prev_setup or (LAW if setup is None else setup.name) != prev_name:
+        regroup = True
+        reasons.append(f"setup {LAW if setup is None else setup.name}")
 
     tables: Tables | None
     engines = cfg.sl_owning_engines
@@ -488,11 +517,11 @@ def plan(
             " path SL may override a job's SL"
         )
     elif regroup or previous is None or previous.tables is None:
-        tables = _tables(sl_intensity, cfg, previous.tables if previous else None)
+        tables = _tables(sl_intensity, cfg, previous.tables if previous else None, setup)
     else:
         tables = previous.tables
 
-    new_plan = Plan(job_sl, tables, job_cls, job_int, pending, now_s, cfg)
+    new_plan = Plan(job_sl, tables, job_cls, job_int, pending, now_s, cfg, setup)
     changed = previous is None or new_plan.substance() != previous.substance()
     if not changed:
         assert previous is not None

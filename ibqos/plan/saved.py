@@ -23,6 +23,7 @@ from typing import Any
 from ibqos.config.classes import as_class
 from ibqos.config.lanes import NUM_SLS, LaneConfig
 from ibqos.plan.planner import Lane, Plan, Tables
+from ibqos.plan.setups import LAW
 
 #: version of the document; another version is not restored
 VERSION = 1
@@ -54,6 +55,7 @@ def plan_to_doc(plan: Plan) -> dict[str, Any]:
             "target_ratio": _finite(tables.target_ratio),
             "achieved_ratio": _finite(tables.achieved_ratio),
             "weight_error": _finite(tables.weight_error),
+            "setup": tables.setup,
         },
     }
 
@@ -107,6 +109,7 @@ def _tables(doc: Mapping[str, Any]) -> Tables:
         float(doc["target_ratio"]),
         float(doc["achieved_ratio"]),
         float(doc["weight_error"]),
+        str(doc.get("setup", LAW)),  # absent in files of ibqos <= 0.3.0: the law
     )
 
 

@@ -184,7 +184,7 @@ def test_every_problem_is_reported_at_once_one_per_line() -> None:
         "c.yaml: metrics.tls.cert_file: expected a non-empty string, got None",
         "c.yaml: metrics.tls.key_file: cannot read /nonexistent: No such file or directory",
         "c.yaml: colour: unknown key (expected one of mode, opensm, jobs, slurm, fabric,"
-        " collect, classify, lanes, agent, metrics, profiles, lab)",
+        " collect, classify, lanes, tuning, agent, metrics, profiles, lab)",
     ]
     assert isinstance(err.value.__cause__, FileNotFoundError)  # the first problem's cause
 
@@ -198,7 +198,7 @@ def test_a_file_s_problems_name_the_file(tmp_path: Path) -> None:
         f"{path}: collect.window: expected an integer >= 1, got 0",
         f"{path}: collect.retries: expected an integer >= 0, got -1",
         f"{path}: source: unknown key (expected one of mode, opensm, jobs, slurm, fabric,"
-        " collect, classify, lanes, agent, metrics, profiles, lab)",
+        " collect, classify, lanes, tuning, agent, metrics, profiles, lab)",
     ]
 
 

@@ -79,7 +79,7 @@ def test_values_are_read() -> None:
         ({"lanes": {"vlarb_high": "0:4"}}, "lanes.vlarb_high: expected a mapping or a list"),
         ({"lanes": {"vlarb_high": ["0:256"]}}, "lanes.vlarb_high: 0:256: expected integers"),
         ({"lanes": {"weight_law": "cubic"}}, "lanes.weight_law: expected one of geometric"),
-        ({"lanes": {"weight_ratio": 0.5}}, "lanes.weight_ratio: expected a number >= 1"),
+        ({"lanes": {"weight_ratio": 0.05}}, "lanes.weight_ratio: expected a number >= 0.1"),
         ({"lanes": {"default_class": "huge"}}, "lanes.default_class: expected one of low"),
         ({"lanes": {"class_intensity": {"top": 1}}}, "lanes.class_intensity.top: unknown key"),
         ({"lanes": {"routing_engine": ""}}, "lanes.routing_engine: expected a non-empty string"),
@@ -140,11 +140,11 @@ def test_the_section_models_have_the_runtime_classes_keys() -> None:
 
 
 def test_lane_values_are_checked_all_at_once() -> None:
-    doc = {"lanes": {"data_vls": 16, "weight_ratio": 0.5, "class_intensity": {"top": 1}}}
+    doc = {"lanes": {"data_vls": 16, "weight_ratio": 0.05, "class_intensity": {"top": 1}}}
     with pytest.raises(ConfigError) as info:
         parse_config(doc, "c.yaml")
     assert str(info.value).splitlines() == [
         "c.yaml: lanes.data_vls: expected an integer >= 1 and <= 15, got 16",
-        "c.yaml: lanes.weight_ratio: expected a number >= 1, got 0.5",
+        "c.yaml: lanes.weight_ratio: expected a number >= 0.1, got 0.05",
         "c.yaml: lanes.class_intensity.top: unknown key (expected one of low, moderate, high)",
     ]

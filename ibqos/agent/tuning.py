@@ -1,0 +1,187 @@
+"""The agent's tuning: candidate setups for the jobs in force, predicted off the cycle,
+tried by the observation tuner (:mod:`ibqos.plan.tuner`).
+
+Each cycle :class:`TuningDriver` makes the pool of setups for the plan's jobs (the law
+first, :func:`ibqos.plan.setups.candidates`).  When the mix (jobs and classes) has stayed
+the same for ``tuning.settle_s``, it predicts the pool in a background thread
+(:data:`Predictor`; the decision cycle never waits for it) and hands the ranking to the
+tuner, which waits for it before a round.  With no predictor, or one that fails, the
+ranking is the pool's own order (the order of :mod:`ibqos.plan.setups`), said in the log.
+
+The thread shares the interpreter with the cycle: a prediction holds the GIL for the
+fluid model's Python parts, so a cycle that runs meanwhile may take longer.  It runs once
+per stable mix, not every cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ibqos.config.tuning import TuningConfig
+from ibqos.errors import IbqosError
+from ibqos.plan.planner import Plan, law_setup
+from ibqos.plan.report import Decision
+from ibqos.plan.setups import LAW, Setup, candidates
+from ibqos.plan.tuner import Sample, Tuner, TuningStatus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Predicted", "Predictor", "TuningDriver"]
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What the prediction of a pool says.
+
+    Attributes:
+        ranking: the pool's setup names, best predicted first.
+        scores: setup -> predicted score (lower is better; the tuner's measure).
+        text: the prediction as a table, for ``ibqos run --dry-run`` ("" when none).
+    """
+
+    ranking: tuple[str, ...]
+    scores: Mapping[str, float]
+    text: str = ""
+
+
+#: predicts *setups* for the jobs of the decision (plan in force, setups): may take long
+Predictor = Callable[[Decision, Plan, Sequence[Setup]], Predicted]
+
+
+def _mix(plan: Plan) -> frozenset[tuple[str, str]]:
+    return frozenset((j, str(c)) for j, c in plan.job_cls.items())
+
+
+class TuningDriver:
+    """The tuner, its pool and its prediction, as the agent's cycle drives them.
+
+    Args:
+        cfg: the ``tuning`` section.
+        enforce: the agent may reload OpenSM (enforce mode, not a dry run).
+        predictor: predicts a pool (None: no prediction; the pool's order ranks it).
+        ratio: the lanes' weight ratio (the law's), so candidates leave out its double.
+    """
+
+    def __init__(
+        self,
+        cfg: TuningConfig,
+        *,
+        enforce: bool,
+        predictor: Predictor | None = None,
+        ratio: float = 2.0,
+    ) -> None:
+        self.cfg = cfg
+        self.tuner = Tuner(cfg, enforce=enforce)
+        self.predictor = predictor
+        self.ratio = ratio
+        self.pool: list[Setup] = []
+        self.predicted: Predicted | None = None
+        self._mix: frozenset[tuple[str, str]] | None = None
+        self._mix_since = -math.inf
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._result: tuple[frozenset[tuple[str, str]], Predicted] | None = None
+
+    @property
+    def wanted(self) -> Setup | None:
+        """The setup the plan should follow (None: the law)."""
+        return self.tuner.wanted if self.cfg.enabled else None
+
+    def status(self, now_s: float) -> TuningStatus:
+        """The tuner's state now."""
+        return self.tuner.status(now_s)
+
+    def after_cycle(
+        self, decision: Decision, *, fresh: bool, in_force: str, reloaded: bool, now_s: float
+    ) -> None:
+        """Take one cycle's *decision*.
+
+        Args:
+            decision: the cycle's decision (its plan, each job's injected rate).
+            fresh: its rates come from a sweep of this cycle (only those are samples).
+            in_force: the setup OpenSM served over the sweep's interval.
+            reloaded: OpenSM reloaded within that interval.
+            now_s: the cycle's time (seconds, the decider's clock).
+        """
+        if not self.cfg.enabled:
+            return
+        plan = decision.plan
+        mix = _mix(plan)
+        if mix != self._mix:
+            self._mix, self._mix_since = mix, now_s
+            self.predicted = None
+            self.pool = self._pool(plan)
+        self._collect(mix)
+        stable = now_s - self._mix_since >= self.cfg.settle_s
+        if stable and self.predicted is None and self._thread is None and len(self.pool) > 1:
+            self._predict(decision, plan, mix)
+        if not fresh:
+            return
+        reports = decision.jobs
+        sample = Sample(
+            now_s,
+            {r.id: r.levels[0].bytes_per_s if 0 in r.levels else math.nan for r in reports},
+            {r.id: len(r.nodes) for r in reports},
+            in_force,
+            reloaded,
+            mix,
+        )
+        pred = self.predicted
+        ranking = None if pred is None else pred.ranking
+        if len(self.pool) <= 1:
+            ranking = tuple(s.name for s in self.pool)  # nothing to predict
+        self.tuner.step(sample, self.pool, ranking, None if pred is None else pred.scores)
+
+    def _pool(self, plan: Plan) -> list[Setup]:
+        if plan.tables is None or not plan.job_sl:
+            return []  # the routing engine owns SL2VL, or no jobs: nothing to tune
+        try:
+            law = law_setup(plan)
+        except IbqosError:
+            return []
+        return candidates(law, self.cfg.candidates, self.ratio)
+
+    def _predict(self, decision: Decision, plan: Plan, mix: frozenset[tuple[str, str]]) -> None:
+        pool = list(self.pool)
+        predictor = self.predictor
+        if predictor is None:
+            self.predicted = Predicted(tuple(s.name for s in pool), {})
+            return
+
+        def work() -> None:
+            try:
+                out = predictor(decision, plan, pool)
+            except Exception as err:  # a failed prediction must not stop tuning
+                log.warning("tuning: prediction failed (%s); trying setups in their order", err)
+                out = Predicted(tuple(s.name for s in pool), {})
+            with self._lock:
+                self._result = (mix, out)
+
+        self._thread = threading.Thread(target=work, name="ibqos-predict", daemon=True)
+        self._thread.start()
+
+    def _collect(self, mix: frozenset[tuple[str, str]]) -> None:
+        """Take a finished prediction (a stale one, of an older mix, is dropped)."""
+        with self._lock:
+            result, self._result = self._result, None
+        if result is None:
+            return
+        self._thread = None
+        done_mix, predicted = result
+        if done_mix == mix:
+            self.predicted = predicted
+            best = predicted.ranking[0] if predicted.ranking else LAW
+            log.info("tuning: predicted %s best of %d setups", best, len(predicted.ranking))
+
+    def wait_prediction(self, timeout_s: float) -> bool:
+        """Wait up to *timeout_s* for a prediction running now (a dry run shows it)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+        if self._mix is not None:
+            self._collect(self._mix)
+        return self.predicted is not None

@@ -1,0 +1,409 @@
+"""Tuning by observation: try the shortlisted setups on the fabric, keep the best measured.
+
+The favour-light law is where every round starts and what ties go to.  A **round** tries
+the law, then each shortlisted setup (best predicted first), one at a time, each for a
+*trial*: ``trial_sweeps`` counter sweeps under it, leaving out the sweep the reload falls
+in (OpenSM's heavy sweep and the switch reprogramming are inside it).  Then it keeps the
+setup of least score, leaving the law only for a gain above ``margin``.
+
+**The score** of a setup *c* over the jobs *j* it was tried with::
+
+    score(c) = sum_j nodes_j * best_j / rate_j(c)  /  sum_j nodes_j
+
+where ``rate_j(c)`` is job *j*'s injected bytes per second under *c* (the mean over the
+trial's sweeps of its hosts' own transmit counters: exact, since hosts belong to one job)
+and ``best_j`` the most it injected under any setup tried.  A job moves the same bytes per
+iteration whatever the setup, so ``best_j / rate_j(c)`` is its slowdown under *c* relative to
+its best: 1.0 = as fast as it went under any setup.  Weighting by nodes makes the score the
+node-time lost, as contention is weighed in ``docs/simulate-evaluation.md``; a job on
+many nodes that slows down wastes more of the machine than a small one.  A score of 1.0
+means every job at its best; the least score wins.
+
+**Safety.**  A trial that drops any job below ``floor`` of its best so far (the first
+sample under the trial already counts) ends at once and the round goes on without it.
+Every switch is a reload of OpenSM: tuning spends at most ``max_reloads_per_hour`` of them
+in any hour, and starts a trial only with room for its revert too (the next trial's
+switch, the round's choice, or the fall back to the best setup measured so far when the
+budget runs out).  Going back to the law when the mix changes is not tuning's reload: the
+reload that brings the new SLs or classes to OpenSM carries it.  A new round starts
+only when the mix (jobs and their classes) has been unchanged for ``settle_s``, or when the
+kept setup's score drifts by more than ``drift``.  A mix that changes during a round ends
+the round and brings back the law (the planner does so itself when jobs start or end,
+since a setup places a fixed set of SLs).
+
+Observe mode never trials: :class:`Tuner` with ``enforce=False`` only keeps the ranking
+the prediction gives, for metrics and status.
+
+Everything here is pure: the caller passes the time, the samples and the setups.  Units:
+bytes per second, seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ibqos.config.tuning import TuningConfig
+from ibqos.plan.setups import LAW, Setup
+
+__all__ = ["Sample", "Tuner", "TuningStatus", "score"]
+
+log = logging.getLogger(__name__)
+
+#: seconds in the window of ``max_reloads_per_hour``
+HOUR_S = 3600.0
+#: samples a switch may take to show in force before the round gives up on it (OpenSM
+#: held the files, the reload budget ran out): then the trial counts as not taken
+TAKE_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one fresh counter sweep shows the tuner.
+
+    Attributes:
+        now_s: the sweep's time (seconds, the caller's clock).
+        rates: per job, the bytes per second its hosts injected over the sweep's interval
+            (NaN: not known).
+        nodes: per job, its hosts.
+        in_force: the setup OpenSM served over the interval (its name).
+        reloaded: OpenSM reloaded within the interval: the sample is left out of trials.
+        mix: the jobs and their classes; a change ends the round.
+    """
+
+    now_s: float
+    rates: Mapping[str, float]
+    nodes: Mapping[str, int]
+    in_force: str
+    reloaded: bool
+    mix: frozenset[tuple[str, str]]
+
+
+def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) -> dict[str, float]:
+    """Each setup's score (module docstring) from *means*: setup -> job -> bytes/s.
+
+    Jobs not measured under every setup, or that injected nothing under any, are left out:
+    they would weigh setups by what was not seen.
+    """
+    if not means:
+        return {}
+    jobs = set.intersection(*(set(m) for m in means.values()))
+    jobs = {j for j in jobs if all(math.isfinite(m[j]) for m in means.values())}
+    best = {j: max(m[j] for m in means.values()) for j in jobs}
+    jobs = {j for j in jobs if best[j] > 0}
+    weight = math.fsum(nodes.get(j, 1) for j in jobs)
+    out = {}
+    for name, m in means.items():
+        if not jobs:
+            out[name] = 1.0
+            continue
+        # a job that sent nothing under a setup was stopped by it: count it as 1000x slower
+        slow = (nodes.get(j, 1) * best[j] / max(m[j], best[j] * 1e-3) for j in jobs)
+        out[name] = math.fsum(slow) / weight
+    return out
+
+
+@dataclass
+class _Trial:
+    setup: Setup
+    samples: list[Mapping[str, float]] = field(default_factory=list)
+    waited: int = 0  # samples seen while it was not in force yet
+
+    def mean(self) -> dict[str, float]:
+        jobs = set.intersection(*(set(s) for s in self.samples)) if self.samples else set()
+        return {j: math.fsum(s[j] for s in self.samples) / len(self.samples) for j in jobs}
+
+
+@dataclass(frozen=True)
+class TuningStatus:
+    """What the tuner is doing, for status, metrics and logs.
+
+    Attributes:
+        state: ``off``, ``predicting`` (observe mode: ranking only), ``settling`` (the mix
+            changed; waiting ``settle_s``), ``waiting`` (for a ranking, or for jobs),
+            ``trial``, ``budget`` (a round waits for room in ``max_reloads_per_hour``) or
+            ``settled``.
+        wanted: the setup the tuner asks the planner for.
+        trial: the setup on trial, if any.
+        rounds: rounds started.
+        reloads: OpenSM reloads tuning caused, in all.
+        reloads_last_hour: those within the last hour.
+        predicted: setup -> predicted score (lower is better), as the prediction gave it.
+        measured: setup -> measured score of the last round (lower is better).
+        decision: the last round's outcome, one line.
+    """
+
+    state: str
+    wanted: str
+    trial: str | None
+    rounds: int
+    reloads: int
+    reloads_last_hour: int
+    predicted: Mapping[str, float]
+    measured: Mapping[str, float]
+    decision: str
+
+
+class Tuner:
+    """Rounds of trials on one fabric (module docstring).
+
+    Args:
+        cfg: the ``tuning`` section.
+        enforce: the agent may reload OpenSM; False: observe mode, rank only.
+    """
+
+    def __init__(self, cfg: TuningConfig, *, enforce: bool) -> None:
+        self.cfg = cfg
+        self.enforce = enforce and cfg.enabled
+        self.wanted: Setup | None = None  # None: the law
+        self.state = "off" if not cfg.enabled else ("settling" if enforce else "predicting")
+        self.rounds = 0
+        self.reloads = 0
+        self._reload_times: deque[float] = deque()
+        self._mix: frozenset[tuple[str, str]] | None = None
+        self._mix_since = -math.inf
+        self._queue: list[Setup] = []
+        # a trial's setup is in force and the room for leaving it is kept in the budget
+        self._reserved = False
+        self._trial: _Trial | None = None
+        self._done: dict[str, dict[str, float]] = {}  # setup -> job -> mean bytes/s
+        self._setups: dict[str, Setup] = {}
+        self._nodes: dict[str, int] = {}
+        self._kept: dict[str, float] | None = None  # the kept setup's means, for drift
+        self._drift: deque[Mapping[str, float]] = deque(maxlen=cfg.trial_sweeps)
+        self.predicted: dict[str, float] = {}
+        self.measured: dict[str, float] = {}
+        self.decision = ""
+
+    # -- what the agent reads --------------------------------------------------------------
+
+    def status(self, now_s: float) -> TuningStatus:
+        """What the tuner is doing now (*now_s*: the caller's clock)."""
+        return TuningStatus(
+            self.state,
+            self._wanted_name,
+            None if self._trial is None else self._trial.setup.name,
+            self.rounds,
+            self.reloads,
+            self._recent(now_s),
+            dict(self.predicted),
+            dict(self.measured),
+            self.decision,
+        )
+
+    # -- one sample ------------------------------------------------------------------------
+
+    def step(
+        self,
+        sample: Sample,
+        pool: Sequence[Setup],
+        ranking: Sequence[str] | None,
+        predicted: Mapping[str, float] | None = None,
+    ) -> Setup | None:
+        """Take one fresh sweep's *sample*; return the setup the plan should follow now
+        (None: the favour-light law).
+
+        Args:
+            sample: the sweep.
+            pool: the setups generated for the current mix, the law first.
+            ranking: the pool's names, best predicted first; None while the prediction
+                of the current mix is not ready (a round waits for it).
+            predicted: setup -> predicted score, for status and metrics.
+        """
+        if predicted is not None:
+            self.predicted = dict(predicted)
+        if not self.cfg.enabled:
+            return None
+        if sample.mix != self._mix:
+            self._new_mix(sample)
+            return self.wanted
+        if not self.enforce:
+            self.state = "predicting"
+            return None
+        before = self._wanted_name
+        self._step(sample, pool, ranking)
+        if self._wanted_name != before:  # one reload, however many moves led there
+            self.reloads += 1
+            self._reload_times.append(sample.now_s)
+        return self.wanted
+
+    def _step(self, sample: Sample, pool: Sequence[Setup], ranking: Sequence[str] | None) -> None:
+        self._nodes = dict(sample.nodes)
+        if self._trial is not None:
+            self._trial_sample(sample)
+        elif self.state == "settled":
+            self._watch(sample)
+        if self._trial is None and self.state == "budget":
+            self._next(sample.now_s)  # the round goes on when the hour has room
+        elif self._trial is None and self.state in ("settling", "waiting"):
+            self._maybe_start(sample, pool, ranking)
+
+    def _new_mix(self, sample: Sample) -> None:
+        """The jobs or their classes changed: end any round, back to the law, settle."""
+        if self._trial is not None:
+            log.info("tuning: the mix changed, trial of %s ended", self._trial.setup.name)
+        self._mix = sample.mix
+        self._mix_since = sample.now_s
+        self._trial = None
+        self._queue = []
+        self._reserved = False
+        self._done = {}
+        self._kept = None
+        self._drift.clear()
+        self.measured = {}
+        self.predicted = {}
+        # back to the law: not a reload of tuning's, since the reload that brings the
+        # mix's new SLs or classes to OpenSM carries it
+        self.wanted = None
+        self.state = "settling" if self.enforce else ("predicting" if self.cfg.enabled else "off")
+
+    def _maybe_start(
+        self, sample: Sample, pool: Sequence[Setup], ranking: Sequence[str] | None
+    ) -> None:
+        if sample.now_s - self._mix_since < self.cfg.settle_s:
+            self.state = "settling"
+            return
+        if ranking is None or not pool or not sample.mix:
+            self.state = "waiting"  # for the prediction, or for jobs
+            return
+        self._setups = {s.name: s for s in pool}
+        law = pool[0]
+        others = [self._setups[n] for n in ranking if n in self._setups and n != law.name]
+        self._queue = [law, *others[: self.cfg.shortlist]]
+        self._done = {}
+        self.measured = {}
+        self.rounds += 1
+        log.info("tuning: round %d tries %s", self.rounds, ", ".join(s.name for s in self._queue))
+        self._next(sample.now_s)
+
+    def _next(self, now_s: float) -> None:
+        """Start the next trial of the round, or decide when none is left."""
+        while self._queue:
+            setup = self._queue[0]
+            switch = setup.name != self._wanted_name
+            if switch and self._recent(now_s) + 2 > self.cfg.max_reloads_per_hour:
+                if self._reserved:  # no room for the switch and its revert: wait on the
+                    self._fall_back(now_s)  # best setup so far, with the room kept for it
+                self.state = "budget"
+                return
+            self._queue.pop(0)
+            self._reserved = self._reserved or switch
+            self.wanted = None if setup.name == LAW else setup
+            self._trial = _Trial(setup)
+            self.state = "trial"
+            log.info("tuning: trial of %s", setup.name)
+            return
+        self._decide(now_s)
+
+    def _trial_sample(self, sample: Sample) -> None:
+        trial = self._trial
+        assert trial is not None
+        if sample.in_force != trial.setup.name or sample.reloaded:
+            trial.waited += 1
+            if trial.waited > TAKE_SAMPLES + self.cfg.trial_sweeps:
+                log.warning("tuning: %s did not come into force; trial ended", trial.setup.name)
+                self._trial = None
+                self._next(sample.now_s)
+            return
+        rates = {j: r for j, r in sample.rates.items() if math.isfinite(r)}
+        trial.samples.append(rates)
+        low = self._below_floor(rates)
+        if low:
+            log.warning(
+                "tuning: %s drops %s below %.0f %% of its best; trial ended",
+                trial.setup.name,
+                low,
+                self.cfg.floor * 100,
+            )
+            self.measured[trial.setup.name] = math.inf
+            self._trial = None
+            self._fall_back(sample.now_s)  # reverted at once, before anything else
+            self._next(sample.now_s)
+            return
+        if len(trial.samples) >= self.cfg.trial_sweeps:
+            self._done[trial.setup.name] = trial.mean()
+            self.measured = {**self.measured, **score(self._done, self._nodes)}
+            log.info(
+                "tuning: trial of %s done, score %.3f",
+                trial.setup.name,
+                self.measured[trial.setup.name],
+            )
+            self._trial = None
+            self._next(sample.now_s)
+
+    def _below_floor(self, rates: Mapping[str, float]) -> str:
+        """The first job whose rate is below the floor of its best so far, or ""."""
+        for job, rate in sorted(rates.items()):
+            best = max((m[job] for m in self._done.values() if job in m), default=0.0)
+            if best > 0 and rate < self.cfg.floor * best:
+                return f"job {job}"
+        return ""
+
+    @property
+    def _wanted_name(self) -> str:
+        return LAW if self.wanted is None else self.wanted.name
+
+    def _fall_back(self, now_s: float) -> None:
+        """Back to the best setup measured so far in the round (the law when none): the
+        revert every trial keeps room for."""
+        scores = score(self._done, self._nodes)
+        best = min(scores, key=lambda n: (scores[n], n != LAW), default=LAW)
+        self.wanted = None if best == LAW else self._setups[best]
+        self._reserved = False
+
+    def _decide(self, now_s: float) -> None:
+        scores = {n: s for n, s in score(self._done, self._nodes).items()}
+        self.measured = {**self.measured, **scores}
+        choice = LAW
+        if scores:
+            order = list(scores)  # tried order: the law first, then the best predicted
+            best = min(order, key=lambda n: (scores[n], order.index(n)))
+            law = scores.get(LAW)
+            gain = math.inf if law is None else law / scores[best] - 1.0
+            if best != LAW and gain > self.cfg.margin:
+                choice = best
+            self.decision = (
+                f"kept {choice}: "
+                + ", ".join(f"{n} {scores[n]:.3f}" for n in order)
+                + ("" if choice != LAW or best == LAW else f" (gain {gain:.1%} within margin)")
+            )
+        else:
+            self.decision = f"kept {LAW}: no trial finished"
+        log.info("tuning: %s", self.decision)
+        # a switch here spends the room the last trial kept for its revert
+        self.wanted = None if choice == LAW else self._setups[choice]
+        self._reserved = False
+        self._kept = self._done.get(choice)
+        self._drift.clear()
+        self.state = "settled"
+
+    def _watch(self, sample: Sample) -> None:
+        """Under the kept setup: a score that drifts by more than ``drift`` starts a round."""
+        name = self._wanted_name
+        if self._kept is None or sample.reloaded or sample.in_force != name:
+            return
+        self._drift.append({j: r for j, r in sample.rates.items() if math.isfinite(r)})
+        if len(self._drift) < self.cfg.trial_sweeps:
+            return
+        now = _Trial(Setup("now", (), ()), list(self._drift)).mean()
+        jobs = [j for j in self._kept if j in now and self._kept[j] > 0]
+        if not jobs:
+            return
+        weight = math.fsum(self._nodes.get(j, 1) for j in jobs)
+        slow = math.fsum(
+            self._nodes.get(j, 1) * self._kept[j] / max(now[j], self._kept[j] * 1e-3) for j in jobs
+        )
+        if abs(slow / weight - 1.0) > self.cfg.drift:
+            log.info("tuning: %s drifted to %.3f of its score; new round", name, slow / weight)
+            self._mix_since = -math.inf  # the mix is the same: no need to settle again
+            self.state = "waiting"
+
+    # -- reloads ---------------------------------------------------------------------------
+
+    def _recent(self, now_s: float) -> int:
+        while self._reload_times and now_s - self._reload_times[0] >= HOUR_S:
+            self._reload_times.popleft()
+        return len(self._reload_times)

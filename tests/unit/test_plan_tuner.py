@@ -1,0 +1,188 @@
+"""The observation tuner: rounds of trials, the score, the floor, the margin, the cap."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from ibqos.config.tuning import TuningConfig
+from ibqos.plan.setups import LAW, Setup
+from ibqos.plan.tuner import Sample, Tuner, score
+
+LAW_SETUP = Setup(LAW, ((1,), (2,)), (1.0, 2.0))
+EQUAL = Setup("equal", ((1,), (2,)), (1.0, 1.0))
+HEAVY = Setup("favour-heavy", ((1,), (2,)), (1.0, 0.5))
+ONE = Setup("one-lane", ((1, 2),), (1.0,))
+POOL = [LAW_SETUP, EQUAL, HEAVY, ONE]
+NODES = {"big": 24, "small": 8}
+MIX = frozenset({("big", "high"), ("small", "low")})
+
+
+class Fabric:
+    """Rates each setup gives the jobs; what is in force follows the wanted setup one
+    sweep later (the agent applies after the sweep), with the reload in the next one."""
+
+    def __init__(self, rates: dict[str, dict[str, float]]) -> None:
+        self.rates = rates
+        self.in_force = LAW
+        self.reloaded = False
+        self.now = 0.0
+        self.reloads = 0
+
+    def run(
+        self,
+        tuner: Tuner,
+        sweeps: int,
+        ranking=("equal", "favour-heavy", "one-lane"),
+        mix=MIX,
+        interval=10.0,
+        log=None,
+    ) -> list[str]:
+        seen = []
+        for _ in range(sweeps):
+            self.now += interval
+            sample = Sample(
+                self.now, dict(self.rates[self.in_force]), NODES, self.in_force, self.reloaded, mix
+            )
+            wanted = tuner.step(sample, POOL, list(ranking))
+            name = LAW if wanted is None else wanted.name
+            self.reloaded = name != self.in_force
+            self.reloads += self.reloaded
+            self.in_force = name
+            seen.append(name)
+            if log is not None:
+                log.append((tuner.state, name))
+        return seen
+
+
+def cfg(**kw) -> TuningConfig:
+    base = dict(shortlist=3, trial_sweeps=2, settle_s=0.0, margin=0.03, floor=0.5)
+    return TuningConfig(**(base | kw))
+
+
+def test_score_is_node_weighted_slowdown_relative_to_best() -> None:
+    means = {"a": {"big": 10.0, "small": 4.0}, "b": {"big": 5.0, "small": 8.0}}
+    got = score(means, NODES)
+    assert got["a"] == pytest.approx((24 * 1 + 8 * 2) / 32)
+    assert got["b"] == pytest.approx((24 * 2 + 8 * 1) / 32)
+    assert score({"a": {"big": 1.0}, "b": {"small": 1.0}}, NODES) == {"a": 1.0, "b": 1.0}
+
+
+def test_a_round_tries_law_then_shortlist_and_keeps_the_best_measured() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 10.0, "small": 4.0},  # best: the big job gains, the small keeps
+        "favour-heavy": {"big": 10.5, "small": 2.5},
+        "one-lane": {"big": 9.0, "small": 3.0},
+    }
+    fab, tuner = Fabric(rates), Tuner(cfg(), enforce=True)
+    log: list = []
+    seen = fab.run(tuner, 30, log=log)
+    assert seen[0] == LAW
+    order = [n for i, n in enumerate(seen) if i == 0 or seen[i - 1] != n]
+    assert order[:4] == [LAW, "equal", "favour-heavy", "one-lane"]
+    assert seen[-1] == "equal" and tuner.state == "settled"
+    # each trial: 2 counted sweeps after the one the reload fell in
+    assert seen.count("favour-heavy") == 3
+    st = tuner.status(fab.now)
+    assert st.measured["equal"] == pytest.approx((24 * 10.5 / 10 + 8) / 32)
+    assert min(st.measured, key=st.measured.__getitem__) == "equal"
+    assert "kept equal" in st.decision
+    assert fab.reloads == tuner.reloads == 4  # three trials and the choice
+
+
+def test_the_law_stays_when_the_gain_is_within_the_margin() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    rates["equal"] = {"big": 8.1, "small": 4.0}  # ~1 % better: noise, not a reason to move
+    fab, tuner = Fabric(rates), Tuner(cfg(margin=0.03), enforce=True)
+    assert fab.run(tuner, 30)[-1] == LAW
+    assert "within margin" in tuner.status(fab.now).decision
+
+
+def test_a_trial_below_the_floor_ends_at_once() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 9.0, "small": 1.0},  # the small job at 25 % of its best
+        "favour-heavy": {"big": 8.0, "small": 4.0},
+        "one-lane": {"big": 8.0, "small": 4.0},
+    }
+    fab, tuner = Fabric(rates), Tuner(cfg(floor=0.5), enforce=True)
+    seen = fab.run(tuner, 30)
+    # the sweep with the reload, then one below the floor: left at the next sweep
+    assert seen.count("equal") == 2 and seen[seen.index("equal") + 2] != "equal"
+    assert tuner.status(fab.now).measured["equal"] == math.inf
+    assert seen[-1] != "equal"
+
+
+def test_reloads_stay_within_the_hourly_cap() -> None:
+    rng = random.Random(7)
+    names = (LAW, "equal", "favour-heavy", "one-lane")
+    rates = {n: {"big": 8.0, "small": 4.0} for n in names}
+    fab = Fabric(rates)
+    tuner = Tuner(cfg(max_reloads_per_hour=4, drift=0.01), enforce=True)
+    switches: list[float] = []  # times of the switches tuning caused (not mix changes)
+    mix = MIX
+    for k in range(3 * 360):  # three hours of 10 s sweeps
+        if k % 180 == 179:  # a class changes every half hour
+            mix = frozenset({("big", "high"), ("small", "low" if k % 360 == 359 else "moderate")})
+        for n in names:  # noisy jobs: drift starts rounds all the time
+            rates[n] = {"big": rng.uniform(6, 10), "small": rng.uniform(2, 5)}
+        before, changed = fab.in_force, mix != tuner._mix
+        fab.run(tuner, 1, mix=mix)
+        if fab.in_force != before and not changed:
+            switches.append(fab.now)
+    assert tuner.reloads == len(switches) >= 8
+    worst = max(sum(1 for t in switches if s <= t < s + 3600) for s in switches)
+    assert worst <= 4
+
+
+def test_a_mix_change_ends_the_round_and_brings_back_the_law() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    fab, tuner = Fabric(rates), Tuner(cfg(settle_s=30.0), enforce=True)
+    seen = fab.run(tuner, 6)
+    assert tuner.state == "trial" and seen[-1] != LAW
+    other = frozenset({("big", "high")})
+    assert fab.run(tuner, 1, mix=other) == [LAW]
+    assert tuner.state == "settling"
+    assert fab.run(tuner, 2, mix=other) == [LAW, LAW]  # settle_s not over yet
+
+
+def test_observe_mode_never_switches() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    fab, tuner = Fabric(rates), Tuner(cfg(), enforce=False)
+    assert set(fab.run(tuner, 20)) == {LAW}
+    assert tuner.status(fab.now).state == "predicting" and tuner.reloads == 0
+
+
+def test_disabled_tuning_is_off() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    fab, tuner = Fabric(rates), Tuner(cfg(enabled=False), enforce=True)
+    assert set(fab.run(tuner, 10)) == {LAW}
+    assert tuner.status(fab.now).state == "off"
+
+
+def test_a_round_waits_for_the_prediction() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    fab, tuner = Fabric(rates), Tuner(cfg(), enforce=True)
+    for _ in range(3):
+        fab.now += 10
+        s = Sample(fab.now, rates[LAW], NODES, LAW, False, MIX)
+        assert tuner.step(s, POOL, None) is None
+    assert tuner.state == "waiting" and tuner.rounds == 0
+
+
+def test_drift_starts_a_new_round() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 10.0, "small": 4.0},
+        "favour-heavy": {"big": 8.0, "small": 3.0},
+        "one-lane": {"big": 7.0, "small": 3.0},
+    }
+    fab, tuner = Fabric(rates), Tuner(cfg(drift=0.2), enforce=True)
+    fab.run(tuner, 30)
+    assert tuner.state == "settled" and tuner.rounds == 1
+    rates["equal"] = {"big": 5.0, "small": 2.0}  # the jobs changed phase: re-measure
+    fab.run(tuner, 4)
+    assert tuner.rounds == 2
