@@ -25,7 +25,6 @@ from ibqos.agent.lock import AgentLock
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
-from ibqos.agent.tuning import TuningDriver
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
@@ -44,6 +43,7 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.saved import plan_from_doc
+from ibqos.plan.tuning import TuningDriver
 from ibqos.slurm.source import SlurmJobSource
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
-"""The agent's tuning: candidate setups for the jobs in force, predicted off the cycle,
-tried by the observation tuner (:mod:`ibqos.plan.tuner`).
+"""Tuning as a cycle drives it: candidate setups for the jobs in force, predicted off the
+cycle, tried by the observation tuner (:mod:`ibqos.plan.tuner`).  The agent
+(:mod:`ibqos.agent.cycle`) and the simulator's ``--policy ibqos`` run the same driver.
 
 Each cycle :class:`TuningDriver` makes the pool of setups for the plan's jobs (the law
 first, :func:`ibqos.plan.setups.candidates`).  When the mix (jobs and classes) has stayed
@@ -64,6 +65,9 @@ class TuningDriver:
         enforce: the agent may reload OpenSM (enforce mode, not a dry run).
         predictor: predicts a pool (None: no prediction; the pool's order ranks it).
         ratio: the lanes' weight ratio (the law's), so candidates leave out its double.
+        background: predict in a thread, the cycle never waiting (the agent); False:
+            predict within the cycle that finds the mix stable (the simulator, which
+            must be deterministic).
     """
 
     def __init__(
@@ -73,11 +77,13 @@ class TuningDriver:
         enforce: bool,
         predictor: Predictor | None = None,
         ratio: float = 2.0,
+        background: bool = True,
     ) -> None:
         self.cfg = cfg
         self.tuner = Tuner(cfg, enforce=enforce)
         self.predictor = predictor
         self.ratio = ratio
+        self.background = background
         self.pool: list[Setup] = []
         self.predicted: Predicted | None = None
         self._mix: frozenset[tuple[str, str]] | None = None
@@ -161,6 +167,10 @@ class TuningDriver:
             with self._lock:
                 self._result = (mix, out)
 
+        if not self.background:
+            work()
+            self._collect(mix)
+            return
         self._thread = threading.Thread(target=work, name="ibqos-predict", daemon=True)
         self._thread.start()
 
