@@ -34,7 +34,9 @@ def test_weight_target(law: str, ratio: float, targets: list[float]) -> None:
     [
         ([1, 2, 4], 7, 64, [1, 2, 4]),  # exact
         ([1, 1.5, 2.25], 7, 64, [4, 6, 9]),  # exact at a larger base
-        ([1, 2, 4, 8], 3, 4, [1, 1, 2, 3]),  # one entry each, 3 packets at most: compressed
+        ([1, 2, 4, 8], 3, 4, [1, 1, 2, 3]),  # one entry each, 3 packets at most
+        ([4, 2, 1], 7, 64, [4, 2, 1]),  # any order, normalised by the smallest
+        ([2, 4, 3, 6], 3, 5, [2, 3, 3, 5]),  # 15 % either way: not [1, 2, 2, 3], less spread
     ],
 )
 def test_quantize(targets: list[float], per_entry: int, budget: int, counts: list[int]) -> None:
