@@ -161,7 +161,7 @@ class AgentParts:
         """The tuning of *config* (built anew when its ``tuning`` section changes)."""
         return TuningDriver(
             config.tuning,
-            enforce=not self.observing,
+            enforce=not (self.dry_run or config.mode == "observe"),
             predictor=None,
             ratio=self.lanes.weight_ratio,
         )

@@ -187,6 +187,20 @@ class TuningDriver:
             best = predicted.ranking[0] if predicted.ranking else LAW
             log.info("tuning: predicted %s best of %d setups", best, len(predicted.ranking))
 
+    def predict_now(self, decision: Decision) -> Predicted | None:
+        """Predict the pool of *decision*'s plan now, in this thread, whatever the mix's
+        age (a dry run shows it); None with no predictor or nothing to predict.  What a
+        failing prediction raised is logged, and None returned."""
+        plan = decision.plan
+        pool = self._pool(plan)
+        if self.predictor is None or len(pool) < 2:
+            return None
+        try:
+            return self.predictor(decision, plan, pool)
+        except Exception as err:  # a dry run shows the plan whatever the prediction does
+            log.warning("tuning: prediction failed: %s", err)
+            return None
+
     def wait_prediction(self, timeout_s: float) -> bool:
         """Wait up to *timeout_s* for a prediction running now (a dry run shows it)."""
         thread = self._thread
