@@ -20,14 +20,13 @@ from agentrun import (
     write_jobs,
 )
 from dashqueries import panel_queries
-
-#: panels with data only once something happened: tuning's scores come with a prediction
-#: or a trial
-EVENT_PANELS = {"Tuning: candidate scores"}
 from labcheck import QUIET
 
 from ibqos.lab.prometheus import PrometheusServer
 
+#: panels with data only once something happened: tuning's scores come with a prediction
+#: or a trial
+EVENT_PANELS = {"Tuning: candidate scores"}
 ROOT = Path(__file__).parents[2]
 RULES = ROOT / "dashboards" / "ibqos.rules.yml"
 # offered 2e10 B/s per node: more than a 4x EDR link (1.25e10) carries, so host links and
