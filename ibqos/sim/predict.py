@@ -2,7 +2,8 @@
 
 The tuner keeps a shortlist of setups to try on the fabric; this module predicts them with
 the fluid model (:mod:`ibqos.sim.fluid`).  The jobs come from what the agent measured
-(:func:`ibqos.sim.estimate.estimate_jobs`), the routes from OpenSM's dump when there is one
+(:func:`ibqos.sim.estimate.estimate_jobs`, then :func:`calibrate` to what they measured
+under the setup in force), the routes from OpenSM's dump when there is one
 (:func:`network_for`).
 
 **The steady state, not a start.**  ``ibqos simulate`` runs N iterations of jobs that all
@@ -30,18 +31,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ibqos.errors import LabError, SimError
 from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import Topology
+from ibqos.jobs.model import Job
 from ibqos.sim.estimate import ASSUMED_PHASES, Estimate, Phases, estimate_jobs
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network, dmodk_lfts
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import Granularity, granularity
-from ibqos.sim.workload import SimJob
+from ibqos.sim.workload import SimJob, prepare
 
 __all__ = [
     "ASSUMED_PHASES",
@@ -51,6 +53,7 @@ __all__ = [
     "Prediction",
     "SetupPrediction",
     "Steady",
+    "calibrate",
     "estimate_jobs",
     "network_for",
     "predict",
@@ -243,6 +246,56 @@ def _alone(
         sim.run(2)
         out[job.id] = sim.ends[0][1] - sim.ends[0][0]
     return out
+
+
+def calibrate(
+    net: Network,
+    jobs: Sequence[Job],
+    measured: Mapping[str, float],
+    in_force: Arbitration,
+    steady: Steady = Steady(warmup=2, measure=6),
+    rounds: int = 3,
+) -> list[Job]:
+    """*jobs* (:func:`estimate_jobs`) with their bytes per iteration set so that, under the
+    setup they were measured in, the model gives each the mean injection measured.
+
+    A job slowed by the setup in force iterates less often and measures a lower mean than
+    its bytes per iteration would give alone, so the estimate's bursts come out low by as
+    much as it was slowed.  Each round runs *in_force* in the steady state and scales every
+    job's bytes per iteration by measured over predicted mean (a fixed point: a job's time
+    grows with its bytes); its rate, capped at its slowest host link, then its duty take
+    the change (a capped job communicates longer, up to always).
+
+    Args:
+        net: the fabric and its routes.
+        jobs: the estimated jobs.
+        measured: each job's hosts' injected bytes per second (the decision's level 0).
+        in_force: the setup the measurement was made under.
+        steady: how the steady state is measured: by default shorter than
+            :func:`predict`'s, as a mean over all of a run's iterations needs fewer (and
+            the setup in force is often the slowest, everything on one lane).
+        rounds: runs of *in_force* (0: *jobs* unchanged).
+    """
+    out = list(jobs)
+    for _ in range(rounds):
+        sim_jobs = prepare(net, out)
+        times = steady_times(net, sim_jobs, in_force, steady)
+        scaled = []
+        for job, sim_job in zip(out, sim_jobs, strict=True):
+            mean = sim_job.bytes_per_iteration / times[job.id]
+            want = measured.get(job.id, mean)
+            scaled.append(_with_bytes(net, job, want / mean if mean > 0 else 1.0))
+        out = scaled
+    return out
+
+
+def _with_bytes(net: Network, job: Job, factor: float) -> Job:
+    """*job* moving *factor* times its bytes per iteration (rate first, then duty)."""
+    link = min(float(net.capacity[net.router.port_index[net.hosts[h]]]) for h in job.nodes)
+    rate = job.rate_bytes_per_s * factor
+    if rate <= link:
+        return replace(job, rate_bytes_per_s=rate)
+    return replace(job, rate_bytes_per_s=link, duty=min(job.duty * rate / link, 1.0))
 
 
 def predict(

@@ -30,11 +30,13 @@ from ibqos.sim.predict import (
     Prediction,
     SetupPrediction,
     Steady,
+    calibrate,
     estimate_jobs,
     network_for,
     predict,
     render_prediction,
     scores,
+    steady_times,
 )
 from ibqos.sim.workload import prepare
 
@@ -268,3 +270,32 @@ def test_network_for_refuses_a_bad_dump(tmp_path: Path) -> None:
     bad.write_text("0x0001 7 : (garbage)\n")
     with pytest.raises(SimError, match=r"bad\.dump:1"):
         network_for(topo, bad)
+
+
+def test_calibrate_gives_back_the_mean_measured_under_the_setup_in_force(tree: Network) -> None:
+    # a heavy all-to-all on half of every leaf, and a halo whose bursts share its uplinks
+    big = Job("H", hosts(*(h + 8 * k for k in range(4) for h in (1, 2, 3, 4))), "all-to-all")
+    big = replace(big, rate_bytes_per_s=0.8 * EDR4, duty=0.7, period_s=0.02)
+    halo = replace(HALO, nodes=hosts(5, 6, 13, 14, 21, 22, 29, 30), rate_bytes_per_s=0.6 * EDR4)
+    truth = [big, halo]
+    decision = decision_of(tree, truth, truth)
+    measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs}
+    known = {j.id: Phases(j.duty, j.period_s) for j in truth}
+    est = list(estimate_jobs(tree, truth, decision, phases=known).jobs)
+    in_force = one_vl(prepare(tree, est), DEFAULT_LANES)
+
+    def mean_error(jobs: list[Job]) -> float:
+        sim_jobs = prepare(tree, jobs)
+        t = steady_times(tree, sim_jobs, in_force)
+        return max(abs(j.bytes_per_iteration / t[j.id] / measured[j.id] - 1) for j in sim_jobs)
+
+    # the measured means are what the jobs did slowed: taken as bursts, they come out low
+    before = mean_error(est)
+    assert before > 0.1
+    calibrated = calibrate(tree, est, measured, in_force)
+    assert mean_error(calibrated) < before / 4
+    # closer to the job file's bursts than the estimate was, never reading them
+    for old, new, real in zip(est, calibrated, truth, strict=True):
+        assert real.rate_bytes_per_s > new.rate_bytes_per_s > old.rate_bytes_per_s
+        assert (new.duty, new.period_s) == (old.duty, old.period_s)
+    assert calibrate(tree, est, measured, in_force, rounds=0) == est
