@@ -118,7 +118,7 @@ def bench(
     """One Markdown row for the mix, and its prediction."""
     sim_jobs = prepare(net, jobs)
     plan, build_s = timed(
-        lambda: policies.build("ibqos", net, sim_jobs, 10, buffer_packets=0), rounds
+        lambda: policies.build("ibqos-fixed", net, sim_jobs, 10, buffer_packets=0), rounds
     )
     setups = candidates(plan, sim_jobs)
     measured = {j.id: 0.95 * j.bytes_per_iteration / j.job.period_s for j in sim_jobs}

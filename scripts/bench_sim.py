@@ -134,7 +134,7 @@ def what_if(
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
     run = simulate_fluid(net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     if policy == "ibqos":
-        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=run, buffer_packets=bp)
+        arb = policies.build("ibqos-fixed", net, sim_jobs, ITERATIONS, seen=run, buffer_packets=bp)
         run = simulate_fluid(net, sim_jobs, arb, ITERATIONS, buffer_packets=bp)
     t_alone = alone("fluid", net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     return {j.id: run.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs}
@@ -348,7 +348,7 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
     )
     _progress(f"2048 nodes: alone {med(stages['alone'])} s")
     ibqos_arb, stages["ibqos build"] = timed(
-        cold(lambda: policies.build("ibqos", net, sim_jobs, ITERATIONS, buffer_packets=bp)),
+        cold(lambda: policies.build("ibqos-fixed", net, sim_jobs, ITERATIONS, buffer_packets=bp)),
         rounds,
     )
     setups = {
