@@ -339,7 +339,7 @@ BASELINES = ("one-vl", "equal", "bandwidth")
 
 def closed_report(results: list[ClosedResult], top: int) -> list[str]:
     """The closed-loop evaluation's Markdown report."""
-    out = [f"## ibqos tuning in the closed loop (fluid model, trials included)", ""]
+    out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
     out += [
         "Total contention in ms at the N `ibqos simulate --policy ibqos` takes (4 rounds of"
         " tuning for the longest job), E = one-vl's total over the policy's in brackets;"
@@ -412,7 +412,7 @@ def closed_report(results: list[ClosedResult], top: int) -> list[str]:
 
 
 def _versus_base(r: ClosedResult, policy: str) -> str:
-    """"yes" when *policy*'s total is at or below the best of the baselines (within
+    """ "yes" when *policy*'s total is at or below the best of the baselines (within
     round-off), else its excess over that best."""
     best = min(r.total(p) for p in BASELINES)
     mine = r.total(policy)

@@ -20,8 +20,13 @@ from simmixes import Mix, network
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.tuning import TuningConfig
 from ibqos.sim import policies, senders
-from ibqos.sim.closedloop import LoopResult, closed_loop, default_iterations, default_sweep_s
-from ibqos.sim.closedloop import fluid_predictor
+from ibqos.sim.closedloop import (
+    LoopResult,
+    closed_loop,
+    default_iterations,
+    default_sweep_s,
+    fluid_predictor,
+)
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate
 from ibqos.sim.network import Network
@@ -168,7 +173,9 @@ def run_fluid(
         for p, arb in setups.items()
     }
     for name, change in VARIANTS.items():
-        arb = policies.build("ibqos-fixed", net, jobs, iterations, change(mix.lanes), buffer_packets=bp)
+        arb = policies.build(
+            "ibqos-fixed", net, jobs, iterations, change(mix.lanes), buffer_packets=bp
+        )
         setups[name] = replace(arb, name=name)
         outcomes[name] = evaluate(
             "fluid", net, jobs, setups[name], iterations, t_alone, buffer_packets=bp
@@ -281,9 +288,5 @@ def run_closed(mix: Mix, fluid_buffers: int | None, top: int, short: int = 10) -
         outcomes[name] = replace(out, policy=name)
     tried = [outcomes[p] for p in EVAL_POLICIES]
     tried += [runs.evaluate(replace(grid[k], name="optimal"), t_alone) for k in best]
-    outcomes["optimal"] = replace(
-        min(tried, key=lambda o: o.total_contention_s), policy="optimal"
-    )
-    return ClosedResult(
-        mix, n, sweep, outcomes, loops, len(grid), time.perf_counter() - start
-    )
+    outcomes["optimal"] = replace(min(tried, key=lambda o: o.total_contention_s), policy="optimal")
+    return ClosedResult(mix, n, sweep, outcomes, loops, len(grid), time.perf_counter() - start)

@@ -260,7 +260,7 @@ def _setup_name(plan: Plan) -> str:
 def fluid_predictor(
     net: Network,
     jobs: Sequence[Job],
-    steady: Steady = Steady(),
+    steady: Steady | None = None,
     phases: dict[str, Phases] | None = None,
 ) -> Predictor:
     """The tuning's predictor as the agent makes it from what it measures: the jobs
@@ -272,7 +272,8 @@ def fluid_predictor(
     Args:
         net: the fabric and its routes.
         jobs: the running jobs (as their source gives them).
-        steady: how the steady state is measured.
+        steady: how the steady state is measured (None: :class:`~ibqos.sim.predict.Steady`'s
+            defaults).
         phases: each job's phases where known (as a profile would record them); the
             others are assumed (:data:`~ibqos.sim.estimate.ASSUMED_PHASES`).
     """
@@ -288,7 +289,8 @@ def fluid_predictor(
         assert plan.tables is not None  # the driver makes no pool without tables
         in_force = from_tables(plan.tables, plan.job_sl, plan.cfg.mtu, "in force")
         calibrated = calibrate(net, est.jobs, measured, in_force)
-        pred = predict(net, prepare(net, calibrated), arbs, steady, est.notes)
+        how = Steady() if steady is None else steady
+        pred = predict(net, prepare(net, calibrated), arbs, how, est.notes)
         scores = {s.name: s.score for s in pred.setups}
         order = [s.name for s in setups]  # ties go to the pool's order
         ranking = tuple(sorted(scores, key=lambda k: (scores[k], order.index(k))))
