@@ -20,10 +20,10 @@ from ibqos.sim.policies import (
     build,
     grid,
 )
+from ibqos.sim.workload import SimJob, prepare
 
 #: the policies that are one setup (ibqos tunes as the mix runs: test_sim_closedloop.py)
 SETUPS = [p for p in POLICIES if p != ADAPTIVE]
-from ibqos.sim.workload import SimJob, prepare
 
 
 def hosts(leaf_slots: range) -> tuple[str, ...]:
