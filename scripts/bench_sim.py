@@ -318,7 +318,8 @@ def cli_time(xgft: str, jobs: list[Job], policy: str, rounds: int) -> list[float
                     "--jobs",
                     str(path),
                     "--policy",
-                    policy,
+                    # the law's what-if: `--policy ibqos` tunes in a closed loop, at its own N
+                    "ibqos-fixed" if policy == "ibqos" else policy,
                     "--format",
                     "json",
                 ],

@@ -492,8 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--top",
         type=int,
-        default=3,
-        help="--closed-loop: setups of the 10-iteration search re-run at N for the optimum",
+        default=5,
+        help="--closed-loop: setups of the 10-iteration search re-run at N for the optimum"
+        " (default 5)",
     )
     add_fluid_buffers_option(parser)
     args = parser.parse_args(args_in)

@@ -30,6 +30,7 @@ from ibqos.sim.closedloop import (
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate
 from ibqos.sim.network import Network
+from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import SimJob, prepare
 
@@ -277,10 +278,9 @@ def run_closed(mix: Mix, fluid_buffers: int | None, top: int, short: int = 10) -
         arb = policies.setup_of(p, runs, mix.lanes, base_run)
         outcomes[p] = runs.evaluate(arb, t_alone, base_run if p == "one-vl" else None)
     phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in jobs}
+    predictor = fluid_predictor(net, mix.jobs, Steady(buffer_packets=bp), phases)
     loops = {
-        LOOP: closed_loop(
-            runs, mix.lanes, tuning, sweep, fluid_predictor(net, mix.jobs, phases=phases)
-        ),
+        LOOP: closed_loop(runs, mix.lanes, tuning, sweep, predictor),
         LOOP_UNRANKED: closed_loop(runs, mix.lanes, tuning, sweep, None),
     }
     for name, loop in loops.items():

@@ -24,6 +24,7 @@ from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import ADAPTIVE, FIXED, POLICIES, one_vl, setup_of, too_large_to_search
+from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.report import BASELINE, load_plan, render
 from ibqos.sim.senders import Granularity, auto_buffers
@@ -176,9 +177,11 @@ def simulate(
             continue
         predictor = None
         if predict:
-            # the jobs' phases as a profile that recorded them gives them
+            # the jobs' phases as a profile that recorded them gives them, and the model
+            # the fabric is: the run's own senders and buffers
             phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in sim_jobs}
-            predictor = fluid_predictor(net, jobs, phases=phases)
+            steady = Steady(per=per, buffer_packets=fluid_buffers)
+            predictor = fluid_predictor(net, jobs, steady, phases)
         loop = closed_loop(planning, lanes, tuning, sweep, predictor)
         out = runs.evaluate(loop.final, t_alone, loop.run)
         outcomes.append(replace(out, plan_buffer_packets=fluid_buffers))
