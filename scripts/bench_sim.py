@@ -25,8 +25,8 @@ Timed stages:
 - ``route``: the mix's flows routed (:func:`ibqos.sim.workload.prepare`);
 - ``alone``: T_alone of every job (20 fluid runs, one job each);
 - ``sharing run``: one run of the whole mix under a setup (one-vl, equal, ibqos's);
-- ``ibqos build``: :func:`ibqos.sim.policies.build` for ``ibqos`` (the mix on one VL, then
-  a decision cycle);
+- ``ibqos build``: :func:`ibqos.sim.policies.build` for ``ibqos-fixed`` (the mix on one
+  VL, then a decision cycle); ``ibqos`` below is that setup, the law without tuning;
 - **what-if**: what ``ibqos simulate --policy one-vl|ibqos`` computes once the fabric is
   built, in its order, timed as a whole: route, the sharing run on one VL, for ibqos the
   plan and the sharing run under it, then T_alone (no switch buffers: the senders are per
@@ -249,7 +249,8 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
         sim_jobs = prepare(net, jobs_64(net, stretch))
         for pol in ("one-vl", "ibqos"):
             plan_bp = buffers if model == "fluid" else auto  # ibqos plans by the fluid model
-            arb = policies.build(pol, net, sim_jobs, ITERATIONS, buffer_packets=plan_bp)
+            name = "ibqos-fixed" if pol == "ibqos" else pol  # the law, not the closed loop
+            arb = policies.build(name, net, sim_jobs, ITERATIONS, buffer_packets=plan_bp)
             n = rounds if model == "fluid" else max(1, min(rounds, 2))
             res, times = timed(partial(run_model, model, net, sim_jobs, arb, buffers), n)
             best = min(times)

@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         _progress(
             f"[{i + 1}/{len(todo)}] {mix.name}: one-vl {ms(r.total('one-vl'))} ms,"
-            f" ibqos {ms(r.total('ibqos'))}, optimal {ms(r.total('optimal'))}"
+            f" ibqos-fixed {ms(r.total('ibqos-fixed'))}, optimal {ms(r.total('optimal'))}"
             f" ({pct(r.gap())}), {len(r.searched)} setups, {r.wall_s:.1f} s"
         )
     link = host_link(network(todo[0].xgft)) if todo else 1.0

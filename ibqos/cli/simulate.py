@@ -70,9 +70,9 @@ from ibqos.sim.senders import GRANULARITIES, Granularity
 @click.option(
     "--fluid-buffers",
     type=click.IntRange(min=0),
-    help="With --model packet: the fluid model's buffers (as --buffers) where ibqos and"
-    " optimal plan by simulating it (default as for --model fluid; refused when neither"
-    " policy is asked for).",
+    help="With --model packet: the fluid model's buffers (as --buffers) where ibqos-fixed"
+    " and optimal plan by simulating it (default as for --model fluid; refused when no"
+    " such policy is asked for).",
 )
 @click.option(
     "--iterations",
