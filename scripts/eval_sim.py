@@ -58,6 +58,8 @@ from simrun import (
 )
 from simtables import buffers_used, eff, geomean, ms, pct, setup_text, table
 
+from ibqos.config.tuning import TuningConfig
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -337,9 +339,16 @@ def svg_gap(results: list[MixResult]) -> str:
 BASELINES = ("one-vl", "equal", "bandwidth")
 
 
-def closed_report(results: list[ClosedResult], top: int) -> list[str]:
+def closed_report(results: list[ClosedResult], top: int, margin: float | None) -> list[str]:
     """The closed-loop evaluation's Markdown report."""
+    cfg = TuningConfig() if margin is None else TuningConfig(margin=margin)
     out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
+    out += [
+        f"Tuning: candidates {cfg.candidates}, shortlist {cfg.shortlist}, trial_sweeps"
+        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, floor {cfg.floor:g}, drift"
+        f" {cfg.drift:g}, max_reloads_per_hour {cfg.max_reloads_per_hour} (settle_s 0).",
+        "",
+    ]
     out += [
         "Total contention in ms at the N `ibqos simulate --policy ibqos` takes (4 rounds of"
         " tuning for the longest job), E = one-vl's total over the policy's in brackets;"
@@ -431,7 +440,8 @@ def main_closed(args: argparse.Namespace) -> int:
     results = []
     docs = []
     for i, mix in enumerate(todo):
-        r = run_closed(mix, args.fluid_buffers, args.top)
+        tuning = TuningConfig() if args.margin is None else TuningConfig(margin=args.margin)
+        r = run_closed(mix, args.fluid_buffers, args.top, tuning=tuning)
         results.append(r)
         _progress(
             f"[{i + 1}/{len(todo)}] {mix.name}: N {r.iterations}, one-vl {ms(r.total('one-vl'))}"
@@ -455,7 +465,7 @@ def main_closed(args: argparse.Namespace) -> int:
         f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
         f" {time.perf_counter() - start:.0f} s in all\n"
     )
-    print("\n".join(closed_report(results, args.top)))
+    print("\n".join(closed_report(results, args.top, args.margin)))
     return 0
 
 
@@ -495,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
         default=5,
         help="--closed-loop: setups of the 10-iteration search re-run at N for the optimum"
         " (default 5)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0.03)",
     )
     add_fluid_buffers_option(parser)
     args = parser.parse_args(args_in)

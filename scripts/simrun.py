@@ -250,11 +250,18 @@ class ClosedResult:
         return p / opt - 1.0
 
 
-def run_closed(mix: Mix, fluid_buffers: int | None, top: int, short: int = 10) -> ClosedResult:
+def run_closed(
+    mix: Mix,
+    fluid_buffers: int | None,
+    top: int,
+    short: int = 10,
+    tuning: TuningConfig | None = None,
+) -> ClosedResult:
     """The mix at the N ``ibqos simulate`` takes with ``--policy ibqos``: the fixed
     policies, ibqos's closed loop (with the fluid model's prediction, and without), and
     ``optimal``: the best of the fixed policies and of the *top* setups of the exhaustive
     search run at *short* iterations (the search at N would take hours), each re-run at N.
+    *tuning*: the loop's tuning section (None: its defaults).
     """
     start = time.perf_counter()
     net = network(mix.xgft)
@@ -267,7 +274,7 @@ def run_closed(mix: Mix, fluid_buffers: int | None, top: int, short: int = 10) -
     grid = policies.grid(jobs, mix.lanes)
     totals = [short_runs.evaluate(arb, short_alone).total_contention_s for arb in grid]
     best = sorted(range(len(grid)), key=lambda k: (totals[k], k))[:top]
-    tuning = TuningConfig()
+    tuning = TuningConfig() if tuning is None else tuning
     sweep = default_sweep_s(jobs)
     n = default_iterations(jobs, sweep, tuning)
     runs = RunSettings("fluid", net, jobs, n, buffer_packets=bp)
