@@ -23,9 +23,10 @@ rounds long.
 Time: the sweep interval is simulated seconds (:func:`default_sweep_s`: a few of the
 mix's longest iterations, so a sweep's rates are averages over iterations, as the
 agent's sweeps of seconds are over its jobs' millisecond iterations).  Tuning gets its
-configuration with ``settle_s`` 0 (a sweep is the unit here, and the first sweep after a
-change already waits for the classes) and counts its reloads per hour of simulated time,
-which in a run of seconds means ``max_reloads_per_hour`` for the whole run.
+configuration with ``settle_s`` 0 (the agent's 30 s would be the whole run; a round
+starts at the sweep after the one that classified the jobs) and counts its reloads per
+hour of simulated time, which in a run of seconds means ``max_reloads_per_hour`` for the
+whole run.
 
 The prediction (:mod:`ibqos.sim.predict`) ranks the candidates before a round when a
 *predictor* is given (:func:`fluid_predictor`); without one the round tries them in the
