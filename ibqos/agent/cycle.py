@@ -86,7 +86,10 @@ class CycleAgent(AgentParts):
         if self.dry_run:
             jobs_seen = self.jobs_seen or ()
             state_dir = self.config.agent.state_dir
-            self.echo(self._dry_run_sink.text(decision, files, self.fabric, jobs_seen, state_dir))
+            predicted = self.tuning.predict_now(decision) if self.config.tuning.enabled else None
+            tuning = "" if predicted is None else predicted.text
+            sink = self._dry_run_sink
+            self.echo(sink.text(decision, files, self.fabric, jobs_seen, state_dir, tuning))
         elif self.observing:
             try:
                 self.observer.show(files)
