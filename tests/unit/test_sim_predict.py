@@ -32,6 +32,7 @@ from ibqos.sim.predict import (
     Steady,
     calibrate,
     estimate_jobs,
+    injected,
     network_for,
     predict,
     render_prediction,
@@ -280,7 +281,8 @@ def test_calibrate_gives_back_the_mean_measured_under_the_setup_in_force(tree: N
     halo = replace(HALO, nodes=hosts(5, 6, 13, 14, 21, 22, 29, 30), rate_bytes_per_s=0.6 * EDR4)
     truth = [big, halo]
     decision = decision_of(tree, truth, truth)
-    measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs}
+    measured = injected(decision)
+    assert measured == {r.id: r.levels[0].bytes_per_s for r in decision.jobs}
     known = {j.id: Phases(j.duty, j.period_s) for j in truth}
     est = list(estimate_jobs(tree, truth, decision, phases=known).jobs)
     in_force = one_vl(prepare(tree, est), DEFAULT_LANES)
