@@ -216,9 +216,9 @@ def network_for(topo: Topology, lft_dump: Path | None = None) -> Network:
     in ``osm_dump_all``) at the end of every heavy sweep (the first, one after a fabric
     change, one forced by SIGHUP) that ends without initialization errors, but only while
     the ROUTING log flag (0x40) is on, globally (``log_flags``) or for ``osm_dump.c`` in
-    ``per_module_logging_file``; it goes in ``dump_files_dir`` of
-    opensm.conf, by default ``$OSM_TMP_DIR``, else ``/var/log/``.  Without it, D-mod-K
-    over *topo* (:func:`ibqos.sim.network.dmodk_lfts`), which is how ftree and updn spread
+    ``per_module_logging_file``; it goes in ``dump_files_dir`` of opensm.conf, by default
+    ``$OSM_TMP_DIR``, else ``/var/log/``.  Without it, D-mod-K over *topo*
+    (:func:`ibqos.sim.network.dmodk_lfts`), which is how ftree and updn spread
     destinations on a fat tree, not necessarily the tables in force.
 
     Raises:
