@@ -19,6 +19,7 @@ from dataclasses import replace
 from ibqos.config.lanes import LaneConfig
 from ibqos.jobs.model import Job
 from ibqos.plan.report import Decision
+from ibqos.sim.estimate import QUIET_BYTES_PER_S
 from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
@@ -28,8 +29,6 @@ from ibqos.sim.senders import auto_buffers
 from ibqos.sim.workload import SimJob, prepare
 
 ITERATIONS = 10
-#: below this per host (bytes/s, e.g. management MADs), a job counts as not communicating
-QUIET_BYTES_PER_S = 1e6
 
 
 def simulated_jobs(jobs: Sequence[Job], decision: Decision) -> tuple[list[Job], list[str]]:
