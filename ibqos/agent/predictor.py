@@ -4,8 +4,8 @@
 :data:`~ibqos.plan.tuning.Predictor`: the fabric with OpenSM's routes when
 ``tuning.lft_dump`` names its ``opensm-lfts.dump`` (else D-mod-K), the running jobs
 estimated from the decision (:func:`ibqos.sim.estimate.estimate_jobs`: measured rates,
-declared or profile pattern, else gravity; phases from ``tuning.assumed_duty`` and
-``assumed_period_s``), calibrated to what they measured under the setup in force, and
+declared or profile pattern, else gravity; phases from the job's profile where it records
+them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they measured under the setup in force, and
 each candidate's tables as the planner would program them
 (:func:`ibqos.plan.planner.setup_tables`), run in the steady state
 (:func:`ibqos.sim.predict.predict`).
@@ -33,7 +33,7 @@ from ibqos.sim.workload import prepare
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_predictor"]
+__all__ = ["make_predictor", "profile_phases"]
 
 
 def make_predictor(
@@ -60,8 +60,10 @@ def make_predictor(
         if plan.tables is None:
             return Predicted(tuple(s.name for s in pool), {})
         net = network()
-        phases = Phases(cfg.assumed_duty, cfg.assumed_period_s)
-        est = estimate_jobs(net, jobs(), decision, priors(), assumed=phases)
+        assumed = Phases(cfg.assumed_duty, cfg.assumed_period_s)
+        running, known = jobs(), priors()
+        phases = profile_phases(running, known)
+        est = estimate_jobs(net, running, decision, known, phases, assumed)
         if not est.jobs:
             return Predicted(tuple(s.name for s in pool), {}, "predicted: no job measured\n")
         mtu = plan.cfg.mtu
@@ -78,3 +80,17 @@ def make_predictor(
         return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
 
     return predictor
+
+
+def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phases]:
+    """Job id -> the phases its matching profile records (``model.duty`` and
+    ``model.period_s``), for the jobs whose profile has both."""
+    out: dict[str, Phases] = {}
+    if priors is None:
+        return out
+    for job in jobs:
+        profile = priors.profile(job)
+        model = profile.model if profile is not None else None
+        if model is not None and model.duty is not None and model.period_s is not None:
+            out[job.id] = Phases(model.duty, model.period_s)
+    return out
