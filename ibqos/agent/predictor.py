@@ -2,12 +2,12 @@
 
 :func:`make_predictor` gives :class:`ibqos.plan.tuning.TuningDriver` its
 :data:`~ibqos.plan.tuning.Predictor`: the fabric with OpenSM's routes when
-``tuning.lft_dump`` names its ``opensm-lfts.dump`` (else D-mod-K), the running jobs
+``tuning.lft_dump`` names its ``opensm-lfts.dump`` (else D-mod-K); the running jobs
 estimated from the decision (:func:`ibqos.sim.estimate.estimate_jobs`: measured rates,
 declared or profile pattern, else gravity; phases from the job's profile where it records
-them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they measured under the setup in force, and
-each candidate's tables as the planner would program them
-(:func:`ibqos.plan.planner.setup_tables`), run in the steady state
+them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they
+measured under the setup in force; and each candidate's tables as the planner would
+program them (:func:`ibqos.plan.planner.setup_tables`), run in the steady state
 (:func:`ibqos.sim.predict.predict`).
 """
 
