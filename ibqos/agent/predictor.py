@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from ibqos.classify.prior import Priors
 from ibqos.config.tuning import TuningConfig
+from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan, setup_tables
@@ -53,7 +54,12 @@ def make_predictor(
             net = cache.get(id(model))
             if net is None:
                 cache.clear()
-                net = cache[id(model)] = network_for(model.topo, cfg.lft_dump)
+                try:
+                    net = network_for(model.topo, cfg.lft_dump)
+                except SimError as err:  # not written yet, or unreadable: predict anyway
+                    log.warning("tuning: %s; predicting over D-mod-K routes", err)
+                    net = network_for(model.topo, None)
+                cache[id(model)] = net
             return net
 
     def predictor(decision: Decision, plan: Plan, pool: Sequence[Setup]) -> Predicted:
