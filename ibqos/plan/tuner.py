@@ -257,7 +257,7 @@ class Tuner:
             self._maybe_start(sample, pool, ranking)
 
     def _new_mix(self, sample: Sample) -> None:
-        """The jobs or their classes changed: end any round, back to the law, settle."""
+        """A job started or ended: end any round, back to the law, settle."""
         if self._trial is not None:
             log.info("tuning: the mix changed, trial of %s ended", self._trial.setup.name)
         self._mix = sample.mix
