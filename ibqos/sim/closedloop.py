@@ -60,7 +60,7 @@ from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
 from ibqos.sim.policies import ADAPTIVE, SweepTable
-from ibqos.sim.predict import Steady, calibrate, predict
+from ibqos.sim.predict import Steady, calibrate, predict, render_prediction
 from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.workload import RunResult, SimJob, prepare
 
@@ -264,11 +264,13 @@ def fluid_predictor(
     steady: Steady | None = None,
     phases: dict[str, Phases] | None = None,
 ) -> Predictor:
-    """The tuning's predictor as the agent makes it from what it measures: the jobs
-    estimated from a decision (:func:`~ibqos.sim.estimate.estimate_jobs`, never their
-    declared traffic, but for *phases*), calibrated to their means under the setup in
-    force (:func:`~ibqos.sim.predict.calibrate`), and each candidate setup predicted in
-    the steady state (:func:`~ibqos.sim.predict.predict`), ranked by score.
+    """The tuning's predictor, in the steps of the agent's own
+    (:func:`ibqos.agent.predictor.make_predictor`, a layer up), on the simulated fabric's
+    routes and with the steady state given: the jobs estimated from a decision
+    (:func:`~ibqos.sim.estimate.estimate_jobs`, never their declared rates, and their
+    phases only from *phases*), calibrated to their means under the setup in force
+    (:func:`~ibqos.sim.predict.calibrate`), and each candidate setup predicted in the
+    steady state (:func:`~ibqos.sim.predict.predict`), ranked by score.
 
     Args:
         net: the fabric and its routes.
@@ -280,26 +282,25 @@ def fluid_predictor(
     """
 
     def predictor(decision: Decision, plan: Plan, setups: Sequence[Setup]) -> Predicted:
+        order = tuple(s.name for s in setups)  # ties, and no prediction, go to the pool's order
+        if plan.tables is None:
+            return Predicted(order, {})
         est = estimate_jobs(net, jobs, decision, phases=phases)
         if not est.jobs:
-            raise SimError("predict: no job measured yet")
+            return Predicted(order, {}, "predicted: no job measured\n")
+        mtu = plan.cfg.mtu
+        # what the measurement was made under: the plan's own tables
+        in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
         # each job's hosts' injected bytes per second, all together (level 0)
         measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs if 0 in r.levels}
-        arbs = [_setup_arbitration(plan, s) for s in setups]
-        # what the measurement was made under: the plan's own tables
-        assert plan.tables is not None  # the driver makes no pool without tables
-        in_force = from_tables(plan.tables, plan.job_sl, plan.cfg.mtu, "in force")
         calibrated = calibrate(net, est.jobs, measured, in_force)
+        ids = {j.id for j in calibrated}
+        job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
+        arbs = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in setups]
         how = Steady() if steady is None else steady
         pred = predict(net, prepare(net, calibrated), arbs, how, est.notes)
+        ranked = sorted(pred.setups, key=lambda s: s.score)  # stable: the pool's order ties
         scores = {s.name: s.score for s in pred.setups}
-        order = [s.name for s in setups]  # ties go to the pool's order
-        ranking = tuple(sorted(scores, key=lambda k: (scores[k], order.index(k))))
-        return Predicted(ranking, scores)
+        return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
 
     return predictor
-
-
-def _setup_arbitration(plan: Plan, setup: Setup) -> Arbitration:
-    """The arbitration *setup* programs for the jobs of *plan*, named after it."""
-    return from_tables(setup_tables(plan, setup), plan.job_sl, plan.cfg.mtu, setup.name)

@@ -1,4 +1,5 @@
-"""The running jobs as a live agent can simulate them: from what it measured, not declared.
+"""The running jobs as a live agent can simulate them: from what it measured, not declared;
+and the routes they take (:func:`network_for`).
 
 A job file may carry the lab's traffic keys (``rate_bytes_per_s``, ``duty``, ``period_s``),
 but those describe what the lab (or the simulator) makes a job do: on a real fabric nobody
@@ -19,7 +20,8 @@ The rate while communicating is then ``mean / duty`` per sending host, capped at
 slowest of its hosts' links; a capped job keeps its mean by communicating longer (its duty
 raised to ``mean / link``).  The measured mean is what the job did under the setup in
 force: a job slowed there iterates less often and measures less than it would alone, so
-its burst rate comes out low (conservative) by as much as it was slowed.
+its burst rate comes out low by as much as it was slowed
+(:func:`ibqos.sim.predict.calibrate` corrects that).
 
 Jobs injecting less than :data:`QUIET_BYTES_PER_S` per host (management MADs, a job
 still starting) or with one host on the fabric are left out, with a note.
@@ -32,13 +34,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.classify.prior import Priors
-from ibqos.errors import SimError
+from ibqos.errors import LabError, SimError
+from ibqos.fabric.routes import parse_lft_dump
+from ibqos.fabric.topology import Topology
 from ibqos.jobs.model import Job
 from ibqos.plan.report import Decision, JobReport
-from ibqos.sim.network import Network
+from ibqos.sim.network import Network, dmodk_lfts
 
 __all__ = [
     "ASSUMED_PHASES",
@@ -46,6 +51,8 @@ __all__ = [
     "Estimate",
     "Phases",
     "estimate_jobs",
+    "injected",
+    "network_for",
 ]
 
 #: below this per host (bytes/s, e.g. management MADs), a job counts as not communicating
@@ -142,6 +149,17 @@ def estimate_jobs(
     return Estimate(tuple(out), tuple(notes))
 
 
+def injected(decision: Decision) -> dict[str, float]:
+    """Bytes per second each job's hosts injected in the decision's cycle (its level 0),
+    by job id; jobs with nothing measured there are left out."""
+    out = {}
+    for r in decision.jobs:
+        rate = r.levels[0].bytes_per_s if 0 in r.levels else math.nan
+        if math.isfinite(rate):
+            out[r.id] = rate
+    return out
+
+
 def _pattern(job: Job, report: JobReport, priors: Priors | None) -> tuple[Job, str]:
     """A job of the report's hosts with a pattern (no rates yet), and where it came from."""
     nodes = report.nodes
@@ -188,3 +206,31 @@ def _rated(net: Network, shape: Job, injected: float, phases: Phases) -> tuple[J
     if capped:
         rate, duty = link, min(mean_rate / link, 1.0)
     return replace(shape, rate_bytes_per_s=rate, duty=duty, period_s=phases.period_s), capped
+
+
+def network_for(topo: Topology, lft_dump: Path | None = None) -> Network:
+    """The fabric with the routes the jobs' traffic takes.
+
+    With *lft_dump*, OpenSM's own forwarding tables, from its ``opensm-lfts.dump``:
+    OpenSM writes that file (with ``opensm-lid-matrix.dump``, ``opensm.fdbs`` and others,
+    in ``osm_dump_all``) at the end of every heavy sweep (the first, one after a fabric
+    change, one forced by SIGHUP) that ends without initialization errors, but only while
+    the ROUTING log flag (0x40) is on, globally (``log_flags``) or for ``osm_dump.c`` in
+    ``per_module_logging_file``; it goes in ``dump_files_dir`` of opensm.conf, by default
+    ``$OSM_TMP_DIR``, else ``/var/log/``.  Without it, D-mod-K over *topo*
+    (:func:`ibqos.sim.network.dmodk_lfts`), which is how ftree and updn spread
+    destinations on a fat tree, not necessarily the tables in force.
+
+    Raises:
+        SimError: the dump cannot be read or parsed.
+        TopologyError: D-mod-K does not apply to *topo*.
+    """
+    if lft_dump is None:
+        return Network(topo, dmodk_lfts(topo))
+    try:
+        tables = parse_lft_dump(lft_dump.read_text(), str(lft_dump))
+    except OSError as err:
+        raise SimError(f"{lft_dump}: {err.strerror}") from err
+    except LabError as err:  # the parser is the lab's; here it is a simulator input
+        raise SimError(str(err)) from err
+    return Network(topo, tables)

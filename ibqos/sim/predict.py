@@ -23,6 +23,14 @@ the jobs' times relative to each job's best over the setups predicted (:func:`sc
 1.0 when every job is at its best; the observation side scores measured times the same
 way.
 
+A cycle of the tuner, from the agent's decision::
+
+    net = network_for(fabric.topo, lft_dump)
+    est = estimate_jobs(net, jobs, decision, priors)
+    mix = calibrate(net, est.jobs, injected(decision), in_force)
+    pred = predict(net, prepare(net, mix), candidates, notes=est.notes)
+    to_try = pred.shortlist(3, keep="law")
+
 Units: seconds; slowdowns and scores are ratios.
 """
 
@@ -32,15 +40,19 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from ibqos.errors import LabError, SimError
-from ibqos.fabric.routes import parse_lft_dump
-from ibqos.fabric.topology import Topology
+from ibqos.errors import SimError
 from ibqos.jobs.model import Job
-from ibqos.sim.estimate import ASSUMED_PHASES, Estimate, Phases, estimate_jobs
+from ibqos.sim.estimate import (
+    ASSUMED_PHASES,
+    Estimate,
+    Phases,
+    estimate_jobs,
+    injected,
+    network_for,
+)
 from ibqos.sim.fluid import FluidSim
-from ibqos.sim.network import Network, dmodk_lfts
+from ibqos.sim.network import Network
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import Granularity, granularity
 from ibqos.sim.workload import SimJob, prepare
@@ -55,6 +67,7 @@ __all__ = [
     "Steady",
     "calibrate",
     "estimate_jobs",
+    "injected",
     "network_for",
     "predict",
     "render_prediction",
@@ -269,7 +282,8 @@ def calibrate(
     Args:
         net: the fabric and its routes.
         jobs: the estimated jobs.
-        measured: each job's hosts' injected bytes per second (the decision's level 0).
+        measured: each job's hosts' injected bytes per second (the decision's level 0,
+            :func:`~ibqos.sim.estimate.injected`).
         in_force: the setup the measurement was made under.
         steady: how the steady state is measured: by default shorter than
             :func:`predict`'s, as a mean over all of a run's iterations needs fewer (and
@@ -360,30 +374,3 @@ def render_prediction(pred: Prediction) -> str:
     lines.append("  best over these setups, node-weighted; * lowest score)")
     lines += [f"  {n}" for n in pred.notes]
     return "\n".join(lines) + "\n"
-
-
-def network_for(topo: Topology, lft_dump: Path | None = None) -> Network:
-    """The fabric with the routes the jobs' traffic takes.
-
-    With *lft_dump*, OpenSM's own forwarding tables, from its ``opensm-lfts.dump``:
-    OpenSM writes that file (with ``opensm-lid-matrix.dump``, ``opensm.fdbs`` and others,
-    in ``osm_dump_all``) at the end of every sweep that brought the subnet up without
-    errors, but only while the ROUTING log flag (0x40) is on, globally (``log_flags``) or
-    for ``osm_dump.c`` in ``per_module_logging_file``; it goes in ``dump_files_dir`` of
-    opensm.conf, by default ``$OSM_TMP_DIR``, else ``/var/log/``.  Without it, D-mod-K
-    over *topo* (:func:`ibqos.sim.network.dmodk_lfts`), which is how ftree and updn spread
-    destinations on a fat tree, not necessarily the tables in force.
-
-    Raises:
-        SimError: the dump cannot be read or parsed.
-        TopologyError: D-mod-K does not apply to *topo*.
-    """
-    if lft_dump is None:
-        return Network(topo, dmodk_lfts(topo))
-    try:
-        tables = parse_lft_dump(lft_dump.read_text(), str(lft_dump))
-    except OSError as err:
-        raise SimError(f"{lft_dump}: {err.strerror}") from err
-    except LabError as err:  # the parser is the lab's; here it is a simulator input
-        raise SimError(str(err)) from err
-    return Network(topo, tables)
