@@ -55,7 +55,7 @@ from ibqos.plan.report import Decision
 from ibqos.plan.setups import LAW, Setup
 from ibqos.plan.tuner import TuningStatus
 from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
-from ibqos.sim.estimate import Phases, estimate_jobs
+from ibqos.sim.estimate import Phases, estimate_jobs, injected
 from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
@@ -291,9 +291,7 @@ def fluid_predictor(
         mtu = plan.cfg.mtu
         # what the measurement was made under: the plan's own tables
         in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
-        # each job's hosts' injected bytes per second, all together (level 0)
-        measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs if 0 in r.levels}
-        calibrated = calibrate(net, est.jobs, measured, in_force)
+        calibrated = calibrate(net, est.jobs, injected(decision), in_force)
         ids = {j.id for j in calibrated}
         job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
         arbs = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in setups]
