@@ -22,15 +22,13 @@ from ibqos.config.tuning import TuningConfig
 from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
-from ibqos.plan.planner import Plan, setup_tables
+from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import Setup
 from ibqos.plan.tuning import Predicted, Predictor
-from ibqos.sim.estimate import Phases, estimate_jobs
+from ibqos.sim.estimate import Phases
 from ibqos.sim.network import Network
-from ibqos.sim.predict import calibrate, network_for, predict, render_prediction
-from ibqos.sim.qos import from_tables
-from ibqos.sim.workload import prepare
+from ibqos.sim.predict import network_for, rank_pool
 
 log = logging.getLogger(__name__)
 
@@ -63,27 +61,17 @@ def make_predictor(
             return net
 
     def predictor(decision: Decision, plan: Plan, pool: Sequence[Setup]) -> Predicted:
-        if plan.tables is None:
-            return Predicted(tuple(s.name for s in pool), {})
-        net = network()
-        assumed = Phases(cfg.assumed_duty, cfg.assumed_period_s)
         running, known = jobs(), priors()
-        phases = profile_phases(running, known)
-        est = estimate_jobs(net, running, decision, known, phases, assumed)
-        if not est.jobs:
-            return Predicted(tuple(s.name for s in pool), {}, "predicted: no job measured\n")
-        mtu = plan.cfg.mtu
-        in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
-        measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs if 0 in r.levels}
-        calibrated = calibrate(net, est.jobs, measured, in_force)
-        sim_jobs = prepare(net, calibrated)
-        ids = {j.id for j in calibrated}
-        job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
-        setups = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in pool]
-        pred = predict(net, sim_jobs, setups, notes=est.notes)
-        ranked = sorted(pred.setups, key=lambda s: s.score)  # stable: the pool's order ties
-        scores = {s.name: s.score for s in pred.setups}
-        return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
+        return rank_pool(
+            network(),
+            running,
+            decision,
+            plan,
+            pool,
+            priors=known,
+            phases=profile_phases(running, known),
+            assumed=Phases(cfg.assumed_duty, cfg.assumed_period_s),
+        )
 
     return predictor
 

@@ -50,19 +50,19 @@ from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
-from ibqos.plan.planner import Plan, setup_tables
+from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import LAW, Setup
 from ibqos.plan.tuner import TuningStatus
 from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
-from ibqos.sim.estimate import Phases, estimate_jobs, injected
+from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
 from ibqos.sim.policies import ADAPTIVE, SweepTable
-from ibqos.sim.predict import Steady, calibrate, predict, render_prediction
+from ibqos.sim.predict import Steady, rank_pool
 from ibqos.sim.qos import Arbitration, from_tables
-from ibqos.sim.workload import RunResult, SimJob, prepare
+from ibqos.sim.workload import RunResult, SimJob
 
 __all__ = [
     "ROUNDS",
@@ -264,13 +264,9 @@ def fluid_predictor(
     steady: Steady | None = None,
     phases: dict[str, Phases] | None = None,
 ) -> Predictor:
-    """The tuning's predictor, in the steps of the agent's own
-    (:func:`ibqos.agent.predictor.make_predictor`, a layer up), on the simulated fabric's
-    routes and with the steady state given: the jobs estimated from a decision
-    (:func:`~ibqos.sim.estimate.estimate_jobs`, never their declared rates, and their
-    phases only from *phases*), calibrated to their means under the setup in force
-    (:func:`~ibqos.sim.predict.calibrate`), and each candidate setup predicted in the
-    steady state (:func:`~ibqos.sim.predict.predict`), ranked by score.
+    """The tuning's predictor on the simulated fabric's routes, with the steady state
+    given: :func:`~ibqos.sim.predict.rank_pool`, as the agent's own
+    (:func:`ibqos.agent.predictor.make_predictor`, a layer up) runs it.
 
     Args:
         net: the fabric and its routes.
@@ -282,23 +278,7 @@ def fluid_predictor(
     """
 
     def predictor(decision: Decision, plan: Plan, setups: Sequence[Setup]) -> Predicted:
-        order = tuple(s.name for s in setups)  # ties, and no prediction, go to the pool's order
-        if plan.tables is None:
-            return Predicted(order, {})
-        est = estimate_jobs(net, jobs, decision, phases=phases)
-        if not est.jobs:
-            return Predicted(order, {}, "predicted: no job measured\n")
-        mtu = plan.cfg.mtu
-        # what the measurement was made under: the plan's own tables
-        in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
-        calibrated = calibrate(net, est.jobs, injected(decision), in_force)
-        ids = {j.id for j in calibrated}
-        job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
-        arbs = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in setups]
         how = Steady() if steady is None else steady
-        pred = predict(net, prepare(net, calibrated), arbs, how, est.notes)
-        ranked = sorted(pred.setups, key=lambda s: s.score)  # stable: the pool's order ties
-        scores = {s.name: s.score for s in pred.setups}
-        return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
+        return rank_pool(net, jobs, decision, plan, setups, phases=phases, steady=how)
 
     return predictor

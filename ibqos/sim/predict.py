@@ -41,8 +41,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ibqos.classify.prior import Priors
 from ibqos.errors import SimError
 from ibqos.jobs.model import Job
+from ibqos.plan.planner import Plan, setup_tables
+from ibqos.plan.report import Decision
+from ibqos.plan.setups import Setup
+from ibqos.plan.tuning import Predicted
 from ibqos.sim.estimate import (
     ASSUMED_PHASES,
     Estimate,
@@ -53,7 +58,7 @@ from ibqos.sim.estimate import (
 )
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
-from ibqos.sim.qos import Arbitration
+from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.senders import Granularity, granularity
 from ibqos.sim.workload import SimJob, prepare
 
@@ -70,6 +75,7 @@ __all__ = [
     "injected",
     "network_for",
     "predict",
+    "rank_pool",
     "render_prediction",
     "scores",
     "steady_times",
@@ -349,6 +355,43 @@ def predict(
         out.append(SetupPrediction(arb.name, arb, per_job, score))
     log.debug("predicted %d setups of %d jobs", len(setups), len(jobs))
     return Prediction(tuple(out), steady.describe(jobs), tuple(notes))
+
+
+def rank_pool(
+    net: Network,
+    jobs: Sequence[Job],
+    decision: Decision,
+    plan: Plan,
+    pool: Sequence[Setup],
+    *,
+    priors: Priors | None = None,
+    phases: Mapping[str, Phases] | None = None,
+    assumed: Phases = ASSUMED_PHASES,
+    steady: Steady = Steady(),
+) -> Predicted:
+    """Tuning's prediction of *pool* (:data:`ibqos.plan.tuning.Predictor`): the running
+    *jobs* estimated from *decision* (:func:`estimate_jobs`: never their declared rates;
+    phases from *phases*, else *assumed*), calibrated to their means under the plan's
+    tables (:func:`calibrate`), and each setup's tables as the planner would program them
+    (:func:`ibqos.plan.planner.setup_tables`) predicted in the steady state; ranked by
+    score, ties in the pool's order."""
+    order = tuple(s.name for s in pool)
+    if plan.tables is None:
+        return Predicted(order, {})
+    est = estimate_jobs(net, jobs, decision, priors, phases, assumed)
+    if not est.jobs:
+        return Predicted(order, {}, "predicted: no job measured\n")
+    mtu = plan.cfg.mtu
+    # what the measurement was made under: the plan's own tables
+    in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
+    calibrated = calibrate(net, est.jobs, injected(decision), in_force)
+    ids = {j.id for j in calibrated}
+    job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
+    arbs = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in pool]
+    pred = predict(net, prepare(net, calibrated), arbs, steady, est.notes)
+    ranked = sorted(pred.setups, key=lambda s: s.score)  # stable: the pool's order ties
+    scores = {s.name: s.score for s in pred.setups}
+    return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
 
 
 def render_prediction(pred: Prediction) -> str:
