@@ -6,8 +6,6 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from ibqos.classify.prior import Priors
@@ -22,7 +20,7 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.report import Decision
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network, dmodk_lfts, xgft_network
-from ibqos.sim.policies import DEFAULT_LANES, grouped, one_vl
+from ibqos.sim.policies import DEFAULT_LANES, SweepTable, grouped, one_vl
 from ibqos.sim.predict import (
     ASSUMED_PHASES,
     JobPrediction,
@@ -63,17 +61,7 @@ def decision_of(net: Network, truth: list[Job], seen: list[Job]) -> Decision:
     run = simulate_fluid(net, sim_jobs, one_vl(sim_jobs, DEFAULT_LANES), 10)
     rates = run.link_bytes / run.sim_time_s
     fabric = Fabric(net.topo, source="test")
-    keys = list(fabric.ports)
-    index = [
-        net.router.port_index.get(Port(fabric.ports[k].node_id, fabric.ports[k].num)) for k in keys
-    ]
-    table = pd.DataFrame(
-        {
-            "node_guid": np.array([k[0] for k in keys], dtype=np.uint64),
-            "port": np.array([k[1] for k in keys], dtype=np.uint8),
-            "xmit_bytes_per_s": [rates[i] if i is not None else 0.0 for i in index],
-        }
-    )
+    table = SweepTable(net, fabric)(rates)
     return Decider(fabric, DEFAULT_LANES).decide(table, seen, 0.0)
 
 
