@@ -275,9 +275,11 @@ for vl, lane in sorted(lanes.items()):
     if len(lane["jobs"]) > 1:
         look.append(f"VL{vl} is shared by jobs {', '.join(lane['jobs'])} (SLs {','.join(map(str, lane['sls']))})")
 light = [weight[j["vl"]] for j in jobs if j["class"] == "low"]
-setup = (state.get("tuning") or {}).get("wanted", "favour-light")
-if setup != "favour-light":  # tuning chose another setup: the law's weights do not apply
-    look.append(f"tuning keeps setup {setup}: lanes and weights as it says, not the law's")
+tuning = state.get("tuning") or {}
+setup = tuning.get("wanted", "favour-light")
+if setup != "favour-light":  # tuning tries or keeps another setup: not the law's weights
+    what = "tries" if tuning.get("state") == "trial" else "keeps"
+    look.append(f"tuning {what} setup {setup}: lanes and weights as it says, not the law's")
     light = []
 for j in jobs:
     if j["class"] == "high" and light:
