@@ -14,7 +14,7 @@ policies, each on a fresh lab (OpenSM's defaults in force when it starts):
 - ``adaptive``: the agent, tuning on, with short sweeps and trials (``tuning.settle_s`` 2,
   ``trial_sweeps`` 3, ``drift`` 0.3).
 
-The agents share ``collect.interval_s`` 3, ``classify.tau_s`` 3, ``lanes.min_hold_s`` 2,
+The agents share ``collect.interval_s`` 3, ``classify.tau_s`` 6, ``lanes.min_hold_s`` 4,
 ``lanes.min_interval_s`` 0 and an OpenSM reload budget of 20 a minute, so classes settle
 and trials run in seconds.  (The lab writes its counters tick by tick, and a tick waits
 for its read-back of OpenSM's tables: sweeps much shorter than 3 s see the jobs' rates
@@ -57,7 +57,7 @@ from ibqos.jobs.hosts import expand_hosts
 
 XGFT = "2;8,4;1,2"
 #: settled window, seconds of lab time
-WINDOW_S = 15.0
+WINDOW_S = 12.0
 #: most seconds tuning may take to settle before the run gives up waiting
 SETTLE_LIMIT_S = 90.0
 #: seconds every job of the mix runs before a policy starts
@@ -176,7 +176,7 @@ def policy(name: str, mix: Mix) -> cr.Policy:
     """The agent's config for policy *name* on *mix* (module docstring)."""
     if name == "one-vl":
         return cr.Policy(name, None)
-    lanes = {"min_hold_s": 2.0, "min_interval_s": 0.0, **mix.lanes}
+    lanes = {"min_hold_s": 4.0, "min_interval_s": 0.0, **mix.lanes}
     if name == "equal":
         lanes["weight_law"] = "equal"
     tuning: dict[str, Any] = {"enabled": name == "adaptive"}
@@ -189,7 +189,7 @@ def policy(name: str, mix: Mix) -> cr.Policy:
         }
     sections = {
         "collect": {"interval_s": 3.0},
-        "classify": {"tau_s": 3.0},
+        "classify": {"tau_s": 6.0},
         "lanes": lanes,
         "tuning": tuning,
         # trials every few seconds: more than the 2 reloads a minute a real fabric allows

@@ -4,7 +4,6 @@ and an SVG chart (hand-written SVG, as ``scripts/eval_sim.py`` writes its charts
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +16,7 @@ COLOURS = {"one-vl": "#9e9e9e", "equal": "#4e79a7", "ibqos-fixed": "#f28e2b", "a
 
 
 def machine() -> str:
-    return f"{_machine()}, {os.cpu_count()} CPUs shared"
+    return _machine()
 
 
 def slowdown(
