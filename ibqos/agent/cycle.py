@@ -113,15 +113,8 @@ class CycleAgent(AgentParts):
             if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
-        budget = self.applier.budget
         self.tuning.after_cycle(
-            decision,
-            fresh=fresh,
-            in_force=served,
-            reloaded=reloaded,
-            now_s=decision.now_s,
-            # a trial that OpenSM's reload budget cannot pay for now would be deferred
-            reload_ready=budget is None or budget.wait_s() == 0,
+            decision, fresh=fresh, in_force=served, reloaded=reloaded, now_s=decision.now_s
         )
         self._save(decision, result)
         now = time.time()

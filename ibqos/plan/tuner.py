@@ -24,9 +24,7 @@ sample under the trial already counts) ends at once and the round goes on withou
 Every switch is a reload of OpenSM: tuning spends at most ``max_reloads_per_hour`` of them
 in any hour, and starts a trial only with room for its revert too (the next trial's
 switch, the round's choice, or the fall back to the best setup measured so far when the
-budget runs out).  A trial that needs a reload also waits while OpenSM's own reload
-budget (``opensm.reload_budget``) cannot pay for one, so the agent never defers it.
-Going back to the law when the mix changes is not tuning's reload: the
+budget runs out).  Going back to the law when the mix changes is not tuning's reload: the
 reload that brings the new SLs or classes to OpenSM carries it.  A new round starts
 only when the mix (jobs and their classes) has been unchanged for ``settle_s``, or when the
 kept setup's score drifts by more than ``drift``.  A mix that changes during a round ends
@@ -74,8 +72,6 @@ class Sample:
         in_force: the setup OpenSM served over the interval (its name).
         reloaded: OpenSM reloaded within the interval: the sample is left out of trials.
         mix: the jobs and their classes; a change ends the round.
-        reload_ready: OpenSM's reload budget (``opensm.reload_budget``) can pay for a
-            reload now; a trial that needs one waits until it can.
     """
 
     now_s: float
@@ -84,7 +80,6 @@ class Sample:
     in_force: str
     reloaded: bool
     mix: frozenset[tuple[str, str]]
-    reload_ready: bool = True
 
 
 def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) -> dict[str, float]:
@@ -174,7 +169,6 @@ class Tuner:
         # a trial's setup is in force and the room for leaving it is kept in the budget
         self._reserved = False
         self._trial: _Trial | None = None
-        self._reload_ready = True  # the sample's: OpenSM's reload budget can pay now
         self._done: dict[str, dict[str, float]] = {}  # setup -> job -> mean bytes/s
         self._setups: dict[str, Setup] = {}
         self._nodes: dict[str, int] = {}
@@ -238,7 +232,6 @@ class Tuner:
 
     def _step(self, sample: Sample, pool: Sequence[Setup], ranking: Sequence[str] | None) -> None:
         self._nodes = dict(sample.nodes)
-        self._reload_ready = sample.reload_ready
         if self._trial is not None:
             self._trial_sample(sample)
         elif self.state == "settled":
@@ -294,12 +287,6 @@ class Tuner:
             if switch and self._recent(now_s) + 2 > self.cfg.max_reloads_per_hour:
                 if self._reserved:  # no room for the switch and its revert: wait on the
                     self._fall_back(now_s)  # best setup so far, with the room kept for it
-                self.state = "budget"
-                return
-            if switch and not self._reload_ready:
-                # OpenSM's own budget is short for now: the agent would defer the apply
-                # and the trial would wait for a setup that is not in force; wait here,
-                # under the setup measured last (no reload), until it can pay
                 self.state = "budget"
                 return
             self._queue.pop(0)

@@ -102,14 +102,7 @@ class TuningDriver:
         return self.tuner.status(now_s)
 
     def after_cycle(
-        self,
-        decision: Decision,
-        *,
-        fresh: bool,
-        in_force: str,
-        reloaded: bool,
-        now_s: float,
-        reload_ready: bool = True,
+        self, decision: Decision, *, fresh: bool, in_force: str, reloaded: bool, now_s: float
     ) -> None:
         """Take one cycle's *decision*.
 
@@ -119,8 +112,6 @@ class TuningDriver:
             in_force: the setup OpenSM served over the sweep's interval.
             reloaded: OpenSM reloaded within that interval.
             now_s: the cycle's time (seconds, the decider's clock).
-            reload_ready: OpenSM's reload budget can pay for a reload now (a trial that
-                needs one waits until it can).
         """
         if not self.cfg.enabled:
             return
@@ -144,7 +135,6 @@ class TuningDriver:
             in_force,
             reloaded,
             mix,
-            reload_ready,
         )
         pred = self.predicted
         ranking = None if pred is None else pred.ranking

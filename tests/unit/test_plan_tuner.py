@@ -186,20 +186,3 @@ def test_drift_starts_a_new_round() -> None:
     rates["equal"] = {"big": 5.0, "small": 2.0}  # the jobs changed phase: re-measure
     fab.run(tuner, 4)
     assert tuner.rounds == 2
-
-
-def test_a_trial_waits_while_opensm_reload_budget_cannot_pay() -> None:
-    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
-    tuner = Tuner(cfg(), enforce=True)
-    in_force, now, seen = LAW, 0.0, []
-    for k in range(12):
-        now += 10.0
-        ready = k >= 6  # the budget pays again from the seventh sweep on
-        sample = Sample(now, dict(rates[in_force]), NODES, in_force, False, MIX, ready)
-        wanted = tuner.step(sample, POOL, ["equal", "favour-heavy", "one-lane"])
-        in_force = LAW if wanted is None else wanted.name
-        seen.append((tuner.state, in_force, tuner.reloads))
-    # the law's trial needs no reload; the next one waits, without switching, until it can
-    assert seen[1:3] == [("trial", LAW, 0)] * 2
-    assert seen[3:6] == [("budget", LAW, 0)] * 3
-    assert seen[6] == ("trial", "equal", 1)
