@@ -25,8 +25,8 @@ Timed stages:
 - ``route``: the mix's flows routed (:func:`ibqos.sim.workload.prepare`);
 - ``alone``: T_alone of every job (20 fluid runs, one job each);
 - ``sharing run``: one run of the whole mix under a setup (one-vl, equal, ibqos's);
-- ``ibqos build``: :func:`ibqos.sim.policies.build` for ``ibqos`` (the mix on one VL, then
-  a decision cycle);
+- ``ibqos build``: :func:`ibqos.sim.policies.build` for ``ibqos-fixed`` (the mix on one
+  VL, then a decision cycle); ``ibqos`` below is that setup, the law without tuning;
 - **what-if**: what ``ibqos simulate --policy one-vl|ibqos`` computes once the fabric is
   built, in its order, timed as a whole: route, the sharing run on one VL, for ibqos the
   plan and the sharing run under it, then T_alone (no switch buffers: the senders are per
@@ -134,7 +134,7 @@ def what_if(
     base = policies.one_vl(sim_jobs, policies.DEFAULT_LANES)
     run = simulate_fluid(net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     if policy == "ibqos":
-        arb = policies.build("ibqos", net, sim_jobs, ITERATIONS, seen=run, buffer_packets=bp)
+        arb = policies.build("ibqos-fixed", net, sim_jobs, ITERATIONS, seen=run, buffer_packets=bp)
         run = simulate_fluid(net, sim_jobs, arb, ITERATIONS, buffer_packets=bp)
     t_alone = alone("fluid", net, sim_jobs, base, ITERATIONS, buffer_packets=bp)
     return {j.id: run.jobs[j.id].t_s - t_alone[j.id] for j in sim_jobs}
@@ -249,7 +249,8 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
         sim_jobs = prepare(net, jobs_64(net, stretch))
         for pol in ("one-vl", "ibqos"):
             plan_bp = buffers if model == "fluid" else auto  # ibqos plans by the fluid model
-            arb = policies.build(pol, net, sim_jobs, ITERATIONS, buffer_packets=plan_bp)
+            name = "ibqos-fixed" if pol == "ibqos" else pol  # the law, not the closed loop
+            arb = policies.build(name, net, sim_jobs, ITERATIONS, buffer_packets=plan_bp)
             n = rounds if model == "fluid" else max(1, min(rounds, 2))
             res, times = timed(partial(run_model, model, net, sim_jobs, arb, buffers), n)
             best = min(times)
@@ -318,7 +319,8 @@ def cli_time(xgft: str, jobs: list[Job], policy: str, rounds: int) -> list[float
                     "--jobs",
                     str(path),
                     "--policy",
-                    policy,
+                    # the law's what-if: `--policy ibqos` tunes in a closed loop, at its own N
+                    "ibqos-fixed" if policy == "ibqos" else policy,
                     "--format",
                     "json",
                 ],
@@ -348,7 +350,7 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
     )
     _progress(f"2048 nodes: alone {med(stages['alone'])} s")
     ibqos_arb, stages["ibqos build"] = timed(
-        cold(lambda: policies.build("ibqos", net, sim_jobs, ITERATIONS, buffer_packets=bp)),
+        cold(lambda: policies.build("ibqos-fixed", net, sim_jobs, ITERATIONS, buffer_packets=bp)),
         rounds,
     )
     setups = {

@@ -9,7 +9,7 @@ from benchplan_inputs import CHURN, SHAPES
 from benchplan_timing import Case, FabricTimes
 
 TARGET_S = 0.25  # the target for 50k ports and 5k jobs
-STAGES = ("map", "attribute", "classify", "plan", "report")
+STAGES = ("map", "attribute", "classify", "plan", "report", "tune")
 
 
 def ms(x: float) -> str:

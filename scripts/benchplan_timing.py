@@ -1,6 +1,6 @@
 """The timed part of ``bench_plan.py``: what a fabric change costs, and rounds of decision
-cycles (first, steady, churn) on one case, each timed whole, per stage and for the garbage
-collector's part."""
+cycles (first, steady, churn) on one case, each timed whole (the decider and the tuning
+driver's part of the agent's cycle), per stage and for the garbage collector's part."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ from benchplan_inputs import SHAPES, build_fabric, hosts_of
 
 from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
+from ibqos.config.tuning import TuningConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
+from ibqos.plan.setups import LAW
+from ibqos.plan.tuning import TuningDriver
 
 INTERVAL_S = 10.0  # decider clock between cycles
 
@@ -115,6 +118,7 @@ GC = GcClock()
 def _cycle(
     case: Case,
     decider: Decider,
+    tuning: TuningDriver,
     kind: str,
     table: pd.DataFrame,
     jobs: tuple[Job, ...],
@@ -125,8 +129,13 @@ def _cycle(
         profile.enable()
     GC.reset()
     t = time.perf_counter()
+    decider.setup = tuning.wanted
     decision = decider.decide(table, jobs, now_s)
+    t_tune = time.perf_counter()
+    # the tuning driver's part of the agent's cycle (its prediction runs off the cycle)
+    tuning.after_cycle(decision, fresh=True, in_force=LAW, reloaded=False, now_s=now_s)
     elapsed = time.perf_counter() - t
+    decider.timings["tune"] = elapsed - (t_tune - t)
     if profile is not None:
         profile.disable()
     case.gc_s.setdefault(kind, []).append(GC.seconds)
@@ -165,10 +174,12 @@ def run_round(
 
 
 def _cycles(case: Case, decider: Decider, cycles: int, profile: cProfile.Profile | None) -> None:
-    _cycle(case, decider, "first", case.tables[0], case.jobs, 0.0, None)
+    # no predictor: the agent's runs in a thread, once per stable mix, off the cycle
+    tuning = TuningDriver(TuningConfig(), enforce=True, predictor=None)
+    _cycle(case, decider, tuning, "first", case.tables[0], case.jobs, 0.0, None)
     for k in range(1, cycles + 1):
         table = case.tables[k % len(case.tables)]
-        _cycle(case, decider, "steady", table, case.jobs, k * INTERVAL_S, profile)
+        _cycle(case, decider, tuning, "steady", table, case.jobs, k * INTERVAL_S, profile)
     for k, jobs in enumerate(case.churn, start=cycles + 1):
         table = case.tables[k % len(case.tables)]
-        _cycle(case, decider, "churn", table, jobs, k * INTERVAL_S, None)
+        _cycle(case, decider, tuning, "churn", table, jobs, k * INTERVAL_S, None)

@@ -41,17 +41,24 @@ from benchutil import machine
 from simmixes import SHAPES_64, TREES, host_link, mixes, network
 from simrun import (
     CLEAN_S,
+    CLOSED_MAIN,
     GAP_TARGET,
+    LOOP,
+    LOOP_UNRANKED,
     MAIN,
     SHOWN,
     TUNED,
+    ClosedResult,
     MixResult,
     add_fluid_buffers_option,
     check_fluid_buffers,
     picks,
+    run_closed,
     run_fluid,
 )
 from simtables import buffers_used, eff, geomean, ms, pct, setup_text, table
+
+from ibqos.config.tuning import TuningConfig
 
 # -- report -------------------------------------------------------------------------------
 
@@ -78,7 +85,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
         row = [r.mix.name, ms(base)]
         for p in MAIN[1:]:
             row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
-        better = sum(1 for t in r.searched if t < r.total("ibqos") * (1 - 1e-9) - CLEAN_S)
+        better = sum(1 for t in r.searched if t < r.total("ibqos-fixed") * (1 - 1e-9) - CLEAN_S)
         row += [pct(r.gap()), f"{better / len(r.searched):.0%} of {len(r.searched)}"]
         row += [pct(r.gap(v)) for v in SHOWN]
         row.append(f"{r.wall_s:.1f}")
@@ -89,7 +96,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
             "one-vl",
             "equal (E)",
             "bandwidth (E)",
-            "ibqos (E)",
+            "ibqos-fixed (E)",
             "optimal (E)",
             "gap",
             "rank",
@@ -182,18 +189,18 @@ def summary(results: list[MixResult]) -> list[str]:
     rows = []
     for key, rs in groups(results).items():
         row = [key]
-        for p in ("ibqos", *SHOWN):
+        for p in ("ibqos-fixed", *SHOWN):
             within = sum(1 for r in rs if r.gap(p) <= GAP_TARGET)
             row.append(
                 f"{within}/{len(rs)}; {versus(rs, p, 'equal')}; {versus(rs, p, 'bandwidth')}"
             )
         rows.append(row)
     out += table(
-        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos", *SHOWN))], rows
+        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))], rows
     )
     out += ["", "Over all mixes:", ""]
     rows = []
-    for p in ("ibqos", *SHOWN, "equal", "bandwidth", "one-vl"):
+    for p in ("ibqos-fixed", *SHOWN, "equal", "bandwidth", "one-vl"):
         gaps = [r.gap(p) for r in results if r.contended]
         rows.append(
             [
@@ -225,7 +232,7 @@ COLORS = {
     "one-vl": "#9e9e9e",
     "equal": "#4e79a7",
     "bandwidth": "#f28e2b",
-    "ibqos": "#59a14f",
+    "ibqos-fixed": "#59a14f",
     "optimal": "#b07aa1",
 }
 
@@ -310,7 +317,7 @@ def svg_gap(results: list[MixResult]) -> str:
     for i, (r, g) in enumerate(zip(live, gaps, strict=True)):
         bh = h * g / top
         x = x0 + 10 + i * bw
-        color = COLORS["ibqos"] if g <= GAP_TARGET else "#e15759"
+        color = COLORS["ibqos-fixed"] if g <= GAP_TARGET else "#e15759"
         body.append(
             f'<rect x="{x}" y="{y0 - bh:.1f}" width="{bw - 4}" height="{bh:.1f}"'
             f' fill="{color}"><title>{r.mix.name}: {pct(r.gap())}</title></rect>'
@@ -325,6 +332,141 @@ def svg_gap(results: list[MixResult]) -> str:
         ' stroke-dasharray="4 3"/>'
     )
     return _svg(max(x0 + w + 20, 660), y0 + 150, body)
+
+
+# -- the closed loop ----------------------------------------------------------------------
+
+BASELINES = ("one-vl", "equal", "bandwidth")
+
+
+def closed_report(results: list[ClosedResult], top: int, margin: float | None) -> list[str]:
+    """The closed-loop evaluation's Markdown report."""
+    cfg = TuningConfig() if margin is None else TuningConfig(margin=margin)
+    out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
+    out += [
+        f"Tuning: candidates {cfg.candidates}, shortlist {cfg.shortlist}, trial_sweeps"
+        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, floor {cfg.floor:g}, drift"
+        f" {cfg.drift:g}, max_reloads_per_hour {cfg.max_reloads_per_hour} (settle_s 0).",
+        "",
+    ]
+    out += [
+        "Total contention in ms at the N `ibqos simulate --policy ibqos` takes (4 rounds of"
+        " tuning for the longest job), E = one-vl's total over the policy's in brackets;"
+        f" optimal = the best of the fixed policies and of the {top} best setups of the"
+        " exhaustive search at 10 iterations, re-run at N; gap = over optimal - 1;"
+        " `≤ base` = ibqos at or below the best of one-vl, equal and bandwidth (yes, or"
+        " its excess).",
+        "",
+    ]
+    rows = []
+    for r in results:
+        base = r.total("one-vl")
+        row = [r.mix.name, str(r.iterations), f"{r.sweep_s * 1e3:.1f}", ms(base)]
+        for p in CLOSED_MAIN[1:]:
+            row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
+        row += [pct(r.gap(LOOP)), pct(r.gap(LOOP_UNRANKED)), pct(r.gap("ibqos-fixed"))]
+        row.append(_versus_base(r, LOOP))
+        st = r.loops[LOOP].status
+        row.append(f"{st.wanted}; {st.rounds}/{st.reloads}")
+        row.append(f"{r.wall_s:.0f}")
+        rows.append(row)
+    out += table(
+        [
+            "mix",
+            "N",
+            "sweep ms",
+            "one-vl",
+            *(f"{p} (E)" for p in CLOSED_MAIN[1:]),
+            "gap ibqos",
+            "gap no-predict",
+            "gap fixed",
+            "≤ base",
+            "kept; rounds/reloads",
+            "wall s",
+        ],
+        rows,
+    )
+    out += ["", "Over all mixes:", ""]
+    rows = []
+    for p in (LOOP, LOOP_UNRANKED, "ibqos-fixed", *BASELINES):
+        gaps = [r.gap(p) for r in results if r.contended]
+        below = sum(1 for r in results if _versus_base(r, p) == "yes")
+        rows.append(
+            [
+                p,
+                pct(statistics.median(gaps)) if gaps else "-",
+                pct(statistics.fmean(gaps)) if gaps else "-",
+                pct(max(gaps)) if gaps else "-",
+                f"{sum(r.gap(p) <= GAP_TARGET for r in results)}/{len(results)}",
+                f"{below}/{len(results)}",
+                ms(math.fsum(r.total(p) for r in results)),
+            ]
+        )
+    out += table(
+        [
+            "policy",
+            "gap to optimum: median",
+            "mean",
+            "max",
+            "≤ 5 % off",
+            "≤ best of one-vl, equal, bandwidth",
+            "total contention, all mixes (ms)",
+        ],
+        rows,
+    )
+    out += ["", "What the closed loop did per mix (with the prediction):", ""]
+    for r in results:
+        out.append(f"- {r.mix.name}: {r.loops[LOOP].summary()}")
+    return out
+
+
+def _versus_base(r: ClosedResult, policy: str) -> str:
+    """ "yes" when *policy*'s total is at or below the best of the baselines (within
+    round-off), else its excess over that best."""
+    best = min(r.total(p) for p in BASELINES)
+    mine = r.total(policy)
+    if mine <= best * (1 + 1e-9) + CLEAN_S:
+        return "yes"
+    return f"+{ms(mine - best)} ms" if best <= CLEAN_S else pct(mine / best - 1.0)
+
+
+def main_closed(args: argparse.Namespace) -> int:
+    """``--closed-loop``: ibqos's tuning in the closed loop against the fixed policies."""
+    start = time.perf_counter()
+    print(f"machine: {machine()}", flush=True)
+    load0 = os.getloadavg()[0]
+    todo = mixes(TREES, SHAPES_64, args.seeds or 2, 1e-3)
+    todo = [m for m in todo if not args.only or args.only in m.name]
+    results = []
+    docs = []
+    for i, mix in enumerate(todo):
+        tuning = TuningConfig() if args.margin is None else TuningConfig(margin=args.margin)
+        r = run_closed(mix, args.fluid_buffers, args.top, tuning=tuning)
+        results.append(r)
+        _progress(
+            f"[{i + 1}/{len(todo)}] {mix.name}: N {r.iterations}, one-vl {ms(r.total('one-vl'))}"
+            f" ms, equal {ms(r.total('equal'))}, ibqos {ms(r.total(LOOP))}"
+            f" ({pct(r.gap(LOOP))}), no-predict {ms(r.total(LOOP_UNRANKED))}, optimal"
+            f" {ms(r.total('optimal'))}, {r.wall_s:.0f} s"
+        )
+        docs.append(
+            {
+                "mix": mix.name,
+                "iterations": r.iterations,
+                "sweep_s": r.sweep_s,
+                "totals": {p: r.total(p) for p in r.outcomes},
+                "setups": {p: setup_text(o.setup, mix.jobs) for p, o in r.outcomes.items()},
+                "loops": {p: loop.summary() for p, loop in r.loops.items()},
+            }
+        )
+        if args.json:  # as it goes: a long run that is stopped keeps what it did
+            args.json.write_text(json.dumps({"machine": machine(), "closed_loop": docs}, indent=1))
+    print(
+        f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
+        f" {time.perf_counter() - start:.0f} s in all\n"
+    )
+    print("\n".join(closed_report(results, args.top, args.margin)))
+    return 0
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -351,9 +493,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run the mixes whose name contains this")
     parser.add_argument("--svg", type=Path, help="write the evaluation's SVG charts here")
     parser.add_argument("--json", type=Path, help="write every total here")
+    parser.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="ibqos tuning in the closed loop (trials included) against the fixed policies,"
+        " at the N `ibqos simulate --policy ibqos` takes",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=5,
+        help="--closed-loop: setups of the 10-iteration search re-run at N for the optimum"
+        " (default 5)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0.03)",
+    )
     add_fluid_buffers_option(parser)
     args = parser.parse_args(args_in)
     check_fluid_buffers(parser, args)
+    if args.closed_loop:
+        return main_closed(args)
     start = time.perf_counter()
     print(f"machine: {machine()}", flush=True)
     load0 = os.getloadavg()[0]
@@ -367,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         _progress(
             f"[{i + 1}/{len(todo)}] {mix.name}: one-vl {ms(r.total('one-vl'))} ms,"
-            f" ibqos {ms(r.total('ibqos'))}, optimal {ms(r.total('optimal'))}"
+            f" ibqos-fixed {ms(r.total('ibqos-fixed'))}, optimal {ms(r.total('optimal'))}"
             f" ({pct(r.gap())}), {len(r.searched)} setups, {r.wall_s:.1f} s"
         )
     link = host_link(network(todo[0].xgft)) if todo else 1.0

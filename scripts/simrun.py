@@ -18,13 +18,23 @@ from dataclasses import dataclass, field, replace
 from simmixes import Mix, network
 
 from ibqos.config.lanes import LaneConfig
+from ibqos.config.tuning import TuningConfig
 from ibqos.sim import policies, senders
-from ibqos.sim.evaluate import Outcome, alone, evaluate
+from ibqos.sim.closedloop import (
+    LoopResult,
+    closed_loop,
+    default_iterations,
+    default_sweep_s,
+    fluid_predictor,
+)
+from ibqos.sim.estimate import Phases
+from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate
 from ibqos.sim.network import Network
+from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.workload import SimJob, prepare
 
-EVAL_POLICIES = ("one-vl", "equal", "bandwidth", "ibqos")
+EVAL_POLICIES = ("one-vl", "equal", "bandwidth", "ibqos-fixed")
 MAIN = (*EVAL_POLICIES, "optimal")
 #: ibqos with other weight laws (the plan's ``lanes`` options), to see what would close gaps
 VARIANTS: dict[str, Callable[[LaneConfig], LaneConfig]] = {
@@ -40,7 +50,7 @@ REVERSED = "ibqos ratio 1/2"
 #: "What would fix it" 4): each of these setups tried on the fabric (here: in the model at
 #: hand), the one the jobs progress best under kept.  ibqos's own law comes first, so it is
 #: kept unless another does better.  The agent does not tune: this measures what it would gain.
-TUNE_CANDIDATES = ("ibqos", "ibqos equal", "ibqos ratio 4", REVERSED)
+TUNE_CANDIDATES = ("ibqos-fixed", "ibqos equal", "ibqos ratio 4", REVERSED)
 TUNED = "ibqos tuned"
 #: the candidate with the least total contention: what tuning would keep if it weighed each
 #: job's slowdown by the job's time, as the total does (iteration lengths from its profile)
@@ -75,7 +85,7 @@ class MixResult:
         """Policies make a difference: one-vl has contention."""
         return self.total("one-vl") > CLEAN_S
 
-    def gap(self, policy: str = "ibqos") -> float:
+    def gap(self, policy: str = "ibqos-fixed") -> float:
         """The policy's total over the optimum's, minus 1 (0 when both are 0)."""
         opt, ib = self.total("optimal"), self.total(policy)
         if opt <= CLEAN_S:
@@ -164,12 +174,14 @@ def run_fluid(
         for p, arb in setups.items()
     }
     for name, change in VARIANTS.items():
-        arb = policies.build("ibqos", net, jobs, iterations, change(mix.lanes), buffer_packets=bp)
+        arb = policies.build(
+            "ibqos-fixed", net, jobs, iterations, change(mix.lanes), buffer_packets=bp
+        )
         setups[name] = replace(arb, name=name)
         outcomes[name] = evaluate(
             "fluid", net, jobs, setups[name], iterations, t_alone, buffer_packets=bp
         )
-    setups[REVERSED] = reversed_weights(setups["ibqos"], mix.lanes)
+    setups[REVERSED] = reversed_weights(setups["ibqos-fixed"], mix.lanes)
     outcomes[REVERSED] = evaluate(
         "fluid", net, jobs, setups[REVERSED], iterations, t_alone, buffer_packets=bp
     )
@@ -201,3 +213,87 @@ def check_fluid_buffers(parser: argparse.ArgumentParser, args: argparse.Namespac
     """Exit with a usage error when ``--fluid-buffers`` is negative."""
     if args.fluid_buffers is not None and args.fluid_buffers < 0:
         parser.error(f"--fluid-buffers: expected 0 or more, got {args.fluid_buffers}")
+
+
+# -- the closed loop: ibqos tuning while the mix runs ------------------------------------
+
+#: the closed-loop evaluation's policies: the fixed ones, ibqos's closed loop with and
+#: without the prediction, and the best fixed setup found (:func:`run_closed`)
+LOOP = "ibqos"
+LOOP_UNRANKED = "ibqos no-predict"
+CLOSED_MAIN = ("one-vl", "equal", "bandwidth", "ibqos-fixed", LOOP, LOOP_UNRANKED, "optimal")
+
+
+@dataclass
+class ClosedResult:
+    """A mix under the fixed policies and ibqos's closed loop, at the loop's N."""
+
+    mix: Mix
+    iterations: int
+    sweep_s: float
+    outcomes: dict[str, Outcome]
+    loops: dict[str, LoopResult]
+    searched: int = 0  # setups of the N = 10 search
+    wall_s: float = 0.0
+
+    def total(self, policy: str) -> float:
+        return clean(self.outcomes[policy].total_contention_s)
+
+    @property
+    def contended(self) -> bool:
+        return self.total("one-vl") > CLEAN_S
+
+    def gap(self, policy: str = LOOP) -> float:
+        opt, p = self.total("optimal"), self.total(policy)
+        if opt <= CLEAN_S:
+            return 0.0 if p <= CLEAN_S else math.inf
+        return p / opt - 1.0
+
+
+def run_closed(
+    mix: Mix,
+    fluid_buffers: int | None,
+    top: int,
+    short: int = 10,
+    tuning: TuningConfig | None = None,
+) -> ClosedResult:
+    """The mix at the N ``ibqos simulate`` takes with ``--policy ibqos``: the fixed
+    policies, ibqos's closed loop (with the fluid model's prediction, and without), and
+    ``optimal``: the best of the fixed policies and of the *top* setups of the exhaustive
+    search run at *short* iterations (the search at N would take hours), each re-run at N.
+    *tuning*: the loop's tuning section (None: its defaults).
+    """
+    start = time.perf_counter()
+    net = network(mix.xgft)
+    jobs = prepare(net, mix.jobs)
+    bp = senders.auto_buffers(jobs, given=fluid_buffers)
+    base = policies.one_vl(jobs, mix.lanes)
+    # the search at `short` iterations ranks the grid
+    short_runs = RunSettings("fluid", net, jobs, short, buffer_packets=bp)
+    short_alone = short_runs.alone(base)
+    grid = policies.grid(jobs, mix.lanes)
+    totals = [short_runs.evaluate(arb, short_alone).total_contention_s for arb in grid]
+    best = sorted(range(len(grid)), key=lambda k: (totals[k], k))[:top]
+    tuning = TuningConfig() if tuning is None else tuning
+    sweep = default_sweep_s(jobs)
+    n = default_iterations(jobs, sweep, tuning)
+    runs = RunSettings("fluid", net, jobs, n, buffer_packets=bp)
+    t_alone = runs.alone(base)
+    outcomes: dict[str, Outcome] = {}
+    base_run = runs.run(base)
+    for p in EVAL_POLICIES:
+        arb = policies.setup_of(p, runs, mix.lanes, base_run)
+        outcomes[p] = runs.evaluate(arb, t_alone, base_run if p == "one-vl" else None)
+    phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in jobs}
+    predictor = fluid_predictor(net, mix.jobs, Steady(buffer_packets=bp), phases)
+    loops = {
+        LOOP: closed_loop(runs, mix.lanes, tuning, sweep, predictor),
+        LOOP_UNRANKED: closed_loop(runs, mix.lanes, tuning, sweep, None),
+    }
+    for name, loop in loops.items():
+        out = runs.evaluate(loop.final, t_alone, loop.run)
+        outcomes[name] = replace(out, policy=name)
+    tried = [outcomes[p] for p in EVAL_POLICIES]
+    tried += [runs.evaluate(replace(grid[k], name="optimal"), t_alone) for k in best]
+    outcomes["optimal"] = replace(min(tried, key=lambda o: o.total_contention_s), policy="optimal")
+    return ClosedResult(mix, n, sweep, outcomes, loops, len(grid), time.perf_counter() - start)

@@ -77,7 +77,7 @@ class Validation:
     def total(self, model: str, policy: str) -> float:
         return clean((self.fluid if model == "fluid" else self.packet)[policy].total_contention_s)
 
-    def packet_gap(self, policy: str = "ibqos") -> float:
+    def packet_gap(self, policy: str = "ibqos-fixed") -> float:
         """*policy*'s total over the packet model's optimum's, minus 1; totals closer than
         :data:`TIE` of one-vl's total count as equal (0), as the tolerant rho does."""
         assert self.packet_optimal is not None

@@ -121,7 +121,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     """ibqos (and equal, bandwidth, the fluid model's pick) against the packet model's own
     exhaustive optimum, per mix and per shape (``--packet-search``)."""
     done = [v for v in vals if v.packet_optimal is not None]
-    pols = ("equal", "bandwidth", "ibqos", TUNED, BEST_RATIO, "optimal")
+    pols = ("equal", "bandwidth", "ibqos-fixed", TUNED, BEST_RATIO, "optimal")
     out = [
         "## Against the packet model's own optimum (--packet-search)",
         "",
@@ -134,7 +134,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     rows = []
     for v in done:
         assert v.packet_optimal is not None
-        ib = v.total("packet", "ibqos")
+        ib = v.total("packet", "ibqos-fixed")
         better = sum(1 for x in v.packet_searched if x < ib - CLEAN_S)
         rows.append(
             [

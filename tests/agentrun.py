@@ -42,6 +42,9 @@ def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
         # that run at once (test_slurm_lab.py serves its own)
         "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2, "socket": ""},
         "metrics": {"listen": "127.0.0.1:0"},  # any free port: tests never collide on one
+        # trials reload OpenSM on their own: tests of other things keep the law (those of
+        # tuning turn it on: agent_config(..., tuning={"enabled": True, ...}))
+        "tuning": {"enabled": False},
     }
     for key, value in extra.items():
         doc.setdefault(key, {}).update(value)

@@ -35,6 +35,10 @@ from ibqos.plan.setups import LAW
 
 log = logging.getLogger(__name__)
 
+#: reload-budget tokens a tuning trial needs: its switch and its revert, each an apply
+#: that keeps a token for its own rollback
+TRIAL_TOKENS = 4.0
+
 
 class CycleAgent(AgentParts):
     """The daemon's parts, and the cycles run on them (see the module docstring)."""
@@ -86,7 +90,10 @@ class CycleAgent(AgentParts):
         if self.dry_run:
             jobs_seen = self.jobs_seen or ()
             state_dir = self.config.agent.state_dir
-            self.echo(self._dry_run_sink.text(decision, files, self.fabric, jobs_seen, state_dir))
+            predicted = self.tuning.predict_now(decision) if self.config.tuning.enabled else None
+            tuning = "" if predicted is None else predicted.text
+            sink = self._dry_run_sink
+            self.echo(sink.text(decision, files, self.fabric, jobs_seen, state_dir, tuning))
         elif self.observing:
             try:
                 self.observer.show(files)
@@ -113,8 +120,15 @@ class CycleAgent(AgentParts):
             if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
+        budget = self.applier.budget
         self.tuning.after_cycle(
-            decision, fresh=fresh, in_force=served, reloaded=reloaded, now_s=decision.now_s
+            decision,
+            fresh=fresh,
+            in_force=served,
+            reloaded=reloaded,
+            now_s=decision.now_s,
+            # a trial's switch and its revert are two applies of two tokens each
+            room=budget is None or budget.tokens() >= TRIAL_TOKENS,
         )
         self._save(decision, result)
         now = time.time()

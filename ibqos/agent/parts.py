@@ -22,6 +22,7 @@ import pandas as pd
 from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.lanes import resolve_lanes
 from ibqos.agent.lock import AgentLock
+from ibqos.agent.predictor import make_predictor
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
@@ -159,10 +160,16 @@ class AgentParts:
 
     def _tuning(self, config: Config) -> TuningDriver:
         """The tuning of *config* (built anew when its ``tuning`` section changes)."""
+        predictor = make_predictor(
+            config.tuning,
+            lambda: self.fabric,
+            lambda: self.jobs_seen or (),
+            lambda: self.decider.priors,
+        )
         return TuningDriver(
             config.tuning,
-            enforce=not self.observing,
-            predictor=None,
+            enforce=not (self.dry_run or config.mode == "observe"),
+            predictor=predictor,
             ratio=self.lanes.weight_ratio,
         )
 

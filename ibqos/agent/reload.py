@@ -106,6 +106,12 @@ class ReloadingAgent(CycleAgent):
         # apply: the Applier holds nothing but them, so it is rebuilt; conf and policy_file
         # follow because render() reads self.config each cycle
         self.applier = self._applier(config)
+        if (config.tuning, config.mode, lanes.weight_ratio) != (
+            old.tuning,
+            old.mode,
+            self.tuning.ratio,
+        ):
+            self.tuning = self._tuning(config)  # a new round, from the law, in the new terms
         log.info("SIGHUP: config %s re-read", self.config_path)
 
     def _refuse_config(self) -> None:

@@ -130,8 +130,10 @@ class DryRunSink:
         fabric: Fabric,
         jobs: Sequence[Job],
         state_dir: Path,
+        tuning: str = "",
     ) -> str:
-        """The plan, a unified diff (or "no change") per file, and the simulator's view.
+        """The plan, a unified diff (or "no change") per file, tuning's candidates as
+        predicted, and the simulator's view.
 
         Args:
             decision: the cycle's decision.
@@ -139,8 +141,12 @@ class DryRunSink:
             fabric: the topology.
             jobs: the running jobs (for the simulator).
             state_dir: the agent's state directory (the plan in force, for the simulator).
+            tuning: the candidate setups' prediction as a table ("" when none).
         """
         out = [render_plan(decision, "table").rstrip("\n")]
+        if tuning:
+            out.append("tuning's candidates (the plan above is favour-light):")
+            out.append(tuning.rstrip("\n"))
         for path, diff in file_diffs(files):
             out.append(diff.rstrip("\n") if diff else f"{path}: no change")
         if self.simulate:

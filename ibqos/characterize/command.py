@@ -7,7 +7,7 @@ the characterization, render its files in memory and update the profile store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -150,16 +150,20 @@ def model_of_trace(traffic: NodeTraffic) -> Model:
 
 
 def model_of_job(job: Job) -> Model:
-    """A profile model of a lab job: its pattern and its mean rate (rate x duty).  A
+    """A profile model of a lab job: its pattern, its mean rate (rate x duty) and its
+    phases (duty, period), as an offline characterization run measures them.  A
     ``matrix`` job is kept as the traffic the lab gives it (each sending row at the full
     rate), in a profile's whole-matrix terms (:func:`model_of_trace`)."""
+    duty, period = (job.duty, job.period_s) if job.has_rates else (None, None)
     if job.pattern == "matrix":
-        return model_of_trace(NodeTraffic.from_job(job))
+        return replace(model_of_trace(NodeTraffic.from_job(job)), duty=duty, period_s=period)
     return Model(
         job.pattern,
         job.rate_bytes_per_s * job.duty,
         halo_dims=job.halo_dims,
         matrix=job.matrix,
+        duty=duty,
+        period_s=period,
     )
 
 

@@ -13,6 +13,8 @@ application name (a job's ``name``) and, optionally, a user and a node count::
       pattern: halo        # a pattern of docs/jobs.md; the attribution prior
       halo_dims: [4, 4]
       rate_bytes_per_s: 4.5e8   # mean bytes/s each node sends, compute phases included
+      duty: 0.4            # optional: share of each iteration spent communicating
+      period_s: 0.02       # optional: iteration length alone, seconds
     characterized: [...]   # per-level figures of the placements characterized (shown)
     observations: [...]    # {source, class, intensity, time_s}: what built it
 
@@ -66,7 +68,7 @@ _KEYS = (
     "characterized",
     "observations",
 )
-_MODEL_KEYS = ("pattern", "halo_dims", "matrix", "rate_bytes_per_s")
+_MODEL_KEYS = ("pattern", "halo_dims", "matrix", "rate_bytes_per_s", "duty", "period_s")
 _OBS_KEYS = ("source", "class", "intensity", "time_s")
 
 
@@ -82,12 +84,17 @@ class Model:
         matrix: for ``matrix``: relative weights, rows send to columns, of the whole
             matrix: node i sends ``rate * n * w[i][j] / sum(w)`` bytes per second to j
             (:meth:`traffic`), so rows that send nothing keep the total right.
+        duty: share of each iteration spent communicating, (0, 1]; None: not known.
+        period_s: iteration length alone on the fabric, seconds; None: not known.  With
+            *duty*, the phases the tuner's prediction gives the job (else it assumes them).
     """
 
     pattern: str
     rate_bytes_per_s: float = 0.0
     halo_dims: tuple[int, ...] | None = None
     matrix: tuple[tuple[float, ...], ...] | None = None
+    duty: float | None = None
+    period_s: float | None = None
 
     def fits(self, nodes: int) -> bool:
         """The model describes a job of *nodes* nodes (a matrix or halo grid has a size)."""
@@ -235,6 +242,10 @@ class Profile:
                 model["matrix"] = [list(row) for row in m.matrix]
             if m.rate_bytes_per_s:
                 model["rate_bytes_per_s"] = m.rate_bytes_per_s
+            if m.duty is not None:
+                model["duty"] = m.duty
+            if m.period_s is not None:
+                model["period_s"] = m.period_s
             doc["model"] = model
         doc["characterized"] = [dict(row) for row in self.characterized]
         doc["observations"] = [
@@ -498,11 +509,18 @@ def _model(value: object, source: str) -> Model:
             raise ProfileError(
                 f"{source}: model.matrix: the diagonal must be 0 and some weight non-zero"
             )
+    duty, period = raw.get("duty"), raw.get("period_s")
+    if duty is not None and not 0 < _number(duty, source, "model.duty") <= 1:
+        raise ProfileError(f"{source}: model.duty: expected a share of the iteration in (0, 1]")
+    if period is not None and not _number(period, source, "model.period_s") > 0:
+        raise ProfileError(f"{source}: model.period_s: expected seconds > 0")
     return Model(
         pattern=pattern,
         rate_bytes_per_s=0.0 if rate is None else _number(rate, source, "model.rate_bytes_per_s"),
         halo_dims=None if dims is None else tuple(dims),
         matrix=rows,
+        duty=None if duty is None else float(duty),
+        period_s=None if period is None else float(period),
     )
 
 

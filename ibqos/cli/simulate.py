@@ -43,7 +43,8 @@ from ibqos.sim.senders import GRANULARITIES, Granularity
     "policies",
     multiple=True,
     type=click.Choice([*POLICIES, "all"]),
-    help="Policy to simulate (repeat, or 'all'); default ibqos.",
+    help="Policy to simulate (repeat, or 'all'); default ibqos: the agent's search and"
+    " tuning run on the simulated counters (ibqos-fixed: its law without tuning).",
 )
 @click.option(
     "--plan",
@@ -69,11 +70,29 @@ from ibqos.sim.senders import GRANULARITIES, Granularity
 @click.option(
     "--fluid-buffers",
     type=click.IntRange(min=0),
-    help="With --model packet: the fluid model's buffers (as --buffers) where ibqos and"
-    " optimal plan by simulating it (default as for --model fluid; refused when neither"
-    " policy is asked for).",
+    help="With --model packet: the fluid model's buffers (as --buffers) where ibqos-fixed"
+    " and optimal plan by simulating it (default as for --model fluid; refused when no"
+    " such policy is asked for).",
 )
-@click.option("--iterations", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    help="N, for every policy (default 10; with --policy ibqos enough for 4 rounds of its"
+    " tuning, see docs/simulate.md).",
+)
+@click.option(
+    "--sweep-s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="ibqos: simulated seconds between two counter sweeps (default 4 of the longest"
+    " period_s of the jobs).",
+)
+@click.option(
+    "--predict/--no-predict",
+    default=True,
+    show_default=True,
+    help="ibqos: rank the candidate setups with the fluid model before trying them (else"
+    " in their pool's order).",
+)
 @config_option()
 @format_option(FORMATS)
 def simulate_command(
@@ -89,7 +108,9 @@ def simulate_command(
     senders: Granularity,
     buffers: int | None,
     fluid_buffers: int | None,
-    iterations: int,
+    iterations: int | None,
+    sweep_s: float | None,
+    predict: bool,
     path: Path | None,
     fmt: str,
 ) -> None:
@@ -101,8 +122,11 @@ def simulate_command(
     See docs/simulate.md.
     """
     lanes = DEFAULT_LANES
+    tuning = None
     if path is not None:
-        lanes = replace(load_config(find_config(path)).lanes.base, min_hold_s=0, min_interval_s=0)
+        config = load_config(find_config(path))
+        lanes = replace(config.lanes.base, min_hold_s=0, min_interval_s=0)
+        tuning = config.tuning
     net = network(xgft, int(width), speed, topology, lfts)
     report = simulate(
         net,
@@ -116,6 +140,9 @@ def simulate_command(
         senders,
         buffers,
         fluid_buffers,
+        tuning,
+        sweep_s,
+        predict,
     )
     for note in report.notes:
         click.echo(f"ibqos: simulate: {note}", err=True)

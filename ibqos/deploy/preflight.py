@@ -104,6 +104,7 @@ def preflight(config: Config, *, squeue: Runner | None = None) -> list[Finding]:
         *_jobs(config, squeue),
         *_state_dir(config),
         *_listeners(config, running),
+        *_tuning(config),
     ]
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(found, key=lambda f: order[f.severity])  # stable: config order within
@@ -227,6 +228,20 @@ def _state_dir(config: Config) -> Iterator[Finding]:
     problem = _can_make_dir(config.agent.state_dir)
     if problem:
         yield Finding("error", "agent.state_dir", problem)
+
+
+def _tuning(config: Config) -> Iterator[Finding]:
+    """The routes tuning predicts over: OpenSM's dump, readable (else D-mod-K, warned)."""
+    dump = config.tuning.lft_dump
+    if not config.tuning.enabled or dump is None:
+        return
+    if not dump.is_file() or not allowed(dump, os.R_OK):
+        yield Finding(
+            "warning",
+            "tuning.lft_dump",
+            f"{dump}: not a readable file (OpenSM writes it after a heavy sweep while the"
+            " ROUTING log flag is on); tuning predicts over D-mod-K routes meanwhile",
+        )
 
 
 def _can_make_dir(directory: Path) -> str | None:

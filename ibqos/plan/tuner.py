@@ -24,12 +24,14 @@ sample under the trial already counts) ends at once and the round goes on withou
 Every switch is a reload of OpenSM: tuning spends at most ``max_reloads_per_hour`` of them
 in any hour, and starts a trial only with room for its revert too (the next trial's
 switch, the round's choice, or the fall back to the best setup measured so far when the
-budget runs out).  Going back to the law when the mix changes is not tuning's reload: the
-reload that brings the new SLs or classes to OpenSM carries it.  A new round starts
-only when the mix (jobs and their classes) has been unchanged for ``settle_s``, or when the
-kept setup's score drifts by more than ``drift``.  A mix that changes during a round ends
-the round and brings back the law (the planner does so itself when jobs start or end,
-since a setup places a fixed set of SLs).
+budget runs out), and only while OpenSM's own reload budget has room for both.
+
+**Rounds.**  A round starts when the running jobs have been the same for ``settle_s``;
+once settled, a new one starts when a job's class changes (during a round, classes move
+with the trials' setups and are not a reason) or when the kept setup's score drifts by
+more than ``drift``.  A job that starts or ends ends the round and brings back the law:
+the planner does so itself, since a setup places a fixed set of SLs, and the reload that
+brings the new SL to OpenSM carries it, so it is not tuning's reload.
 
 Observe mode never trials: :class:`Tuner` with ``enforce=False`` only keeps the ranking
 the prediction gives, for metrics and status.
@@ -71,7 +73,12 @@ class Sample:
         nodes: per job, its hosts.
         in_force: the setup OpenSM served over the interval (its name).
         reloaded: OpenSM reloaded within the interval: the sample is left out of trials.
-        mix: the jobs and their classes; a change ends the round.
+        mix: the running jobs; a job that starts or ends ends the round.
+        classes: each job's class in the plan.  A change starts a new round once
+            settled, but not during a round: a trial's own setup moves the jobs'
+            intensities, and so their classes.
+        room: OpenSM's own reload budget (``opensm.reload_budget``) has room for a switch
+            and its revert; without it no trial starts.
     """
 
     now_s: float
@@ -79,7 +86,9 @@ class Sample:
     nodes: Mapping[str, int]
     in_force: str
     reloaded: bool
-    mix: frozenset[tuple[str, str]]
+    mix: frozenset[str]
+    classes: frozenset[tuple[str, str]] = frozenset()
+    room: bool = True
 
 
 def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) -> dict[str, float]:
@@ -124,7 +133,8 @@ class TuningStatus:
     Attributes:
         state: ``off``, ``predicting`` (observe mode: ranking only), ``settling`` (the mix
             changed; waiting ``settle_s``), ``waiting`` (for a ranking, or for jobs),
-            ``trial``, ``budget`` (a round waits for room in ``max_reloads_per_hour``) or
+            ``trial``, ``budget`` (a round waits for room in ``max_reloads_per_hour`` or
+            OpenSM's reload budget) or
             ``settled``.
         wanted: the setup the tuner asks the planner for.
         trial: the setup on trial, if any.
@@ -163,11 +173,14 @@ class Tuner:
         self.rounds = 0
         self.reloads = 0
         self._reload_times: deque[float] = deque()
-        self._mix: frozenset[tuple[str, str]] | None = None
+        self._mix: frozenset[str] | None = None
+        self._classes: frozenset[tuple[str, str]] = frozenset()
         self._mix_since = -math.inf
         self._queue: list[Setup] = []
         # a trial's setup is in force and the room for leaving it is kept in the budget
         self._reserved = False
+        self._room = True  # OpenSM's reload budget has room (the last sample's word)
+        self._last_classes: frozenset[tuple[str, str]] = frozenset()
         self._trial: _Trial | None = None
         self._done: dict[str, dict[str, float]] = {}  # setup -> job -> mean bytes/s
         self._setups: dict[str, Setup] = {}
@@ -232,6 +245,8 @@ class Tuner:
 
     def _step(self, sample: Sample, pool: Sequence[Setup], ranking: Sequence[str] | None) -> None:
         self._nodes = dict(sample.nodes)
+        self._room = sample.room
+        self._last_classes = sample.classes
         if self._trial is not None:
             self._trial_sample(sample)
         elif self.state == "settled":
@@ -242,10 +257,11 @@ class Tuner:
             self._maybe_start(sample, pool, ranking)
 
     def _new_mix(self, sample: Sample) -> None:
-        """The jobs or their classes changed: end any round, back to the law, settle."""
+        """A job started or ended: end any round, back to the law, settle."""
         if self._trial is not None:
             log.info("tuning: the mix changed, trial of %s ended", self._trial.setup.name)
         self._mix = sample.mix
+        self._classes = sample.classes
         self._mix_since = sample.now_s
         self._trial = None
         self._queue = []
@@ -270,6 +286,7 @@ class Tuner:
             self.state = "waiting"  # for the prediction, or for jobs
             return
         self._setups = {s.name: s for s in pool}
+        self._classes = sample.classes  # the classes the round's pool was made for
         law = pool[0]
         others = [self._setups[n] for n in ranking if n in self._setups and n != law.name]
         self._queue = [law, *others[: self.cfg.shortlist]]
@@ -284,7 +301,8 @@ class Tuner:
         while self._queue:
             setup = self._queue[0]
             switch = setup.name != self._wanted_name
-            if switch and self._recent(now_s) + 2 > self.cfg.max_reloads_per_hour:
+            full = self._recent(now_s) + 2 > self.cfg.max_reloads_per_hour
+            if switch and (full or not self._room):
                 if self._reserved:  # no room for the switch and its revert: wait on the
                     self._fall_back(now_s)  # best setup so far, with the room kept for it
                 self.state = "budget"
@@ -377,12 +395,20 @@ class Tuner:
         self.wanted = None if choice == LAW else self._setups[choice]
         self._reserved = False
         self._kept = self._done.get(choice)
+        # the classes under the kept setup: later changes are the jobs', not the trials'
+        self._classes = self._last_classes
         self._drift.clear()
         self.state = "settled"
 
     def _watch(self, sample: Sample) -> None:
         """Under the kept setup: a score that drifts by more than ``drift`` starts a round."""
         name = self._wanted_name
+        if sample.classes != self._classes:
+            log.info("tuning: the jobs' classes changed; a new round once they hold")
+            self._classes = sample.classes
+            self._mix_since = sample.now_s
+            self.state = "settling"
+            return
         if self._kept is None or sample.reloaded or sample.in_force != name:
             return
         self._drift.append({j: r for j, r in sample.rates.items() if math.isfinite(r)})

@@ -53,7 +53,7 @@ class Predicted:
 Predictor = Callable[[Decision, Plan, Sequence[Setup]], Predicted]
 
 
-def _mix(plan: Plan) -> frozenset[tuple[str, str]]:
+def _classes(plan: Plan) -> frozenset[tuple[str, str]]:
     return frozenset((j, str(c)) for j, c in plan.job_cls.items())
 
 
@@ -86,7 +86,7 @@ class TuningDriver:
         self.background = background
         self.pool: list[Setup] = []
         self.predicted: Predicted | None = None
-        self._mix: frozenset[tuple[str, str]] | None = None
+        self._mix: frozenset[tuple[str, str]] | None = None  # the jobs and classes of the pool
         self._mix_since = -math.inf
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -102,7 +102,14 @@ class TuningDriver:
         return self.tuner.status(now_s)
 
     def after_cycle(
-        self, decision: Decision, *, fresh: bool, in_force: str, reloaded: bool, now_s: float
+        self,
+        decision: Decision,
+        *,
+        fresh: bool,
+        in_force: str,
+        reloaded: bool,
+        now_s: float,
+        room: bool = True,
     ) -> None:
         """Take one cycle's *decision*.
 
@@ -112,12 +119,17 @@ class TuningDriver:
             in_force: the setup OpenSM served over the sweep's interval.
             reloaded: OpenSM reloaded within that interval.
             now_s: the cycle's time (seconds, the decider's clock).
+            room: OpenSM's reload budget has room for a trial's switch and its revert.
         """
         if not self.cfg.enabled:
             return
         plan = decision.plan
-        mix = _mix(plan)
-        if mix != self._mix:
+        mix = _classes(plan)
+        in_round = self.tuner.state in ("trial", "budget")
+        jobs_changed = self._mix is None or {j for j, _ in mix} != {j for j, _ in self._mix}
+        if mix != self._mix and (jobs_changed or not in_round):
+            # a new pool for new jobs, or for new classes between rounds (during one the
+            # trials themselves move classes; the round keeps its pool)
             self._mix, self._mix_since = mix, now_s
             self.predicted = None
             self.pool = self._pool(plan)
@@ -134,7 +146,9 @@ class TuningDriver:
             {r.id: len(r.nodes) for r in reports},
             in_force,
             reloaded,
+            frozenset(plan.job_sl),
             mix,
+            room,
         )
         pred = self.predicted
         ranking = None if pred is None else pred.ranking
@@ -186,6 +200,20 @@ class TuningDriver:
             self.predicted = predicted
             best = predicted.ranking[0] if predicted.ranking else LAW
             log.info("tuning: predicted %s best of %d setups", best, len(predicted.ranking))
+
+    def predict_now(self, decision: Decision) -> Predicted | None:
+        """Predict the pool of *decision*'s plan now, in this thread, whatever the mix's
+        age (a dry run shows it); None with no predictor or nothing to predict.  What a
+        failing prediction raised is logged, and None returned."""
+        plan = decision.plan
+        pool = self._pool(plan)
+        if self.predictor is None or len(pool) < 2:
+            return None
+        try:
+            return self.predictor(decision, plan, pool)
+        except Exception as err:  # a dry run shows the plan whatever the prediction does
+            log.warning("tuning: prediction failed: %s", err)
+            return None
 
     def wait_prediction(self, timeout_s: float) -> bool:
         """Wait up to *timeout_s* for a prediction running now (a dry run shows it)."""

@@ -9,9 +9,13 @@ nothing but the default lane.
   the lanes when there are more jobs), every lane one MTU packet per round.
 - ``bandwidth``: the lanes of ``equal``, weighted in proportion to their jobs' average
   injected bandwidth (hosts x rate x duty): more weight to more demanding lanes.
-- ``ibqos``: the plan of :mod:`ibqos.plan.decide`, fed with the counters the mix produces under
-  ``one-vl`` (each link's bytes over the run, as a sweep would read them), i.e. what the
-  agent would program after watching the fabric.
+- ``ibqos-fixed``: the favour-light law's plan of :mod:`ibqos.plan.decide`, fed with the
+  counters the mix produces under ``one-vl`` (each link's bytes over the run, as a sweep
+  would read them), i.e. what the agent would program after watching the fabric, without
+  tuning.
+- ``ibqos``: the agent's search and tuning run on the simulated counters, the setup
+  changing during the run (:mod:`ibqos.sim.closedloop`); not one setup, so
+  :func:`setup_of` does not give it.
 - ``optimal``: exhaustive search over the groupings of the jobs onto the lanes and a grid of
   per-lane weights (:data:`WEIGHT_GRID` packets per round), each setup run with the fluid
   model; the setups of the other policies are tried too, so the optimum is never worse
@@ -26,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ibqos.config.lanes import NUM_SLS, LaneConfig
@@ -41,7 +46,9 @@ from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.senders import Granularity
 from ibqos.sim.workload import RunResult, SimJob
 
-POLICIES = ("one-vl", "equal", "bandwidth", "ibqos", "optimal")
+#: the policy that tunes in a closed loop (:mod:`ibqos.sim.closedloop`), and the law alone
+ADAPTIVE, FIXED = "ibqos", "ibqos-fixed"
+POLICIES = ("one-vl", "equal", "bandwidth", FIXED, ADAPTIVE, "optimal")
 #: MTU packets per arbitration round a lane may get in the exhaustive search
 WEIGHT_GRID = (1, 2, 4, 8)
 #: most setups the exhaustive search runs
@@ -78,7 +85,8 @@ def setup_of(
     that the policies which simulate use (*seen*: its run on one VL, if already made).
 
     Raises:
-        SimError: an unknown policy, or a mix too large for ``optimal``.
+        SimError: an unknown policy, ``ibqos`` (it changes the setup as it runs:
+            :func:`ibqos.sim.closedloop.closed_loop`), or a mix too large for ``optimal``.
     """
     jobs = fluid.jobs
     if name == "one-vl":
@@ -88,8 +96,13 @@ def setup_of(
     if name == "bandwidth":
         ids = [[j.id] for j in jobs]
         return grouped(ids, [_bandwidth(j) for j in jobs], lanes, "bandwidth")
-    if name == "ibqos":
+    if name == FIXED:
         return ibqos_plan(fluid, lanes, seen)
+    if name == ADAPTIVE:
+        raise SimError(
+            f"--policy {ADAPTIVE}: tunes the setup while the mix runs; it is a run"
+            " (ibqos.sim.closedloop), not one setup"
+        )
     if name == "optimal":
         return optimal(fluid, lanes)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
@@ -157,34 +170,55 @@ def grouped(
     return Arbitration(job_sl, tuple(sl_to_vl), entries, mtu=lanes.mtu, name=name)
 
 
+class SweepTable:
+    """The rates table a counter sweep of the simulated fabric gives (``node_guid``,
+    ``port``, ``xmit_bytes_per_s``, as :mod:`ibqos.collect.rates`), from the bytes per
+    second each of the network's links carried: what :class:`~ibqos.plan.decide.Decider`
+    reads.
+
+    Args:
+        net: the simulated network.
+        fabric: the fabric model of *net*'s topology the decider plans on.
+    """
+
+    def __init__(self, net: Network, fabric: Fabric) -> None:
+        keys = list(fabric.ports)
+        # -1: a port the router does not know (unconnected): it carried nothing
+        self._index = np.array(
+            [
+                net.router.port_index.get(Port(fabric.ports[k].node_id, fabric.ports[k].num), -1)
+                for k in keys
+            ],
+            dtype=np.int64,
+        )
+        self._guids = np.array([k[0] for k in keys], dtype=np.uint64)
+        self._ports = np.array([k[1] for k in keys], dtype=np.uint8)
+
+    def __call__(self, link_bytes_per_s: npt.NDArray[np.float64]) -> pd.DataFrame:
+        """The table for links that carried *link_bytes_per_s* (bytes/s, by link index)."""
+        known = self._index >= 0
+        xmit = np.where(known, link_bytes_per_s[np.where(known, self._index, 0)], 0.0)
+        return pd.DataFrame(
+            {"node_guid": self._guids, "port": self._ports, "xmit_bytes_per_s": xmit}
+        )
+
+
 def ibqos_plan(fluid: RunSettings, lanes: LaneConfig, seen: RunResult | None = None) -> Arbitration:
-    """What ibqos would program after watching the mix of *fluid* run on one VL (*seen*,
-    or run now)."""
+    """What ibqos's favour-light law programs after watching the mix of *fluid* run on
+    one VL (*seen*, or run now): the ``ibqos-fixed`` policy."""
     net, jobs = fluid.net, fluid.jobs
     if seen is None:
         base = one_vl(jobs, lanes)
         seen = simulate_fluid(net, jobs, base, fluid.iterations, fluid.per, fluid.buffer_packets)
     rates = seen.link_bytes / max(seen.sim_time_s, 1e-12)
     fabric = Fabric(net.topo, source="simulated")
-    keys = list(fabric.ports)
-    # None: a port the router does not know (unconnected)
-    index = [
-        net.router.port_index.get(Port(fabric.ports[k].node_id, fabric.ports[k].num)) for k in keys
-    ]
-    xmit = np.array([rates[i] if i is not None else 0.0 for i in index])
-    table = pd.DataFrame(
-        {
-            "node_guid": np.array([k[0] for k in keys], dtype=np.uint64),
-            "port": np.array([k[1] for k in keys], dtype=np.uint8),
-            "xmit_bytes_per_s": xmit,
-        }
-    )
+    table = SweepTable(net, fabric)(rates)
     decider = Decider(fabric, replace(lanes, min_hold_s=0.0, min_interval_s=0.0))
     decision = decider.decide(table, [j.job for j in jobs], 0.0)
     plan = decision.plan
     if plan.tables is None:
         raise SimError("lanes: the routing engine owns SLs; ibqos writes no tables to simulate")
-    return from_tables(plan.tables, plan.job_sl, lanes.mtu, "ibqos")
+    return from_tables(plan.tables, plan.job_sl, lanes.mtu, FIXED)
 
 
 def optimal(fluid: RunSettings, lanes: LaneConfig) -> Arbitration:
@@ -199,7 +233,7 @@ def optimal(fluid: RunSettings, lanes: LaneConfig) -> Arbitration:
     t_alone = fluid.alone(one_vl(jobs, lanes))
     tried += [
         replace(setup_of(p, fluid, lanes), name="optimal")
-        for p in ("one-vl", "equal", "bandwidth", "ibqos")
+        for p in ("one-vl", "equal", "bandwidth", FIXED)
     ]
     best, _ = fluid.best_of(tried, t_alone)
     return best.setup

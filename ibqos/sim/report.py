@@ -93,11 +93,12 @@ def render(outcomes: Sequence[Outcome], baseline: Outcome, fmt: str) -> str:
         )
         lines.append("")
     if len(outcomes) > 1:
-        lines.append(f"{'policy':<10} {'total contention s':>19} {'node-s wasted':>14} {'E':>7}")
+        w = max(10, *(len(o.policy) for o in outcomes))  # the names line up
+        lines.append(f"{'policy':<{w}} {'total contention s':>19} {'node-s wasted':>14} {'E':>7}")
         for o in outcomes:
             eff = o.efficiency(baseline)
             lines.append(
-                f"{o.policy:<10} {_clean(o.total_contention_s):>19.6f}"
+                f"{o.policy:<{w}} {_clean(o.total_contention_s):>19.6f}"
                 f" {_clean(o.node_time_wasted_s):>14.6f}"
                 f" {'inf' if math.isinf(eff) else f'{eff:.2f}':>7}"
             )

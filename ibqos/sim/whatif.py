@@ -1,57 +1,33 @@
 """The agent's what-if (``ibqos run --dry-run --simulate``): the running jobs under the QoS
-setup in force and under the one ibqos proposes, through the fluid model with the switch
-buffers ``ibqos simulate`` gives it (:func:`ibqos.sim.senders.auto_buffers`).
+setup in force and under the one ibqos proposes, predicted in the steady state they live in
+(:func:`ibqos.sim.predict.predict`: staggered starts, warm-up iterations dropped, no switch
+buffers, as the closed-loop lab runs).
 
 Routes: D-mod-K over the discovered fabric (:func:`ibqos.sim.network.dmodk_lfts`), the
-spreading ftree/updn give a fat tree; not OpenSM's actual tables.  Jobs: those declaring
-their traffic (pattern, rate, duty, period) are simulated as declared; the others as
-measured: all-to-all at the bytes/s their hosts injected on average in the last cycle,
-always communicating with a 1 s period (an estimate: it keeps their load, not their
-phases).  Jobs that injected less than 1 MB/s per host are left out, and said so.
+spreading ftree/updn give a fat tree; not OpenSM's actual tables.  Jobs: as the agent
+measured them (:func:`ibqos.sim.estimate.estimate_jobs`: their hosts' injected bytes per
+second, their declared pattern else all-to-all, assumed phases; never a job file's rate,
+duty or period), calibrated to what they measured under the setup in force
+(:func:`ibqos.sim.predict.calibrate`).  Jobs that injected less than 1 MB/s per host are
+left out, and said so.  Times are seconds per iteration.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ibqos.config.lanes import LaneConfig
 from ibqos.jobs.model import Job
 from ibqos.plan.report import Decision
-from ibqos.sim.evaluate import RunSettings
+from ibqos.sim.estimate import estimate_jobs
+from ibqos.sim.evaluate import JobOutcome, Outcome
 from ibqos.sim.network import Network
 from ibqos.sim.policies import one_vl
+from ibqos.sim.predict import Prediction, calibrate, predict
 from ibqos.sim.qos import Arbitration, from_tables
-from ibqos.sim.report import buffers_text, parse_plan, render
-from ibqos.sim.senders import auto_buffers
+from ibqos.sim.report import parse_plan, render
 from ibqos.sim.workload import SimJob, prepare
-
-ITERATIONS = 10
-#: below this per host (bytes/s, e.g. management MADs), a job counts as not communicating
-QUIET_BYTES_PER_S = 1e6
-
-
-def simulated_jobs(jobs: Sequence[Job], decision: Decision) -> tuple[list[Job], list[str]]:
-    """The jobs to simulate (declared or estimated from the decision) and notes."""
-    reports = {r.id: r for r in decision.jobs}
-    out: list[Job] = []
-    notes: list[str] = []
-    for job in jobs:
-        report = reports.get(job.id)
-        if report is None or len(report.nodes) < 2:
-            continue
-        if job.has_rates and job.pattern:
-            out.append(replace(job, nodes=report.nodes))
-            continue
-        injected = report.levels[0].bytes_per_s if 0 in report.levels else math.nan
-        rate = injected / len(report.nodes)
-        if not math.isfinite(rate) or rate < QUIET_BYTES_PER_S:
-            notes.append(f"job {job.id}: nothing measured to simulate, left out")
-            continue
-        out.append(Job(job.id, report.nodes, "all-to-all", rate, 1.0, 1.0, name=job.name))
-        notes.append(f"job {job.id}: estimated as all-to-all at {rate / 1e9:.2f} GB/s per host")
-    return out, notes
 
 
 def current_setup(
@@ -73,17 +49,28 @@ def what_if(
     tables = decision.plan.tables
     if tables is None:
         return "simulate: the routing engine owns SLs; nothing to compare\n"
+    est = estimate_jobs(net, jobs, decision)
+    notes = "".join(f"  {n}\n" for n in est.notes)
+    if not est.jobs:
+        return "simulate: no job to simulate yet\n" + notes
+    current = current_setup(in_force, prepare(net, est.jobs), decision.plan.cfg)
+    measured = {r.id: r.levels[0].bytes_per_s for r in decision.jobs if 0 in r.levels}
+    sim_jobs = prepare(net, calibrate(net, est.jobs, measured, current))
     proposed = from_tables(tables, decision.plan.job_sl, decision.plan.cfg.mtu, "proposed")
-    chosen, notes = simulated_jobs(jobs, decision)
-    if not chosen:
-        return "simulate: no job to simulate yet\n" + "".join(f"  {n}\n" for n in notes)
-    sim_jobs = prepare(net, chosen)
-    current = current_setup(in_force, sim_jobs, decision.plan.cfg)
-    bp = auto_buffers(sim_jobs)  # as `ibqos simulate` would
-    runs = RunSettings("fluid", net, sim_jobs, ITERATIONS, buffer_packets=bp)
-    t_alone = runs.alone(current)
-    now = runs.evaluate(current, t_alone)
-    then = runs.evaluate(proposed, t_alone)
-    how = f"{ITERATIONS} iterations, fluid model, {buffers_text(bp)}"
-    head = f"simulated ({how}): in force vs proposed\n"
-    return head + render([now, then], now, "table") + "".join(f"  {n}\n" for n in notes)
+    pred = predict(net, sim_jobs, [current, proposed])
+    now, then = _outcomes(pred)
+    head = f"simulated steady state ({pred.how}), seconds per iteration: in force vs proposed\n"
+    return head + render([now, then], now, "table") + notes
+
+
+def _outcomes(pred: Prediction) -> list[Outcome]:
+    """The prediction as the simulator's outcomes, one iteration each (for its table)."""
+    out = []
+    for s in pred.setups:
+        arb = s.setup
+        per_job = tuple(
+            JobOutcome(j.id, j.nodes, arb.job_sl.get(j.id, 0), arb.vl_of(j.id), j.t_alone_s, j.t_s)
+            for j in s.jobs
+        )
+        out.append(Outcome(s.name, "fluid", 1, per_job, arb, 0.0, 0))
+    return out

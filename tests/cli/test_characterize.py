@@ -137,7 +137,13 @@ def test_lab_jobs_on_their_own_placement(run, tmp_path: Path) -> None:
     assert own["placement"] == "job" and own["class"] == "high"
     assert own["intensity"] == pytest.approx(4 * 1e10 * 2 / 3 / 5e10, rel=1e-5)
     saved = yaml.safe_load((tmp_path / "p" / "ft.yaml").read_text())
-    assert saved["model"] == {"pattern": "all-to-all", "rate_bytes_per_s": 1e10}
+    # the job's phases too: tuning's prediction gives a job of this profile them
+    assert saved["model"] == {
+        "pattern": "all-to-all",
+        "rate_bytes_per_s": 1e10,
+        "duty": 1.0,
+        "period_s": 1.0,
+    }
 
 
 @pytest.mark.parametrize(

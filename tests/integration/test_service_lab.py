@@ -167,6 +167,7 @@ def service_config(lab, tmp_path: Path, jobs: Path, mode: str, **opensm: object)
         "classify": {"tau_s": 0.0},
         "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
         "agent": {"state_dir": str(tmp_path / "state"), "job_poll_s": 0.2, "socket": ""},
+        "tuning": {"enabled": False},  # trials would add reloads to what is counted
         "metrics": {"listen": "127.0.0.1:0"},
     }
     path = tmp_path / "ibqos.yaml"

@@ -79,6 +79,7 @@ def slurm_config(lab, cluster, tmp_path: Path, sl_port: int, **slurm: object) ->
     """The lab's agent config with jobs from the cluster's squeue."""
     doc = yaml.safe_load(lab.paths.config.read_text())
     doc |= {
+        "tuning": {"enabled": False},  # trials would add reloads to what is checked
         "jobs": {"source": "slurm"},
         "slurm": {
             "conf": str(cluster.conf),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import yaml
-from agentrun import JOB_B, agent_config, write_jobs
+from agentrun import JOB_B, agent_config, drive, write_jobs
 from labcheck import QUIET
 
 HEAVY = {"id": "H", "name": "a2a", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}
@@ -22,11 +23,22 @@ def test_dry_run_shows_in_force_and_proposed_predictions(make_lab, tmp_path):
     agent_jobs.write_text(yaml.safe_dump({"jobs": [HEAVY, JOB_B, UNDECLARED]}))
     config = agent_config(lab, tmp_path, jobs={"path": str(agent_jobs)})
     argv = ["ibqos", "run", "--config", str(config), "--dry-run", "--once", "--simulate"]
-    out = lab.run(argv, check=True).stdout
-    # the fluid model with the buffers `ibqos simulate` gives it here (senders per host)
-    assert (
-        "simulated (10 iterations, fluid model, 8 packets of buffer per VL): in force vs proposed"
-    ) in out
+    # the what-if simulates the jobs as measured: the lab ticks while the agent sweeps
+    with open(tmp_path / "out.txt", "w") as sink:
+        proc = subprocess.Popen(argv, env=lab.env(), cwd=lab.paths.run, stdout=sink, text=True)
+        try:
+            drive(lab, lambda: proc.poll() is not None, 120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    out = (tmp_path / "out.txt").read_text()
+    # the steady state, as the closed-loop lab runs the fluid model (no switch buffers)
+    assert "simulated steady state (fluid model, senders per host, no buffers, staggered" in out
+    assert "seconds per iteration: in force vs proposed" in out
+    # the jobs as measured: the job file's rate, duty and period are the lab's, not read
+    assert "job H: all-to-all (declared) at" in out and "phases assumed" in out
     # nothing applied before: in force is OpenSM's default, every job on VL 0
     in_force = out.split("policy in force (all on VL 0)")[1].split("policy proposed")[0]
     rows = {m[0]: m[1:] for m in re.findall(r"^\s+(H|B)\s+\d+\s+(\d+)\s+(\d+)", in_force, re.M)}

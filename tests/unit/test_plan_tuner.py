@@ -17,7 +17,8 @@ HEAVY = Setup("favour-heavy", ((1,), (2,)), (1.0, 0.5))
 ONE = Setup("one-lane", ((1, 2),), (1.0,))
 POOL = [LAW_SETUP, EQUAL, HEAVY, ONE]
 NODES = {"big": 24, "small": 8}
-MIX = frozenset({("big", "high"), ("small", "low")})
+MIX = frozenset({"big", "small"})
+CLASSES = frozenset({("big", "high"), ("small", "low")})
 
 
 class Fabric:
@@ -30,6 +31,7 @@ class Fabric:
         self.reloaded = False
         self.now = 0.0
         self.reloads = 0
+        self.room = True
 
     def run(
         self,
@@ -39,12 +41,14 @@ class Fabric:
         mix=MIX,
         interval=10.0,
         log=None,
+        classes=CLASSES,
     ) -> list[str]:
         seen = []
         for _ in range(sweeps):
             self.now += interval
+            rates = dict(self.rates[self.in_force])
             sample = Sample(
-                self.now, dict(self.rates[self.in_force]), NODES, self.in_force, self.reloaded, mix
+                self.now, rates, NODES, self.in_force, self.reloaded, mix, classes, self.room
             )
             wanted = tuner.step(sample, POOL, list(ranking))
             name = LAW if wanted is None else wanted.name
@@ -125,8 +129,8 @@ def test_reloads_stay_within_the_hourly_cap() -> None:
     switches: list[float] = []  # times of the switches tuning caused (not mix changes)
     mix = MIX
     for k in range(3 * 360):  # three hours of 10 s sweeps
-        if k % 180 == 179:  # a class changes every half hour
-            mix = frozenset({("big", "high"), ("small", "low" if k % 360 == 359 else "moderate")})
+        if k % 180 == 179:  # a job ends or starts every half hour
+            mix = MIX if k % 360 == 359 else frozenset({"big", "small", "other"})
         for n in names:  # noisy jobs: drift starts rounds all the time
             rates[n] = {"big": rng.uniform(6, 10), "small": rng.uniform(2, 5)}
         before, changed = fab.in_force, mix != tuner._mix
@@ -143,7 +147,7 @@ def test_a_mix_change_ends_the_round_and_brings_back_the_law() -> None:
     fab, tuner = Fabric(rates), Tuner(cfg(settle_s=30.0), enforce=True)
     seen = fab.run(tuner, 6)
     assert tuner.state == "trial" and seen[-1] != LAW
-    other = frozenset({("big", "high")})
+    other = frozenset({"big"})
     assert fab.run(tuner, 1, mix=other) == [LAW]
     assert tuner.state == "settling"
     assert fab.run(tuner, 2, mix=other) == [LAW, LAW]  # settle_s not over yet
@@ -168,7 +172,7 @@ def test_a_round_waits_for_the_prediction() -> None:
     fab, tuner = Fabric(rates), Tuner(cfg(), enforce=True)
     for _ in range(3):
         fab.now += 10
-        s = Sample(fab.now, rates[LAW], NODES, LAW, False, MIX)
+        s = Sample(fab.now, rates[LAW], NODES, LAW, False, MIX, CLASSES)
         assert tuner.step(s, POOL, None) is None
     assert tuner.state == "waiting" and tuner.rounds == 0
 
@@ -186,3 +190,32 @@ def test_drift_starts_a_new_round() -> None:
     rates["equal"] = {"big": 5.0, "small": 2.0}  # the jobs changed phase: re-measure
     fab.run(tuner, 4)
     assert tuner.rounds == 2
+
+
+def test_class_changes_wait_for_the_round_and_then_start_one() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 10.0, "small": 4.0},
+        "favour-heavy": {"big": 8.0, "small": 3.0},
+        "one-lane": {"big": 7.0, "small": 3.0},
+    }
+    fab, tuner = Fabric(rates), Tuner(cfg(settle_s=20.0), enforce=True)
+    fab.run(tuner, 4)  # settle, then the round's first trial
+    assert tuner.state == "trial"
+    moved = frozenset({("big", "moderate"), ("small", "low")})  # a trial moved a class
+    fab.run(tuner, 30, classes=moved)
+    assert tuner.rounds == 1 and tuner.state == "settled"  # the round went on
+    fab.run(tuner, 1, classes=CLASSES)  # settled: a class change is a change that matters
+    assert tuner.state == "settling"
+    fab.run(tuner, 3, classes=CLASSES)
+    assert tuner.rounds == 2
+
+
+def test_no_trial_without_room_in_opensms_budget() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    fab, tuner = Fabric(rates), Tuner(cfg(), enforce=True)
+    fab.room = False
+    assert set(fab.run(tuner, 10)) == {LAW}
+    assert tuner.state == "budget"
+    fab.room = True
+    assert "equal" in fab.run(tuner, 3)

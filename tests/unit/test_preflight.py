@@ -203,3 +203,14 @@ def test_slurm_must_answer(tmp_path, reply, problem) -> None:
 
     found = [str(f) for f in preflight(config, squeue=squeue)]
     assert found == ([problem] if problem else [])
+
+
+def test_tunings_routes_missing_is_a_warning(tmp_path) -> None:
+    dump = tmp_path / "opensm-lfts.dump"
+    config = load_config(host(tmp_path, tuning={"lft_dump": str(dump)}))
+    assert [str(f) for f in preflight(config)] == [
+        f"warning: tuning.lft_dump: {dump}: not a readable file (OpenSM writes it after a heavy"
+        " sweep while the ROUTING log flag is on); tuning predicts over D-mod-K routes meanwhile"
+    ]
+    dump.write_text("")
+    assert preflight(config) == []

@@ -1,0 +1,90 @@
+"""The agent's prediction of candidate setups: the fluid model on what the agent knows.
+
+:func:`make_predictor` gives :class:`ibqos.plan.tuning.TuningDriver` its
+:data:`~ibqos.plan.tuning.Predictor`: the fabric with OpenSM's routes when
+``tuning.lft_dump`` names its ``opensm-lfts.dump`` (else D-mod-K); the running jobs
+estimated from the decision (:func:`ibqos.sim.estimate.estimate_jobs`: measured rates,
+declared or profile pattern, else gravity; phases from the job's profile where it records
+them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they
+measured under the setup in force; and each candidate's tables as the planner would
+program them (:func:`ibqos.plan.planner.setup_tables`), run in the steady state
+(:func:`ibqos.sim.predict.predict`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from ibqos.classify.prior import Priors
+from ibqos.config.tuning import TuningConfig
+from ibqos.errors import SimError
+from ibqos.fabric.model import Fabric
+from ibqos.jobs.model import Job
+from ibqos.plan.planner import Plan
+from ibqos.plan.report import Decision
+from ibqos.plan.setups import Setup
+from ibqos.plan.tuning import Predicted, Predictor
+from ibqos.sim.estimate import Phases
+from ibqos.sim.network import Network
+from ibqos.sim.predict import network_for, rank_pool
+
+log = logging.getLogger(__name__)
+
+__all__ = ["make_predictor", "profile_phases"]
+
+
+def make_predictor(
+    cfg: TuningConfig,
+    fabric: Callable[[], Fabric],
+    jobs: Callable[[], Sequence[Job]],
+    priors: Callable[[], Priors | None],
+) -> Predictor:
+    """The predictor of the agent whose fabric, running jobs and job profiles the
+    callables give (read when a prediction starts: the fabric may have been re-read)."""
+    lock = threading.Lock()
+    cache: dict[int, Network] = {}  # per fabric model; the routes are read once for each
+
+    def network() -> Network:
+        model = fabric()
+        with lock:
+            net = cache.get(id(model))
+            if net is None:
+                cache.clear()
+                try:
+                    net = network_for(model.topo, cfg.lft_dump)
+                except SimError as err:  # not written yet, or unreadable: predict anyway
+                    log.warning("tuning: %s; predicting over D-mod-K routes", err)
+                    net = network_for(model.topo, None)
+                cache[id(model)] = net
+            return net
+
+    def predictor(decision: Decision, plan: Plan, pool: Sequence[Setup]) -> Predicted:
+        running, known = jobs(), priors()
+        return rank_pool(
+            network(),
+            running,
+            decision,
+            plan,
+            pool,
+            priors=known,
+            phases=profile_phases(running, known),
+            assumed=Phases(cfg.assumed_duty, cfg.assumed_period_s),
+        )
+
+    return predictor
+
+
+def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phases]:
+    """Job id -> the phases its matching profile records (``model.duty`` and
+    ``model.period_s``), for the jobs whose profile has both."""
+    out: dict[str, Phases] = {}
+    if priors is None:
+        return out
+    for job in jobs:
+        profile = priors.profile(job)
+        model = profile.model if profile is not None else None
+        if model is not None and model.duty is not None and model.period_s is not None:
+            out[job.id] = Phases(model.duty, model.period_s)
+    return out
