@@ -119,6 +119,7 @@ def test_the_agent_keeps_the_setup_the_jobs_ran_best_under(tuning_lab, tmp_path:
         # a trial every few seconds: more reloads than the 2 a minute of the default budget
         opensm={"reload_budget": {"burst": 6, "per_minute": 30.0}},
         tuning={
+            "enabled": True,  # agentrun's agents do not tune unless told to
             "settle_s": 1.0,
             "candidates": len(TRIED),
             "shortlist": len(TRIED) - 1,
