@@ -166,7 +166,8 @@ doc |= {
     "lanes": {"min_hold_s": 10, "min_interval_s": 0},  # class changes held 10 s (60/300)
     # a round of trials once the mix held 10 s (30); 2 sweeps per trial (3); the law and
     # the next 2 setups (3)
-    "tuning": {"settle_s": 10, "trial_sweeps": 2, "shortlist": 2},
+    # (the lab's own tuning keys, lft_dump: OpenSM's routes for the prediction, stay)
+    "tuning": doc.get("tuning", {}) | {"settle_s": 10, "trial_sweeps": 2, "shortlist": 2},
     "metrics": {"listen": "127.0.0.1:0", "fabric": "demo"},  # any free port, in the log
 }
 # 6 reloads a minute (2): the demo's plan changes and trials come seconds apart
