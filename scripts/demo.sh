@@ -12,8 +12,11 @@
 # The lab runs fluid contention (`--contention fluid`, docs/lab.md): the jobs share links
 # the way the lanes programmed on the switches say (read back from the fabric through the
 # SA), so ibqos's plans change the jobs' progress; the lab serves each job's iterations per
-# second on its own metrics endpoint. Everything is taken down at the end, on error and on
-# Ctrl-C.
+# second on its own metrics endpoint. Once the mix holds still, the agent tunes: it tries
+# the favour-light law and two other setups on the fabric, a few sweeps each, and keeps the
+# one the jobs' own counters show them progressing best under (docs/tuning.md); the last
+# rounds show its trials, its scores and the jobs' progress before and after. Everything is
+# taken down at the end, on error and on Ctrl-C.
 # About 3 minutes; IBQOS_DEMO_ROUND_S (default 12) sets the seconds between two rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -161,14 +164,21 @@ doc |= {
     "collect": {"interval_s": 5},  # a sweep every 5 s (default 10)
     "classify": {"tau_s": 10},  # intensity smoothed over ~10 s (default 60)
     "lanes": {"min_hold_s": 10, "min_interval_s": 0},  # class changes held 10 s (60/300)
+    # a round of trials once the mix held 10 s (30); 2 sweeps per trial (3); the law and
+    # the next 2 setups (3)
+    # (the lab's own tuning keys, lft_dump: OpenSM's routes for the prediction, stay)
+    "tuning": doc.get("tuning", {}) | {"settle_s": 10, "trial_sweeps": 2, "shortlist": 2},
     "metrics": {"listen": "127.0.0.1:0", "fabric": "demo"},  # any free port, in the log
 }
+# 6 reloads a minute (2): the demo's plan changes and trials come seconds apart
+doc["opensm"]["reload_budget"] = {"burst": 6, "per_minute": 6}
 open(sys.argv[2], "w").write(yaml.safe_dump(doc, sort_keys=False))
 PY
 
 say "dry run: what the agent would write into OpenSM's files (ibqos run --dry-run --once); nothing is written"
 note "config: the lab's ibqos.yaml plus collect.interval_s 5, classify.tau_s 10, lanes.min_hold_s 10," \
-  "min_interval_s 0 (defaults 10, 60, 60, 300: real fabrics want calm lanes; the demo wants to show changes)"
+  "min_interval_s 0 (defaults 10, 60, 60, 300: real fabrics want calm lanes; the demo wants to show changes)," \
+  "tuning.settle_s 10, trial_sweeps 2, shortlist 2 (defaults 30, 3, 3), opensm.reload_budget 6 a minute (2)"
 if ! "$IBQOS" lab run "$NAME" -- "$IBQOS" run --config "$CFG" --dry-run --once \
   >"$LAB/dry-run.txt" 2>"$LAB/dry-run.log"; then
   cat "$LAB/dry-run.log" >&2
@@ -266,6 +276,12 @@ for vl, lane in sorted(lanes.items()):
     if len(lane["jobs"]) > 1:
         look.append(f"VL{vl} is shared by jobs {', '.join(lane['jobs'])} (SLs {','.join(map(str, lane['sls']))})")
 light = [weight[j["vl"]] for j in jobs if j["class"] == "low"]
+tuning = state.get("tuning") or {}
+setup = tuning.get("wanted", "favour-light")
+if setup != "favour-light":  # tuning tries or keeps another setup: not the law's weights
+    what = "tries" if tuning.get("state") == "trial" else "keeps"
+    look.append(f"tuning {what} setup {setup}: lanes and weights as it says, not the law's")
+    light = []
 for j in jobs:
     if j["class"] == "high" and light:
         alone = lanes[j["vl"]]["jobs"] == [j["id"]]
@@ -342,7 +358,8 @@ settle() { # sleep until the round is ROUND_S old (or $1 seconds)
   local left=$((${1:-$ROUND_S} - (SECONDS - round_start)))
   if [ "$left" -gt 0 ]; then sleep "$left"; fi
 }
-wait_plan() { # timeout_s condition: wait until a Python condition on the plan in force holds
+wait_plan() { # timeout_s condition: wait until a Python condition on the plan (jobs, plan,
+  # tuning: the state file's) holds
   "$PY" - "$LAB/agent/state.json" "$@" <<'PY'
 import json, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: end quietly, the trap cleans up
@@ -350,8 +367,9 @@ path, timeout, cond = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 t0 = time.monotonic()
 while True:
     try:
-        plan = json.load(open(path))["plan"]
-        if eval(cond, {"jobs": {j["id"]: j for j in plan["jobs"]}, "plan": plan}):
+        state = json.load(open(path))
+        plan, tuning = state["plan"], state.get("tuning") or {}
+        if eval(cond, {"jobs": {j["id"]: j for j in plan["jobs"]}, "plan": plan, "tuning": tuning}):
             break
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -411,17 +429,37 @@ classes = {e["metric"]["class"]: int(float(e["value"][1])) for e in query("ibqos
 changes = query("ibqos_plan_changes_total")
 print(f"   leaf uplinks {level.get(1, 0.0):.1%} busy; jobs by class {classes};"
       f" plan changes so far {int(float(changes[0]['value'][1])) if changes else 0}")
+state = [e["metric"]["state"] for e in query("ibqos_tuning_state == 1")]
+if state:
+    setup = [e["metric"]["setup"] for e in query("ibqos_tuning_setup_info")]
+    trial = [e["metric"]["setup"] for e in query("ibqos_tuning_trial_info")]
+    scores = {
+        (e["metric"]["setup"], e["metric"]["source"]): float(e["value"][1])
+        for e in query("ibqos_tuning_score")
+    }
+    reloads = query("ibqos_tuning_reloads_total")
+    hour = query("ibqos_tuning_reloads_last_hour")
+    print(f"   ibqos_tuning_state {state[0]}; ibqos_tuning_setup_info {setup[0] if setup else '-'};"
+          f" ibqos_tuning_trial_info {trial[0] if trial else '-'}; ibqos_tuning_reloads_total"
+          f" {int(float(reloads[0]['value'][1])) if reloads else 0}"
+          f" ({int(float(hour[0]['value'][1])) if hour else 0} in the last hour)")
+    measured = {n: v for (n, src), v in sorted(scores.items()) if src == "measured"}
+    if measured:
+        print("   ibqos_tuning_score{source=measured}: "
+              + ", ".join(f"{n} {v:.3f}" for n, v in measured.items()))
 PY
 }
 
 # How fast each job iterates, from the lab's metrics endpoint, next to its uncontended rate
 # (1/period_s: what it does with the fabric to itself) and to what it did before ibqos ran.
-show_progress() { # [save]: keep this as the "before ibqos" column
-  "$PY" - "$LAB_METRICS" "$LAB/jobs.yaml" "$LAB/progress.before.json" "${1:-}" <<'PY'
+show_progress() { # [save|save-tuning]: keep this as the "before ibqos" or "before tuning" column
+  "$PY" - "$LAB_METRICS" "$LAB/jobs.yaml" "$LAB/progress.before.json" "${1:-}" \
+    "$LAB/progress.tuning.json" <<'PY'
 import json, sys, urllib.request
 from pathlib import Path
 import yaml
 url, jobs_file, before_file, save = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+tuning_file = Path(sys.argv[5])
 rate, vl = {}, {}
 with urllib.request.urlopen(url, timeout=5) as resp:
     for line in resp.read().decode().splitlines():
@@ -431,23 +469,26 @@ with urllib.request.urlopen(url, timeout=5) as resp:
             (rate if "per_second" in name else vl)[jid] = float(value)
 jobs = {str(j["id"]): j for j in yaml.safe_load(open(jobs_file))["jobs"]}
 share = {j: rate[j] * jobs[j]["period_s"] for j in rate if j in jobs}
-before = json.loads(before_file.read_text()) if before_file.exists() else {}
-if save:
+def load(path):
+    return json.loads(path.read_text()) if path.exists() else {}
+if save == "save":
     before_file.write_text(json.dumps(share))
+if save == "save-tuning":
+    tuning_file.write_text(json.dumps(share))
+columns = [(n, b) for n, b in (("before ibqos", load(before_file)), ("before tuning", load(tuning_file))) if b]
 print("jobs' progress (lab metrics: iterations per second over the last 10 s of lab time;")
 print("  % = of the job's rate with the fabric to itself, 1/period_s; VL = the job's lane as")
 print("  the lab last read it back from the switches, which may lag a fresh plan by 2-3 s):")
-print(f"   {'job':<5} {'app':<9} {'VL':>2} {'it/s':>6} {'now':>5}" + ("  before ibqos" if before else ""))
+print(f"   {'job':<5} {'app':<9} {'VL':>2} {'it/s':>6} {'now':>5}" + "".join(f"  {n:>13}" for n, _ in columns))
 for jid in sorted(share):
     line = f"   {jid:<5} {jobs[jid].get('name', ''):<9} {int(vl.get(jid, 0)):>2} {rate[jid]:6.1f} {share[jid]:5.0%}"
-    was = before.get(jid)
-    if was is not None:
-        line += f"  {was:12.0%}"
+    for _, before in columns:
+        was = before.get(jid)
+        if was is None:
+            line += f"  {'(new job)':>13}"
+            continue
         diff = (share[jid] - was) * 100
-        if abs(diff) >= 2:
-            line += f"  ({diff:+.0f} points)"
-    elif before:
-        line += f"  {'(new job)':>12}"
+        line += f"  {was:5.0%} ({diff:+3.0f})" if abs(diff) >= 2 else f"  {was:13.0%}"
     print(line)
 PY
 }
@@ -541,24 +582,29 @@ round "job 3004 (gromacs) ends" \
 settle
 report ended=3004
 
-round "job 3001 (ft, the heavy all-to-all) ends" \
-  "its SL and lane are free again; 3003 is the one heavy job left."
-"$IBQOS" lab job remove "$NAME" 3001
-settle
-report ended=3001
-
-round "job 3011 (ft again: an all-to-all on cn0001-0002 + cn0009-0010) starts" \
-  "it gets a free SL at once; its class follows its measurements over the next sweeps."
-"$IBQOS" lab job add "$NAME" --id 3011 --app ft --user alice --nodes "cn[0001-0002,0009-0010]" \
-  --pattern all-to-all --rate 1.2e10 --duty 0.95 --period 0.05
-show_path 3011 cn0001 cn0010
-settle
+round "the mix holds still: tuning starts a round of trials" \
+  "the favour-light law is where tuning starts, not where it must stay: once the mix (jobs and" \
+  "classes) has held 10 s, the agent tries setups on the fabric, one at a time: the law, then" \
+  "the next ones (other weight ratios, lanes merged; best predicted first when a prediction" \
+  "ranks them, else in a fixed order). Each switch is one OpenSM reload; the sweep the reload" \
+  "falls in is left out, the next 2 are the trial. A trial's score is the jobs' node-weighted" \
+  "slowdown relative to their best under any setup tried (from each job's injected bytes/s)."
+show_progress save-tuning >/dev/null # the "before tuning" column
+wait_plan 60 'tuning.get("state") == "trial" and tuning.get("trial") != "favour-light"'
 report
 
-round "nothing new: 3011's class comes through" \
-  "two heavy jobs again, each alone on a lane with the least weight; light jobs share lanes."
-settle 5
-wait_plan 45 'jobs["3011"]["class"] == "high"'
+round "tuning: the trials go on" \
+  "each trial stops early if a job drops below half its best (tuning.floor); a round spends at" \
+  "most tuning.max_reloads_per_hour reloads (12) and starts a trial only with room for its revert."
+wait_plan 60 'tuning.get("state") == "settled" or (tuning.get("trial") not in (None, "favour-light") and len(tuning.get("measured") or {}) >= 2)'
+report
+
+round "tuning settles: the agent keeps the setup of least measured score" \
+  "it leaves the law only for a gain above tuning.margin (3 %); the decision line says the" \
+  "scores. It re-tunes when the mix changes or the kept setup's score drifts by 15 %." \
+  "Progress: the last column compares with the jobs' speed under the law, before the round."
+wait_plan 60 'tuning.get("state") == "settled"'
+sleep 4 # the lab reads back the kept setup; its progress window moves on
 report
 
 say "the agent stops (SIGTERM): it finishes its cycle and exits 0; OpenSM keeps the last plan"
