@@ -38,7 +38,7 @@ class TuningCollector(Collector):
             "ibqos_tuning_state",
             "1 for the state tuning is in: off, predicting (observe mode), settling (the mix"
             " changed), waiting (for the prediction or jobs), trial, budget (waiting for room"
-            " in tuning.max_reloads_per_hour), settled.",
+            " in tuning.max_reloads_per_hour or OpenSM's reload budget), settled.",
             labels=["state"],
         )
         for name in STATES:
