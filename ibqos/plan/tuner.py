@@ -122,8 +122,13 @@ class _Trial:
     waited: int = 0  # samples seen while it was not in force yet
 
     def mean(self) -> dict[str, float]:
-        jobs = set.intersection(*(set(s) for s in self.samples)) if self.samples else set()
-        return {j: math.fsum(s[j] for s in self.samples) / len(self.samples) for j in jobs}
+        return _mean(self.samples)
+
+
+def _mean(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per job in every one of *samples*, its mean rate over them."""
+    jobs = set.intersection(*(set(s) for s in samples)) if samples else set()
+    return {j: math.fsum(s[j] for s in samples) / len(samples) for j in jobs}
 
 
 @dataclass(frozen=True)
@@ -414,7 +419,7 @@ class Tuner:
         self._drift.append({j: r for j, r in sample.rates.items() if math.isfinite(r)})
         if len(self._drift) < self.cfg.trial_sweeps:
             return
-        now = _Trial(Setup("now", (), ()), list(self._drift)).mean()
+        now = _mean(list(self._drift))
         jobs = [j for j in self._kept if j in now and self._kept[j] > 0]
         if not jobs:
             return

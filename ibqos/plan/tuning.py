@@ -87,6 +87,7 @@ class TuningDriver:
         self.pool: list[Setup] = []
         self.predicted: Predicted | None = None
         self._mix: frozenset[tuple[str, str]] | None = None  # the jobs and classes of the pool
+        self._jobs: frozenset[str] | None = None  # the jobs of the pool
         self._mix_since = -math.inf
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -125,12 +126,12 @@ class TuningDriver:
             return
         plan = decision.plan
         mix = _classes(plan)
+        jobs = frozenset(plan.job_sl)
         in_round = self.tuner.state in ("trial", "budget")
-        jobs_changed = self._mix is None or {j for j, _ in mix} != {j for j, _ in self._mix}
-        if mix != self._mix and (jobs_changed or not in_round):
+        if mix != self._mix and (jobs != self._jobs or not in_round):
             # a new pool for new jobs, or for new classes between rounds (during one the
             # trials themselves move classes; the round keeps its pool)
-            self._mix, self._mix_since = mix, now_s
+            self._mix, self._jobs, self._mix_since = mix, jobs, now_s
             self.predicted = None
             self.pool = self._pool(plan)
         self._collect(mix)
@@ -146,7 +147,7 @@ class TuningDriver:
             {r.id: len(r.nodes) for r in reports},
             in_force,
             reloaded,
-            frozenset(plan.job_sl),
+            jobs,
             mix,
             room,
         )
