@@ -47,6 +47,7 @@ from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan, setup_tables
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import Setup
+from ibqos.plan.tuner import score as measured_score
 from ibqos.plan.tuning import Predicted
 from ibqos.sim.estimate import (
     ASSUMED_PHASES,
@@ -221,16 +222,14 @@ def scores(times: Sequence[Mapping[str, float]], nodes: Mapping[str, int]) -> li
     Raises:
         SimError: a setup without a time for a job, or a time not above 0.
     """
-    best: dict[str, float] = {}
     for k, t in enumerate(times):
         for jid in nodes:
             if jid not in t or not t[jid] > 0:
                 raise SimError(f"setup #{k}: no time per iteration for job {jid}")
-            best[jid] = min(best.get(jid, math.inf), t[jid])
-    weight = math.fsum(nodes.values())
-    if weight <= 0:
-        return [1.0 for _ in times]
-    return [math.fsum(nodes[j] * t[j] / best[j] for j in nodes) / weight for t in times]
+    # the observation side's score: a job's rate is its bytes per iteration over its time
+    rates = {str(k): {j: 1.0 / t[j] for j in nodes} for k, t in enumerate(times)}
+    got = measured_score(rates, nodes)
+    return [got[str(k)] for k in range(len(times))]
 
 
 def steady_times(
