@@ -263,11 +263,11 @@ def _job_lanes(cfg: LaneConfig) -> tuple[list[int], list[int], list[int], bool]:
     return fixed, lanes, others, default_free
 
 
-def _law(sl_intensity: Mapping[int, float], cfg: LaneConfig) -> tuple[float, Setup]:
-    """The favour-light law's setup of the active job SLs, and its grouping's cost."""
-    _, lanes, _, _ = _job_lanes(cfg)
+def _law(sl_intensity: Mapping[int, float], cfg: LaneConfig, lanes: int) -> tuple[float, Setup]:
+    """The favour-light law's setup of the active job SLs on *lanes* job lanes, and its
+    grouping's cost."""
     sls = sorted(sl_intensity)
-    cost, groups = optimal_grouping([sl_intensity[sl] for sl in sls], len(lanes))
+    cost, groups = optimal_grouping([sl_intensity[sl] for sl in sls], lanes)
     group_sls = tuple(tuple(sls[i] for i in group) for group in groups)  # most intense first
     peaks = [max(sl_intensity[sl] for sl in g) for g in group_sls]
     distinct = sorted(set(peaks), reverse=True)
@@ -284,7 +284,9 @@ def law_setup(current: Plan) -> Setup:
     Raises:
         PlanError: the lane configuration leaves no entry for jobs.
     """
-    return _law(_sl_intensity(current.job_sl, current.job_intensity, current.cfg), current.cfg)[1]
+    cfg = current.cfg
+    lanes = len(_job_lanes(cfg)[1])
+    return _law(_sl_intensity(current.job_sl, current.job_intensity, cfg), cfg, lanes)[1]
 
 
 def setup_tables(current: Plan, setup: Setup) -> Tables:
@@ -311,9 +313,8 @@ def _tables(
     """SL2VL and VLArb for the active job SLs (*sl_intensity*: SL -> summed intensity), by
     *setup* (None: the favour-light law; else one that places exactly those SLs)."""
     fixed, lanes, others, default_free = _job_lanes(cfg)
-    cost, law = _law(sl_intensity, cfg)
     if setup is None:
-        setup = law
+        cost, setup = _law(sl_intensity, cfg, len(lanes))
     else:
         cost = math.fsum(lane_cost(sl_intensity[sl] for sl in g) for g in setup.groups)
     group_sls = [tuple(sorted(g, key=lambda sl: (-sl_intensity[sl], sl))) for g in setup.groups]
