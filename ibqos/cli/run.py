@@ -17,7 +17,10 @@ from ibqos.config.load import find_config, load_config
 @click.command("run")
 @config_option()
 @click.option(
-    "--dry-run", is_flag=True, help="Print the plan and diffs of OpenSM's files; write nothing."
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan, tuning's candidates as predicted and diffs of OpenSM's files;"
+    " write nothing.",
 )
 @click.option("--once", is_flag=True, help="One full cycle (two sweeps), then exit.")
 @click.option(
