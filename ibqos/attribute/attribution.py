@@ -51,6 +51,8 @@ from ibqos.fabric.model import Fabric, PortKey
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+Lfts = dict[int, dict[int, int]]
+"""OpenSM's forwarding tables: switch LID -> destination LID -> output port."""
 
 
 @dataclass(frozen=True)
@@ -230,8 +232,9 @@ class Attributor:
             subtree ids.
     """
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, lfts: Lfts | None = None) -> None:
         self.fabric = fabric
+        self.lfts = lfts
         topo = fabric.topo
         self.levels = list(range(1, fabric.height))
         cas = [(n.guid, n) for n in topo.cas() if n.guid is not None]
@@ -253,13 +256,21 @@ class Attributor:
         self._ports: dict[int, _JobPorts] = {}  # by id() of the MappedJob
         self._ports_layout: _Layout | None = None
 
-    def attribute(self, rates: pd.DataFrame, jobs: Sequence[MappedJob]) -> Attribution:
+    def attribute(
+        self,
+        rates: pd.DataFrame,
+        jobs: Sequence[MappedJob],
+        sl_rates: pd.DataFrame | None = None,
+    ) -> Attribution:
         """Per job and level, the bytes/s it sends (see the module docstring).
 
         Args:
             rates: a rates table (``ibqos.collect.rates``): ``node_guid``, ``port`` and
                 ``xmit_bytes_per_s`` are used.
             jobs: the running jobs with their ports.
+            sl_rates: per-SL rates of the ports whose PMA has per-SL data counters
+                (``node_guid``, ``port``, ``sl``, ``xmit_bytes_per_s``,
+                ``rcv_bytes_per_s``), or None.
         """
         xmit, layout = self._rates(rates)
         rows = self._rows_of(tuple(jobs), layout)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ibqos.attribute.attribution import Attributor
+from ibqos.attribute.attribution import Attributor, Lfts
 from ibqos.attribute.jobmap import JobMapper, MappedJob, log_warnings
 from ibqos.attribute.sharing import SharingTables
 from ibqos.classify.classifier import Capacities, Classifier, JobUtilization
@@ -107,6 +107,7 @@ class Decider:
         self.known_sl: dict[str, int] = {}
         self.setup: Setup | None = None
         self.mapped: tuple[MappedJob, ...] = ()
+        self.lfts: Lfts | None = None
         self.set_fabric(fabric)
 
     @classmethod
@@ -161,15 +162,28 @@ class Decider:
     def set_fabric(self, fabric: Fabric) -> None:
         """Use a new topology (after a fabric change): rebuild the per-fabric tables."""
         self.fabric = fabric
-        self.attributor = Attributor(fabric)
+        self.attributor = Attributor(fabric, self.lfts)
         self.capacities = Capacities.from_fabric(fabric)
         self.utilization = JobUtilization(self.capacities)
         self.mapper = JobMapper(fabric, self.matcher)
         self.sharing_tables = SharingTables(fabric, self.matcher, self.exclude_hosts)
         self.expectations.set_fabric(fabric)
 
+    def set_routes(self, lfts: Lfts | None) -> None:
+        """Use OpenSM's forwarding tables (switch LID -> destination LID -> port) for
+        attribution, or none (the subtree split); kept across fabric changes until set
+        again."""
+        self.lfts = lfts
+        self.attributor = Attributor(self.fabric, lfts)
+
     def decide(
-        self, rates: pd.DataFrame, jobs: Sequence[Job], now_s: float, *, fresh: bool = True
+        self,
+        rates: pd.DataFrame,
+        jobs: Sequence[Job],
+        now_s: float,
+        *,
+        fresh: bool = True,
+        sl_rates: pd.DataFrame | None = None,
     ) -> Decision:
         """Run one cycle.
 
@@ -182,6 +196,8 @@ class Decider:
                 sweeps, the last rates reused): jobs new to the plan are not classified
                 from them, since their nodes were not running them yet; they start in
                 their expected class.
+            sl_rates: per-SL rates of the ports that have per-SL data counters
+                (:meth:`Attributor.attribute`), or None.
 
         Raises:
             PlanError: the lane configuration does not fit (the daemon keeps its plan).
@@ -195,7 +211,7 @@ class Decider:
         if new_warnings:  # the same bad job is not reported every cycle
             log_warnings(new_warnings)
         t1 = clock()
-        attribution = self.attributor.attribute(rates, mapped)
+        attribution = self.attributor.attribute(rates, mapped, sl_rates)
         t2 = clock()
         previous = self.previous
         ids = [mj.id for mj in mapped]
