@@ -36,7 +36,8 @@ share leaving each subtree: while the job runs) and what depends on where all th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
@@ -47,7 +48,12 @@ import pandas as pd
 
 from ibqos.attribute.jobmap import MappedJob
 from ibqos.attribute.patterns import traffic_matrix
+from ibqos.attribute.tomography import RouteFit
+from ibqos.errors import LabError
 from ibqos.fabric.model import Fabric, PortKey
+from ibqos.fabric.routes import Router
+
+log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -98,6 +104,9 @@ class Attribution:
         measured: per job and level, the share measured (as :attr:`JobTraffic.measured`).
         unattributed: level -> bytes/s of uplink traffic in subtrees where no job had any
             prior weight (other hosts, management traffic): left out of every job.
+        residual: level -> with routes, how far the fitted flows are from the level's
+            link counters: sum of |fitted - counted| over what they counted (0: they
+            agree); empty without routes.
     """
 
     job_ids: tuple[str, ...]
@@ -105,6 +114,7 @@ class Attribution:
     bytes_per_s: FloatArray
     measured: FloatArray
     unattributed: dict[int, float] = field(default_factory=dict)
+    residual: dict[int, float] = field(default_factory=dict)
 
     @cached_property
     def jobs(self) -> dict[str, JobTraffic]:
@@ -235,6 +245,12 @@ class Attributor:
     def __init__(self, fabric: Fabric, lfts: Lfts | None = None) -> None:
         self.fabric = fabric
         self.lfts = lfts
+        self.routes: RouteFit | None = None
+        if lfts is not None:
+            try:
+                self.routes = RouteFit(fabric, Router(fabric.topo, lfts))
+            except LabError as err:  # tables of another fabric, or incomplete
+                log.warning("attribution: %s; splitting subtree totals instead", err)
         topo = fabric.topo
         self.levels = list(range(1, fabric.height))
         cas = [(n.guid, n) for n in topo.cas() if n.guid is not None]
@@ -261,6 +277,7 @@ class Attributor:
         rates: pd.DataFrame,
         jobs: Sequence[MappedJob],
         sl_rates: pd.DataFrame | None = None,
+        job_sl: Mapping[str, int] | None = None,
     ) -> Attribution:
         """Per job and level, the bytes/s it sends (see the module docstring).
 
@@ -271,6 +288,7 @@ class Attributor:
             sl_rates: per-SL rates of the ports whose PMA has per-SL data counters
                 (``node_guid``, ``port``, ``sl``, ``xmit_bytes_per_s``,
                 ``rcv_bytes_per_s``), or None.
+            job_sl: each job's SL (for *sl_rates*).
         """
         xmit, layout = self._rates(rates)
         rows = self._rows_of(tuple(jobs), layout)
@@ -287,7 +305,15 @@ class Attributor:
         per_level = [np.where(unknown0, np.nan, level0)]
         measured = [measured0]
         unattributed: dict[int, float] = {}
-        for lvl, lr in rows.levels.items():
+        residual: dict[int, float] = {}
+        if self.routes is not None:
+            fitted = self.routes.fit(rates, jobs, sl_rates, job_sl)
+            for lvl, lf in fitted.items():
+                per_level.append(lf.bytes_per_s)
+                measured.append(lf.measured)
+                unattributed[lvl] = lf.unattributed
+                residual[lvl] = lf.residual
+        for lvl, lr in rows.levels.items() if self.routes is None else ():
             up_sub = self.up_ports[lvl][1]
             up_rate = xmit[layout.up_rows[lvl]]
             total = _sum_by(up_sub, np.nan_to_num(up_rate), lr.n_sub)
@@ -303,6 +329,7 @@ class Attributor:
             np.column_stack(per_level) if n_jobs else np.zeros((0, len(per_level))),
             np.column_stack(measured) if n_jobs else np.zeros((0, len(measured))),
             unattributed,
+            residual,
         )
 
     def _rows_of(self, jobs: tuple[MappedJob, ...], layout: _Layout) -> _Rows:

@@ -211,7 +211,9 @@ class Decider:
         if new_warnings:  # the same bad job is not reported every cycle
             log_warnings(new_warnings)
         t1 = clock()
-        attribution = self.attributor.attribute(rates, mapped, sl_rates)
+        # SLs as the plan in force has them (a job new to it has none yet)
+        in_force_sl = {**self.known_sl, **(self.previous.job_sl if self.previous else {})}
+        attribution = self.attributor.attribute(rates, mapped, sl_rates, in_force_sl)
         t2 = clock()
         previous = self.previous
         ids = [mj.id for mj in mapped]

@@ -1,0 +1,562 @@
+"""Each job's traffic on every link, fitted to the counters through OpenSM's routes.
+
+The subtree split (:mod:`ibqos.attribute.attribution`) uses one figure per subtree: the sum
+of its uplinks.  The fabric measures far more: every switch port's transmit rate, and every
+host's transmit and receive rates (exact per job, a host being its job's).  OpenSM's
+forwarding tables (LFTs) say which links carry the traffic from a leaf switch to a
+destination port.  This module fits per-job traffic to all of those measurements at once.
+
+Unknowns.  ``x[L, d]``: bytes/s that the job's hosts on leaf switch *L* send to the job's
+host port *d*, for every leaf holding the job's hosts.  That is the finest grain the
+counters can tell apart: LFTs route by destination, so every source on one leaf takes the
+same path to *d*.  Each unknown crosses a known list of switch-to-switch links.
+
+Measurements, each a linear equation in the unknowns:
+
+- per job and leaf, what its hosts there transmit: ``sum over d of x[L, d]``;
+- per host port, what it receives: ``sum over L of x[L, d]`` (a host receives only from its
+  own job's hosts);
+- per switch-to-switch link, what its transmitting port counted: the sum of the unknowns
+  routed over it (per SL, ``sum over the SL's jobs``, where the PMA has per-SL counters).
+
+Method: iterative proportional fitting (IPF) from a prior.  The prior is the job's declared
+pattern, else gravity within the job (a host sends to each peer in proportion to what the
+peer receives).  Each pass scales the unknowns of every equation, family by family (sources,
+destinations, then the links level by level and direction), so that the equation holds.
+IPF was chosen over least squares (tomogravity) because:
+
+- every measurement is a sum of non-negative flows, and IPF keeps them non-negative and
+  keeps a structural zero of the prior (a ring's non-neighbours) at zero;
+- its result is the flows closest to the prior (in Kullback-Leibler divergence) that meet
+  every measurement, the maximum-entropy reading of "as the prior says, unless the
+  counters say otherwise";
+- a pass is a handful of ``bincount`` calls over the unknowns: no matrix to factor, and it
+  starts from the last cycle's fit, so a steady cycle needs few passes.
+
+Counters that do not quite agree (sweep skew, traffic of hosts outside any job) leave a
+residual; the fit does a bounded number of passes and reports the residual per level.
+
+What is measured rather than estimated: a link whose unknowns all belong to one job (or to
+one SL's jobs, with per-SL counters) gives that job's traffic on it exactly.  A job's
+level-*l* traffic crosses one up link out of its level-*l* subtree and one down link into
+the destination's; the part of it on such an exclusive link is reported as measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ibqos.attribute.jobmap import MappedJob
+from ibqos.attribute.patterns import traffic_matrix
+from ibqos.fabric.model import Fabric, PortKey
+from ibqos.fabric.routes import Router
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: SLs the per-SL counters have.
+SL_COUNT = 16
+#: Passes of the fit at most per cycle.
+MAX_PASSES = 20
+#: The fit stops when no family of equations (sources, destinations, one class of links)
+#: is off by more than this share of what it measured.
+TOLERANCE = 1e-3
+#: Share of the prior mixed into the last cycle's fit when starting from it, so that an
+#: unknown a zero counter had pinned to 0 can grow again.
+PRIOR_MIX = 0.02
+
+
+@dataclass(frozen=True)
+class LevelFit:
+    """One uplink level's fitted figures.
+
+    Attributes:
+        bytes_per_s: per job, bytes per second leaving its level-*l* subtrees (NaN where a
+            link it crosses gave no rate, or one of its hosts did not answer).
+        measured: per job, the share of that traffic on links only it (or its SL) used.
+        residual: sum of |fitted - counted| over the level's links (up out of the level
+            and down into it) over what they counted (0 when they counted nothing).
+        unattributed: bytes/s the level's up links counted beyond the jobs' fitted flows.
+    """
+
+    bytes_per_s: FloatArray
+    measured: FloatArray
+    residual: float
+    unattributed: float
+
+
+@dataclass(frozen=True)
+class _JobPairs:
+    """One job's unknowns and where they go, kept while the job runs.
+
+    Attributes:
+        job: the mapped job (compared by identity).
+        ports: dense router index of each job port (CA).
+        share: each port's share of its traffic that is the job's.
+        group: per port, its leaf's group (0 .. n_groups - 1: the job's leaves).
+        n_groups: how many leaves hold the job's ports.
+        pair_group: per unknown, its source leaf's group.
+        pair_dst: per unknown, its destination: an index into *ports*.
+        inc_pair: per link incidence, its unknown.
+        inc_port: per link incidence, the dense index of the link's transmitting port.
+        cross: per uplink level, per unknown, whether it leaves the level's subtree.
+        pattern: for a job that declares its pattern, per source port and destination
+            port, the share of the source's injection the pattern sends there (None:
+            gravity).
+    """
+
+    job: MappedJob
+    ports: IntArray
+    share: FloatArray
+    group: IntArray
+    n_groups: int
+    pair_group: IntArray
+    pair_dst: IntArray
+    inc_pair: IntArray
+    inc_port: IntArray
+    cross: dict[int, BoolArray]
+    pattern: FloatArray | None
+
+
+@dataclass
+class _Pairs:
+    """Every running job's unknowns as one set of arrays (rebuilt when the jobs change)."""
+
+    jobs: tuple[MappedJob, ...]
+    entries: list[_JobPairs]
+    port_rows: IntArray  # per job port (all jobs), its dense router index
+    port_share: FloatArray
+    port_job: IntArray
+    group_of_port: IntArray  # global source group of each job port
+    n_groups: int
+    group_job: IntArray
+    pair_group: IntArray
+    pair_dst: IntArray  # global job-port index
+    pair_job: IntArray
+    inc_pair: IntArray
+    inc_port: IntArray
+    inc_class: IntArray  # (level, direction, occurrence) class of each incidence
+    classes: list[int]
+    cross: dict[int, BoolArray]
+    last: FloatArray | None = None  # the last cycle's fit
+
+
+def _sums(index: IntArray, weights: npt.ArrayLike, n: int) -> FloatArray:
+    """Sums of *weights* by *index* (0 .. n - 1), as floats."""
+    return np.asarray(np.bincount(index, weights, n), dtype=np.float64)
+
+
+class RouteFit:
+    """Fits per-job link traffic on one fabric with one set of forwarding tables.
+
+    Args:
+        fabric: the fabric the rates are read on.
+        router: OpenSM's forwarding tables over the same topology.
+
+    Attributes:
+        levels: the uplink levels.
+    """
+
+    def __init__(self, fabric: Fabric, router: Router) -> None:
+        self.fabric = fabric
+        self.router = router
+        topo = fabric.topo
+        self.levels = list(range(1, fabric.height))
+        ports = router.ports
+        self._n = len(ports)
+        guid = [topo.nodes[p.node].guid for p in ports]
+        self._key: list[PortKey | None] = [
+            (g, p.num) if g is not None else None for g, p in zip(guid, ports, strict=True)
+        ]
+        self._dense = {k: i for i, k in enumerate(self._key) if k is not None}
+        level = np.array([fabric.level_of(p.node) for p in ports], dtype=np.int64)
+        peer = np.array([router.port_index[topo.peer(p) or p] for p in ports], dtype=np.int64)
+        self._peer = peer
+        self._level = level
+        is_sw = np.array([topo.nodes[p.node].kind == "switch" for p in ports], dtype=np.bool_)
+        # a switch-to-switch link, by its transmitting port: up when the peer is higher
+        self._link = is_sw & is_sw[peer]
+        self._up = level[peer] > level
+        # CA dense index -> its leaf switch's node id
+        self._leaf_of = {i: ports[int(peer[i])].node for i in np.flatnonzero(~is_sw).tolist()}
+        self._comp = {lvl: fabric.components(lvl) for lvl in self.levels}
+        self._lid = np.array([topo.lids.get(p, 0) for p in ports], dtype=np.int64)
+        self._entries: dict[int, _JobPairs] = {}
+        self.passes = 0  # of the last fit
+        self._pairs: _Pairs | None = None
+        self._layout: tuple[npt.NDArray[np.uint64], IntArray, IntArray] | None = None
+
+    @cached_property
+    def _host_of(self) -> dict[int, str]:
+        """CA node GUID -> host name (for declared patterns, which name hosts)."""
+        return {n.guid: n.hostname for n in self.fabric.topo.cas() if n.guid is not None}
+
+    # -- the unknowns ---------------------------------------------------------------
+    def _job_pairs(self, mj: MappedJob) -> _JobPairs:
+        """The unknowns of one job (its ports the fabric does not have take no part)."""
+        dense = [self._dense.get(k) for k in mj.ports]
+        keep = [i for i, d in enumerate(dense) if d is not None and d in self._leaf_of]
+        ports = np.array([dense[i] for i in keep], dtype=np.int64)
+        share = np.array([mj.share[i] if mj.share else 1.0 for i in keep], dtype=np.float64)
+        leaves = [self._leaf_of[int(p)] for p in ports]
+        names = list(dict.fromkeys(leaves))
+        group = np.array([names.index(n) for n in leaves], dtype=np.int64)
+        n_groups = len(names)
+        counts = np.bincount(group, minlength=n_groups)
+        g = np.repeat(np.arange(n_groups, dtype=np.int64), len(ports))
+        d = np.tile(np.arange(len(ports), dtype=np.int64), n_groups)
+        # a leaf whose only job port is the destination itself sends it nothing
+        ok = ~((group[d] == g) & (counts[g] == 1))
+        g, d = g[ok], d[ok]
+        rep = np.array([int(ports[np.argmax(group == k)]) for k in range(n_groups)], dtype=np.int64)
+        if len(g):
+            hops = self.router.hops(rep[g], self._lid[ports[d]], ports[d].copy())[:, 1:]
+        else:
+            hops = np.zeros((0, 0), dtype=np.int64)
+        pair, step = np.nonzero(hops >= 0)
+        inc_port = hops[pair, step]
+        is_link = self._link[inc_port]
+        cross: dict[int, BoolArray] = {}
+        for lvl in self.levels:
+            comp = self._comp[lvl]
+            leaf_comp = np.array([comp[n] for n in names], dtype=np.int64)
+            dst_comp = leaf_comp[group]
+            cross[lvl] = leaf_comp[g] != dst_comp[d]
+        pattern = self._pattern(mj, keep) if mj.job.pattern else None
+        return _JobPairs(
+            mj,
+            ports,
+            share,
+            group,
+            n_groups,
+            g,
+            d,
+            pair[is_link].astype(np.int64),
+            inc_port[is_link],
+            cross,
+            pattern,
+        )
+
+    def _pattern(self, mj: MappedJob, keep: Sequence[int]) -> FloatArray:
+        """Per source and destination port of *mj* (those of *keep*), the share of the
+        source's injection that the declared pattern sends to the destination (by host,
+        split evenly over a host's ports)."""
+        shaped = mj.job if mj.job.has_rates else replace(mj.job, rate_bytes_per_s=1.0)
+        m = traffic_matrix(shaped)
+        sent = m.sum(axis=1, keepdims=True)
+        m = np.divide(m, sent, out=np.zeros_like(m), where=sent > 0)
+        index = {h: i for i, h in enumerate(mj.job.nodes)}
+        host_of = self._host_of
+        host = np.array(
+            [index.get(host_of.get(mj.ports[i][0], ""), -1) for i in keep], dtype=np.int64
+        )
+        known = host >= 0
+        per_host = np.bincount(host[known], minlength=len(index)).astype(float)
+        h = np.maximum(host, 0)
+        share = m[h][:, h] / np.maximum(per_host[h], 1.0)[None, :]
+        out: FloatArray = np.where(known[:, None] & known[None, :], share, 0.0)
+        return out
+
+    def _build(self, jobs: tuple[MappedJob, ...]) -> _Pairs:
+        """The unknowns of all *jobs*, each job's reused while it runs (by identity: the
+        job mapper hands back the same MappedJob while a job runs)."""
+        cache: dict[int, _JobPairs] = {}
+        entries: list[_JobPairs] = []
+        for mj in jobs:
+            e = self._entries.get(id(mj))
+            if e is None or e.job is not mj:
+                e = self._job_pairs(mj)
+            cache[id(mj)] = e
+            entries.append(e)
+        self._entries = cache
+        n_ports = np.array([len(e.ports) for e in entries], dtype=np.int64)
+        n_groups = np.array([e.n_groups for e in entries], dtype=np.int64)
+        n_pairs = np.array([len(e.pair_group) for e in entries], dtype=np.int64)
+        port_off = np.cumsum(n_ports) - n_ports
+        group_off = np.cumsum(n_groups) - n_groups
+        pair_off = np.cumsum(n_pairs) - n_pairs
+        idx = np.arange(len(entries), dtype=np.int64)
+
+        def cat(arrays: list[npt.NDArray[np.generic]], dtype: type) -> npt.NDArray[np.generic]:
+            return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype=dtype)
+
+        port_rows = cat([e.ports for e in entries], np.int64)
+        port_share = cat([e.share for e in entries], np.float64)
+        port_job = np.repeat(idx, n_ports)
+        group_of_port = cat([e.group + group_off[j] for j, e in enumerate(entries)], np.int64)
+        group_job = np.repeat(idx, n_groups)
+        pair_group = cat([e.pair_group + group_off[j] for j, e in enumerate(entries)], np.int64)
+        pair_dst = cat([e.pair_dst + port_off[j] for j, e in enumerate(entries)], np.int64)
+        pair_job = np.repeat(idx, n_pairs)
+        inc_pair = cat([e.inc_pair + pair_off[j] for j, e in enumerate(entries)], np.int64)
+        inc_port = cat([e.inc_port for e in entries], np.int64)
+        cross = {
+            lvl: cat([e.cross[lvl] for e in entries], np.bool_).astype(np.bool_)
+            for lvl in self.levels
+        }
+        # classes of link incidences: (level of the transmitting switch, up or down); a
+        # route that takes two links of one class (not minimal) gets them in two classes
+        base = self._level[inc_port] * 2 + self._up[inc_port]
+        order = np.lexsort((base, inc_pair))
+        key = inc_pair[order] * 64 + base[order]
+        first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=np.bool_)
+        start = np.maximum.accumulate(np.where(first, np.arange(len(key)), 0))
+        occurrence = np.empty(len(key), dtype=np.int64)
+        occurrence[order] = np.arange(len(key)) - start
+        inc_class = base + 64 * occurrence
+        return _Pairs(
+            jobs,
+            entries,
+            port_rows.astype(np.int64),
+            port_share.astype(np.float64),
+            port_job,
+            group_of_port.astype(np.int64),
+            int(n_groups.sum()),
+            group_job,
+            pair_group.astype(np.int64),
+            pair_dst.astype(np.int64),
+            pair_job,
+            inc_pair.astype(np.int64),
+            inc_port.astype(np.int64),
+            inc_class.astype(np.int64),
+            sorted(set(inc_class.tolist())),
+            cross,
+        )
+
+    # -- one cycle ------------------------------------------------------------------
+    def _dense_rates(self, rates: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
+        """Transmit and receive bytes/s of every router port (NaN: no rate)."""
+        guid = rates["node_guid"].to_numpy(np.uint64)
+        port = rates["port"].to_numpy(np.int64)
+        layout = self._layout
+        if layout is None or not (
+            np.array_equal(layout[0], guid) and np.array_equal(layout[1], port)
+        ):
+            row_of = dict(
+                zip(zip(guid.tolist(), port.tolist(), strict=True), range(len(guid)), strict=True)
+            )
+            rows = np.array(
+                [row_of.get(k, len(guid)) if k is not None else len(guid) for k in self._key],
+                dtype=np.int64,
+            )
+            layout = self._layout = (guid.copy(), port.copy(), rows)
+        rows = layout[2]
+        xmit = np.append(rates["xmit_bytes_per_s"].to_numpy(np.float64), np.nan)[rows]
+        if "rcv_bytes_per_s" in rates.columns:
+            rcv = np.append(rates["rcv_bytes_per_s"].to_numpy(np.float64), np.nan)[rows]
+        else:
+            rcv = np.full(self._n, np.nan)
+        return xmit, rcv
+
+    def fit(
+        self,
+        rates: pd.DataFrame,
+        jobs: Sequence[MappedJob],
+        sl_rates: pd.DataFrame | None = None,
+        job_sl: Mapping[str, int] | None = None,
+    ) -> dict[int, LevelFit]:
+        """Fit the jobs' flows to one rates table; per uplink level, the jobs' figures.
+
+        Args:
+            rates: a rates table (``node_guid``, ``port``, ``xmit_bytes_per_s``,
+                ``rcv_bytes_per_s``).
+            jobs: the running jobs with their ports, in the order of the result's rows.
+            sl_rates: per-SL rates (``node_guid``, ``port``, ``sl``,
+                ``xmit_bytes_per_s``) of the ports whose PMA has per-SL counters.
+            job_sl: each job's SL, for *sl_rates*.
+        """
+        jobs_t = tuple(jobs)
+        sls = tuple((job_sl or {}).get(mj.id, -1) for mj in jobs_t)
+        pairs = self._pairs
+        if pairs is None or pairs.jobs != jobs_t:
+            pairs = self._pairs = self._build(jobs_t)
+        xmit, rcv = self._dense_rates(rates)
+        # a link's rate: its transmitting port's count, else what its far end received
+        link_rate = np.where(np.isnan(xmit), rcv[self._peer], xmit)
+        tx = xmit[pairs.port_rows] * pairs.port_share
+        rx = rcv[pairs.port_rows] * pairs.port_share
+        n_jobs = len(jobs_t)
+        src = _sums(pairs.group_of_port, np.nan_to_num(tx), pairs.n_groups)
+        src_blind = _sums(pairs.group_of_port, np.isnan(tx), pairs.n_groups) > 0
+        src = np.where(src_blind, np.nan, src)
+        # link equations: by port, or by (port, SL) where per-SL counters are there
+        n_keys = self._n * (SL_COUNT + 1)
+        key = pairs.inc_port * (SL_COUNT + 1) + SL_COUNT
+        target = np.full(n_keys, np.nan)
+        target[np.arange(self._n) * (SL_COUNT + 1) + SL_COUNT] = link_rate
+        sl = np.array(sls, dtype=np.int64)
+        if sl_rates is not None and len(sl_rates) and (sl >= 0).any():
+            per_sl = self._sl_targets(sl_rates)
+            has: BoolArray = np.asarray(~np.isnan(per_sl).all(axis=1), dtype=np.bool_)
+            inc_sl = sl[pairs.pair_job[pairs.inc_pair]]
+            use = has[pairs.inc_port] & (inc_sl >= 0)
+            key = np.where(use, pairs.inc_port * (SL_COUNT + 1) + np.maximum(inc_sl, 0), key)
+            ports_sl = np.flatnonzero(has)
+            # a job whose SL is not known yet is on none of them: its flows there are
+            # left to the other equations
+            target[ports_sl * (SL_COUNT + 1) + SL_COUNT] = np.nan
+            for s in range(SL_COUNT):
+                target[ports_sl * (SL_COUNT + 1) + s] = per_sl[ports_sl, s]
+        x = self._prior(pairs, tx, rx)
+        if pairs.last is not None and len(pairs.last) == len(x):
+            # the last fit, each job's scaled to its prior's total so that the start
+            # does not depend on how much the job sends now
+            last = _sums(pairs.pair_job, pairs.last, n_jobs)
+            now = _sums(pairs.pair_job, x, n_jobs)
+            scale = np.divide(now, last, out=np.zeros(n_jobs), where=last > 0)
+            x = (1 - PRIOR_MIX) * pairs.last * scale[pairs.pair_job] + PRIOR_MIX * x
+        # the equations in use, numbered 0 .. n - 1 (sums over a few links, not all ports)
+        used, key = np.unique(key, return_inverse=True)
+        target = target[used]
+        self.passes = self._ipf(x, pairs, src, rx, key, target)
+        pairs.last = x.copy()
+        return self._levels(x, pairs, key, target, link_rate, tx, n_jobs)
+
+    def _sl_targets(self, sl_rates: pd.DataFrame) -> FloatArray:
+        """Per router port and SL, the transmit bytes/s the per-SL counters gave."""
+        out = np.full((self._n, SL_COUNT), np.nan)
+        guid = sl_rates["node_guid"].to_numpy(np.uint64).tolist()
+        port = sl_rates["port"].to_numpy(np.int64).tolist()
+        slv = sl_rates["sl"].to_numpy(np.int64)
+        val = sl_rates["xmit_bytes_per_s"].to_numpy(np.float64)
+        rows = np.array(
+            [self._dense.get((g, p), -1) for g, p in zip(guid, port, strict=True)], dtype=np.int64
+        )
+        ok = (rows >= 0) & (slv >= 0) & (slv < SL_COUNT)
+        out[rows[ok], slv[ok]] = val[ok]
+        return out
+
+    def _prior(self, pairs: _Pairs, tx: FloatArray, rx: FloatArray) -> FloatArray:
+        """The flows before the fit: gravity within each job (a source spreads what it
+        sends over its peers in proportion to what they receive), or the job's pattern."""
+        tx0, rx0 = np.nan_to_num(tx), np.nan_to_num(rx)
+        n_jobs = len(pairs.jobs)
+        rx_job = _sums(pairs.port_job, rx0, n_jobs)
+        # per source port: what it sends over what its peers receive, summed per group
+        peers = rx_job[pairs.port_job] - rx0
+        per = np.divide(tx0, peers, out=np.zeros_like(tx0), where=peers > 0)
+        a = _sums(pairs.group_of_port, per, pairs.n_groups)
+        d = pairs.pair_dst
+        own = pairs.group_of_port[d] == pairs.pair_group  # the destination is a source there
+        x: FloatArray = rx0[d] * (a[pairs.pair_group] - np.where(own, per[d], 0.0))
+        start = first = 0
+        for e in pairs.entries:
+            n, k = len(e.pair_group), len(e.ports)
+            if e.pattern is not None:  # what each source sends, summed over its leaf
+                sent = np.zeros((e.n_groups, k))
+                np.add.at(sent, e.group, e.pattern * tx0[first : first + k, None])
+                x[start : start + n] = sent[e.pair_group, e.pair_dst]
+            start, first = start + n, first + k
+        return np.maximum(x, 0.0)
+
+    @staticmethod
+    def _ipf(
+        x: FloatArray,
+        pairs: _Pairs,
+        src: FloatArray,
+        rx: FloatArray,
+        key: IntArray,
+        target: FloatArray,
+    ) -> int:
+        """Scale *x* in place until the equations hold within TOLERANCE (or MAX_PASSES
+        passes were done); the passes done."""
+        families: list[tuple[IntArray | None, IntArray, FloatArray, int]] = [
+            (None, pairs.pair_group, src, len(src)),
+            (None, pairs.pair_dst, rx, len(rx)),
+        ]
+        for c in pairs.classes:
+            sel = pairs.inc_class == c
+            families.append((pairs.inc_pair[sel], key[sel], target, len(target)))
+        # per family, the equations that can be met: measured, with flows to scale
+        goals = [goal[:n] for _, _, goal, n in families]
+        for done in range(1, MAX_PASSES + 1):
+            worst = 0.0
+            for (members, index, _, n), want in zip(families, goals, strict=True):
+                got = _sums(index, x if members is None else x[members], n)
+                ok = ~np.isnan(want) & (got > 0)
+                ratio = np.divide(want, got, out=np.ones(n), where=ok)
+                if members is None:
+                    x *= ratio[index]
+                else:  # a class holds one link per unknown at most: no repeated index
+                    x[members] *= ratio[index]
+                # how far off the family was: its equations' misfit over their total
+                total = float(want[ok].sum())
+                if total > 0:
+                    worst = max(worst, float(np.abs(got[ok] - want[ok]).sum()) / total)
+            if worst < TOLERANCE:
+                return done
+        return MAX_PASSES
+
+    def _levels(
+        self,
+        x: FloatArray,
+        pairs: _Pairs,
+        key: IntArray,
+        target: FloatArray,
+        link_rate: FloatArray,
+        tx: FloatArray,
+        n_jobs: int,
+    ) -> dict[int, LevelFit]:
+        inc_job = pairs.pair_job[pairs.inc_pair]
+        # keys used by one job only: their counters measure that job's flows
+        pair_keys = np.unique(key * max(n_jobs, 1) + inc_job)
+        jobs_on_key = np.bincount(pair_keys // max(n_jobs, 1), minlength=len(target))
+        exclusive = (jobs_on_key[key] == 1) & ~np.isnan(target[key])
+        inc_x = x[pairs.inc_pair]
+        fitted_key = _sums(key, inc_x, len(target))
+        job_blind = _sums(pairs.port_job, np.isnan(tx), n_jobs) > 0
+        out: dict[int, LevelFit] = {}
+        lvl_of = self._level[pairs.inc_port]
+        up = self._up[pairs.inc_port]
+        for lvl in self.levels:
+            cross = pairs.cross[lvl]
+            rate = _sums(pairs.pair_job, np.where(cross, x, 0.0), n_jobs)
+            # the level's links: up out of level-l switches, down from level l+1 into l
+            at = (up & (lvl_of == lvl)) | (~up & (lvl_of == lvl + 1))
+            pinned = np.zeros(len(x), dtype=np.bool_)
+            pinned[pairs.inc_pair[at & exclusive]] = True
+            blind_pair = np.zeros(len(x), dtype=np.bool_)
+            blind_pair[pairs.inc_pair[at & np.isnan(target[key])]] = True
+            blind = _sums(pairs.pair_job, cross & blind_pair, n_jobs) > 0
+            mine = _sums(pairs.pair_job, np.where(cross & pinned, x, 0.0), n_jobs)
+            measured = np.divide(mine, rate, out=np.ones(n_jobs), where=rate > 0)
+            keys = np.unique(key[at])
+            counted = np.nan_to_num(target[keys])
+            resid = np.abs(fitted_key[keys] - counted).sum()
+            total = counted.sum()
+            ups = np.flatnonzero(self._link & self._up & (self._level == lvl))
+            fitted_up = _sums(
+                pairs.inc_port[up & (lvl_of == lvl)], inc_x[up & (lvl_of == lvl)], self._n
+            )
+            spare = np.nan_to_num(link_rate[ups]) - fitted_up[ups]
+            out[lvl] = LevelFit(
+                np.where(blind | job_blind, np.nan, rate),
+                measured,
+                float(resid / total) if total > 0 else 0.0,
+                float(np.maximum(spare, 0.0).sum()),
+            )
+        return out
+
+    def job_links(self, job: MappedJob) -> dict[PortKey, float]:
+        """The last fit's bytes/s of *job* on each switch-to-switch link it uses, by the
+        link's transmitting port; empty before a fit or for a job not in it."""
+        pairs = self._pairs
+        if pairs is None or pairs.last is None:
+            return {}
+        where = [j for j, mj in enumerate(pairs.jobs) if mj is job]
+        if not where:
+            return {}
+        sel = pairs.pair_job[pairs.inc_pair] == where[0]
+        load = _sums(pairs.inc_port[sel], pairs.last[pairs.inc_pair[sel]], self._n)
+        return {
+            k: float(load[i])
+            for i in np.flatnonzero(load > 0).tolist()
+            if (k := self._key[i]) is not None
+        }
