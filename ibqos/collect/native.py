@@ -357,10 +357,9 @@ class NativeBackend:
             return  # the collection loop passes the same list until the fabric changes
         keys = frozenset((t.node_guid, t.port) for t in targets)
         if self._swept is not None and keys != self._swept_keys and self.per_sl:
+            nodes = {t.node_guid for t in targets if t.is_switch}
             self._sl_due = {
-                g
-                for g, c in self.caps.items()
-                if c is not None and not c.per_sl and g in {t.node_guid for t in targets}
+                g for g, c in self.caps.items() if c is not None and not c.per_sl and g in nodes
             }
         self._swept, self._swept_keys = targets, keys
 
