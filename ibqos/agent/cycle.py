@@ -43,6 +43,10 @@ TRIAL_TOKENS = 4.0
 class CycleAgent(AgentParts):
     """The daemon's parts, and the cycles run on them (see the module docstring)."""
 
+    #: per-SL rates of the sweep whose rates are in ``rates`` (``ibqos.collect.per_sl``);
+    #: None when no port has per-SL data counters
+    sl_rates: pd.DataFrame | None = None
+
     def cycle(self, *, sweep: bool) -> Decision:
         """Sweep (or reuse the last rates), decide, and apply or show the result."""
         self.counters.cycles += 1  # on entry: a failed cycle is a cycle too
@@ -64,6 +68,7 @@ class CycleAgent(AgentParts):
         if fresh or self.rates is None:
             self.reloaded_since_sweep = False
             rates = self._sweep()
+            sl_rates = self.collector.sl_rates
             self.notifier.ping_if_due()
             if not self.collector.covered:
                 # a sweep that reached too few ports (links down, a PMA that stopped
@@ -71,10 +76,12 @@ class CycleAgent(AgentParts):
                 # and jobs that start meanwhile begin in their expected classes
                 fresh = False
                 if self.rates is not None:
-                    rates = self.rates
-            self.rates = rates
+                    rates, sl_rates = self.rates, self.sl_rates
+            self.rates, self.sl_rates = rates, sl_rates
         self.decider.setup = self.tuning.wanted
-        decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
+        decision = self.decider.decide(
+            self.rates, jobs, self.clock(), fresh=fresh, sl_rates=self.sl_rates
+        )
         # a dry run writes nothing, profiles included
         if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
             learn(self.decider.priors.store, decision.finished, time.time())
@@ -174,6 +181,8 @@ class CycleAgent(AgentParts):
             self.counters.sweep_answered = len(sweep.targets) - sweep.failed
             self.counters.sweep_coverage = sweep.coverage
             self.counters.invalid_samples += sweep.invalid
+            per_sl = sweep.per_sl
+            self.counters.sweep_per_sl_ports = 0 if per_sl is None else per_sl.answered
         if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
             gc.unfreeze()  # the old model may go now
             self.fabric = self.collector.fabric  # the topology changed

@@ -49,4 +49,6 @@ def make_backend(cfg: CollectConfig) -> Backend:
         xmit_wait=cfg.xmit_wait,
         vl_xmit_wait=cfg.vl_xmit_wait,
         sweep_timeout_s=cfg.sweep_deadline_s,
+        per_sl=cfg.per_sl,
+        interval_s=cfg.interval_s,
     )

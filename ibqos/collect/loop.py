@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from ibqos.collect.backends import make_backend
+from ibqos.collect.per_sl import SlRateTracker
 from ibqos.collect.rates import RateTracker
 from ibqos.collect.replay import SweepRecorder
 from ibqos.collect.sweep import Sweep
@@ -69,8 +70,12 @@ class Collector:
         self.refresh_s = refresh_s
         self.recorder = SweepRecorder(record) if record is not None else None
         self.tracker = RateTracker(cfg.rate_margin)
+        self.sl_tracker = SlRateTracker()
         self.backend = make_backend(cfg)
         self.last: Sweep | None = None
+        #: per-SL rates of the last sweep (``ibqos.collect.per_sl``); None when no port
+        #: has per-SL data counters
+        self.sl_rates: pd.DataFrame | None = None
         self._seen_s = time.monotonic()
         self._refresh_failing = False
 
@@ -92,12 +97,14 @@ class Collector:
 
     def step(self) -> pd.DataFrame:
         """One sweep; returns its rates table (NaN rates for ports read the first time,
-        and for ports that failed or whose sample was dropped as implausible)."""
+        and for ports that failed or whose sample was dropped as implausible), and
+        sets :attr:`sl_rates`."""
         self._maybe_rediscover()
         sweep = self.backend.sweep(self.targets)
         if self.recorder is not None:
             self.recorder.record(sweep)
         rates = self.tracker.update(sweep)
+        self.sl_rates = self.sl_tracker.update(sweep.per_sl)
         sweep.invalid = self.tracker.last_invalid
         self.last = sweep
         self._report(sweep)

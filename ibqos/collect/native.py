@@ -6,8 +6,17 @@ replies are decoded in bulk into the sweep table (:mod:`ibqos.collect.native_tab
 
 Each node is probed once, on first sight, with ClassPortInfo (IBA 16.1.3.1): it says
 whether PortCountersExtended (64-bit) is there, whether PortCounters has PortXmitWait and
-whether PCE also carries it.  Per-SL data counters have no capability bit, so switches are
-probed for PortXmitDataSL by trying it (status 0x000C or no reply: not supported).
+whether PCE also carries it.
+
+Per-SL data counters (PortXmitDataSL, PortRcvDataSL; :mod:`ibqos.collect.per_sl`) have no
+capability bit, so with ``per_sl`` on, one port of each switch is asked for both, once,
+on first sight, without retries: status 0x000C or no reply means not supported, and is
+remembered, so a fabric without them (ibsim) pays one timeout per window of switches on
+its first sweep and nothing after.  The switches that said no are asked again after a
+fabric change (the set of swept ports changed).  Where both answer, every sweep reads both
+for each port of the switch (two more Gets per port), and clears them when they pass
+:func:`~ibqos.collect.per_sl.clear_words`.  Only switches are probed: a host port carries
+one job, whose traffic its port counters already give exactly.
 
 With ``vl_xmit_wait`` on, every node (switch or CA) is also asked once for
 PortVLXmitWaitCounters (IBA 16.1.4, attribute 0x001C), which no capability bit announces
@@ -39,9 +48,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ibqos.collect.native_table import Plan, sweep_table
+from ibqos.collect.per_sl import SlReadings, clear_words
 from ibqos.collect.pipeline import (
     Pipeline,
     Request,
+    Result,
     Transport,
     max_dgram_qlen,
     under_umad2sim,
@@ -72,7 +83,8 @@ class NodeCaps:
     Attributes:
         cap_mask: PerfMgt ClassPortInfo.CapabilityMask.
         cap_mask2: CapabilityMask2 (27 bits).
-        per_sl: PortXmitDataSL answered (switches only are probed).
+        per_sl: PortXmitDataSL and PortRcvDataSL both answered (switches only are probed,
+            and only with ``NativeBackend(per_sl=True)``).
         vl_xmit_wait: PortVLXmitWaitCounters answered (probed only with
             ``NativeBackend(vl_xmit_wait=True)``).
     """
@@ -119,6 +131,10 @@ class NativeBackend:
             columns.
         sweep_timeout_s: seconds a sweep may take, probes included (see the module
             docstring); None: no limit but the one the timeouts and retries make.
+        per_sl: probe the switches for per-SL data counters and read them where found
+            (``Sweep.per_sl``).
+        interval_s: seconds between sweeps, for the level at which per-SL counters are
+            cleared (:func:`~ibqos.collect.per_sl.clear_words`).
         transport: an already open MAD port (tests); default opens ``UmadPort(ca, port)``.
     """
 
@@ -135,6 +151,8 @@ class NativeBackend:
         xmit_wait: bool = True,
         vl_xmit_wait: bool = False,
         sweep_timeout_s: float | None = None,
+        per_sl: bool = True,
+        interval_s: float = 10.0,
         transport: Transport | None = None,
     ) -> None:
         if transport is None:
@@ -148,6 +166,11 @@ class NativeBackend:
         self.xmit_wait = xmit_wait
         self.vl_xmit_wait = vl_xmit_wait
         self.sweep_timeout_s = sweep_timeout_s
+        self.per_sl = per_sl
+        self.interval_s = interval_s
+        self._sl_due: set[int] = set()  # switch GUIDs to ask for per-SL counters again
+        self._swept: Sequence[Target] | None = None  # the last targets swept
+        self._swept_keys: frozenset[tuple[int, int]] = frozenset()
         self._deadline: float | None = None  # of the sweep under way (monotonic seconds)
         self.caps: dict[int, NodeCaps | None] = {}  # None: ClassPortInfo failed
         self._warned_32bit: set[int] = set()
@@ -176,7 +199,10 @@ class NativeBackend:
         self._sweeps += 1
         first: dict[int, Target] = {}
         vl_again: dict[int, Target] = {}
+        sl_again: dict[int, Target] = {}
         for tg in targets:
+            if tg.node_guid in self._sl_due:
+                sl_again.setdefault(tg.node_guid, tg)
             if tg.node_guid not in self.caps:
                 first.setdefault(tg.node_guid, tg)
             elif self.caps[tg.node_guid] is None:
@@ -184,9 +210,13 @@ class NativeBackend:
                     first.setdefault(tg.node_guid, tg)
             elif self._vl_due and self._vl_due.get(tg.node_guid, self._sweeps + 1) <= self._sweeps:
                 vl_again.setdefault(tg.node_guid, tg)
-        if not first and not vl_again:
+        self._sl_due.clear()
+        if not first and not vl_again and not sl_again:
             return
         caps = self._probe_classes(list(first.values())) if first else {}
+        if self.per_sl:
+            answered = [tg for tg in first.values() if tg.node_guid in caps]
+            self._probe_sl([*answered, *sl_again.values()], caps)
         if self.vl_xmit_wait:
             answered = [tg for tg in first.values() if tg.node_guid in caps]
             self._probe_vl([*answered, *vl_again.values()], caps)
@@ -195,8 +225,8 @@ class NativeBackend:
             self._caps_gen += 1
 
     def _probe_classes(self, nodes: list[Target]) -> dict[int, NodeCaps]:
-        """ClassPortInfo of *nodes*, then PortXmitDataSL of the switches among them: the
-        caps of those that answered (those that did not are recorded as failed)."""
+        """ClassPortInfo of *nodes*: the caps of those that answered (those that did not
+        are recorded as failed)."""
         caps: dict[int, NodeCaps] = {}
         res = self.pipeline.run(
             [Request(tg.lid, pma.ATTR_CLASS_PORT_INFO, 0) for tg in nodes], self._deadline
@@ -213,18 +243,37 @@ class NativeBackend:
             caps[tg.node_guid] = NodeCaps(
                 int(rec["cap_mask"]), int(rec["cap_mask2_resp_time"]) >> 5
             )
-        switches = [tg for tg in nodes if tg.is_switch and tg.node_guid in caps]
-        if switches:
-            res = self.pipeline.run(
-                [Request(tg.lid, pma.ATTR_PORT_XMIT_DATA_SL, tg.port) for tg in switches],
-                self._deadline,
-            )
-            recs = pma.decode(res.mads.tobytes(), pma.ATTR_PORT_XMIT_DATA_SL)
-            bad = pma.check_replies(recs, pma.ATTR_PORT_XMIT_DATA_SL)
-            for tg, err, rerr in zip(switches, bad, res.error, strict=True):
-                if not (err or rerr):
-                    caps[tg.node_guid] = replace(caps[tg.node_guid], per_sl=True)
         return caps
+
+    def _probe_sl(self, nodes: list[Target], caps: dict[int, NodeCaps]) -> None:
+        """Ask one port of each switch among *nodes* for PortXmitDataSL and PortRcvDataSL,
+        one try each; record in *caps* whether both answered (caps of nodes not in *caps*
+        come from ``self.caps``).  Silence is an answer here (ibsim has no handler and
+        never replies), so retries would only make the first sweep longer."""
+        switches = [tg for tg in nodes if tg.is_switch]
+        if not switches:
+            return
+        attrs = (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL)
+        reqs = [Request(tg.lid, attr, tg.port) for attr in attrs for tg in switches]
+        res = self.pipeline.run(reqs, self._deadline, retries=0)
+        n = len(switches)
+        ok = np.ones(n, dtype=bool)
+        for k, attr in enumerate(attrs):
+            part = slice(k * n, (k + 1) * n)
+            bad = pma.check_replies(pma.decode(res.mads[part].tobytes(), attr), attr)
+            ok &= (bad == "") & (np.array(res.error[part], dtype=object) == "")
+        found = 0
+        for tg, yes in zip(switches, ok.tolist(), strict=True):
+            known = caps.get(tg.node_guid) or self.caps.get(tg.node_guid)
+            if known is not None and known.per_sl != yes:
+                caps[tg.node_guid] = replace(known, per_sl=yes)
+            found += yes
+        log.info(
+            "per-SL data counters: %d of %d switches probed have them%s",
+            found,
+            n,
+            "" if found else " (PortXmitDataSL/PortRcvDataSL unsupported or unanswered)",
+        )
 
     def _probe_vl(self, nodes: list[Target], caps: dict[int, NodeCaps]) -> None:
         """Ask one port of each of *nodes* for PortVLXmitWaitCounters; record in *caps*
@@ -275,9 +324,11 @@ class NativeBackend:
         limit = self.sweep_timeout_s
         self._deadline = None if limit is None else t0 + limit
         try:
+            self._note_fabric(targets)
             self.probe(targets)
             plan = self._plan(targets)
             res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports, self._deadline)
+            per_sl = self._per_sl(plan, res) if len(plan.sl_rows) else None
         finally:
             self._deadline = None  # a probe outside a sweep has no deadline
         table = sweep_table(plan, res, self.vl_xmit_wait)
@@ -296,7 +347,72 @@ class NativeBackend:
             duration_s=time.monotonic() - t0,
             cpu_s=(cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
             stats=stats,
+            per_sl=per_sl,
         )
+
+    def _note_fabric(self, targets: Sequence[Target]) -> None:
+        """After a fabric change (the swept ports changed), ask the switches that had no
+        per-SL counters again at the next probe."""
+        if targets is self._swept:
+            return  # the collection loop passes the same list until the fabric changes
+        keys = frozenset((t.node_guid, t.port) for t in targets)
+        if self._swept is not None and keys != self._swept_keys and self.per_sl:
+            nodes = {t.node_guid for t in targets if t.is_switch}
+            self._sl_due = {
+                g for g, c in self.caps.items() if c is not None and not c.per_sl and g in nodes
+            }
+        self._swept, self._swept_keys = targets, keys
+
+    def _per_sl(self, plan: Plan, res: Result) -> SlReadings:
+        """The sweep's per-SL readings from its replies; then clear the counters that
+        passed their level (:func:`~ibqos.collect.per_sl.clear_words`), one Set per port
+        and direction, and note when each clear was answered."""
+        rows, x, r = plan.sl_rows, plan.sl_xmit, plan.sl_rcv
+        readings, whys = SlReadings.decode(
+            plan.node_guid[rows],
+            plan.port[rows].astype(np.int64),
+            res.mads[x],
+            [res.error[i] for i in x.tolist()],
+            res.time_s[x],
+            res.mads[r],
+            [res.error[i] for i in r.tolist()],
+            res.time_s[r],
+        )
+        lost = [w for w in whys if w]
+        if lost:
+            log.warning(
+                "per-SL data counters of %d port(s) not read this sweep, their SLs have no "
+                "rate (first: %s)",
+                len(lost),
+                lost[0],
+            )
+        capacity = np.array([plan.targets[i].capacity_bytes_per_s for i in rows.tolist()])
+        clear_x, clear_r = readings.to_clear(clear_words(capacity, self.interval_s))
+        reqs: list[Request] = []
+        where: list[tuple[np.ndarray, int]] = []
+        for attr, mask, cleared in (
+            (pma.ATTR_PORT_XMIT_DATA_SL, clear_x, readings.xmit_cleared_s),
+            (pma.ATTR_PORT_RCV_DATA_SL, clear_r, readings.rcv_cleared_s),
+        ):
+            for k in np.flatnonzero(mask).tolist():
+                tg = plan.targets[int(rows[k])]
+                reqs.append(Request(tg.lid, attr, tg.port, pma.DATA_SL_ALL))
+                where.append((cleared, k))
+        if reqs:
+            done = self.pipeline.run(reqs, self._deadline)
+            self.pipeline.stats["sl_clears"] = self.pipeline.stats.get("sl_clears", 0) + len(reqs)
+            for j, attr in enumerate(req.attr for req in reqs):
+                bad = pma.check_replies(pma.decode(done.mads[j].tobytes(), attr), attr)[0]
+                cleared, k = where[j]
+                if not (bad or done.error[j]):
+                    cleared[k] = done.time_s[j]  # the next delta counts from 0 from here
+                else:  # not cleared: the next delta counts from the reading, as usual
+                    log.debug(
+                        "per-SL clear of %s failed: %s",
+                        _where(plan.targets[int(rows[k])]),
+                        done.error[j] or bad,
+                    )
+        return readings
 
     def _plan(self, targets: Sequence[Target]) -> Plan:
         """The requests of a sweep of *targets*, kept while the targets and what is known
@@ -313,6 +429,9 @@ class NativeBackend:
         main = np.full(n, -1, dtype=np.int64)  # request of each target's counters
         wait = np.full(n, -1, dtype=np.int64)  # its PortCounters, for XmitWait
         vl = np.full(n, -1, dtype=np.int64)  # its PortVLXmitWaitCounters
+        sl_rows: list[int] = []  # targets with per-SL counters, and their two requests
+        sl_x: list[int] = []
+        sl_r: list[int] = []
         caps = [self.caps.get(t.node_guid) for t in targets]
         for k, (tg, c) in enumerate(zip(targets, caps, strict=True)):
             if c is None:
@@ -340,6 +459,16 @@ class NativeBackend:
                 lids.append(tg.lid)
                 ports.append(tg.port)
                 attrs.append(pma.ATTR_PORT_VL_XMIT_WAIT)
+            if self.per_sl and c.per_sl:
+                sl_rows.append(k)
+                for attr, into in (
+                    (pma.ATTR_PORT_XMIT_DATA_SL, sl_x),
+                    (pma.ATTR_PORT_RCV_DATA_SL, sl_r),
+                ):
+                    into.append(len(lids))
+                    lids.append(tg.lid)
+                    ports.append(tg.port)
+                    attrs.append(attr)
         self._cached = Plan(
             key=key,
             targets=targets,
@@ -349,6 +478,9 @@ class NativeBackend:
             main=main,
             wait=wait,
             vl=vl,
+            sl_rows=np.array(sl_rows, dtype=np.int64),
+            sl_xmit=np.array(sl_x, dtype=np.int64),
+            sl_rcv=np.array(sl_r, dtype=np.int64),
             node_guid=np.array([t.node_guid for t in targets], dtype=np.uint64),
             port=np.array([t.port for t in targets], dtype=np.uint8),
             lid=np.array([t.lid for t in targets], dtype=np.uint16),

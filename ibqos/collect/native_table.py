@@ -30,7 +30,9 @@ _U64_MAX = np.uint64(2**64 - 1)
 @dataclass(frozen=True)
 class Plan:
     """A sweep's requests (``lids``/``attrs``/``ports``), where each target's replies are
-    (``main``, ``wait``, ``vl``: request index or -1), and per-target columns."""
+    (``main``, ``wait``, ``vl``: request index or -1), and per-target columns.  The
+    targets with per-SL counters are ``sl_rows``, and their PortXmitDataSL and
+    PortRcvDataSL requests ``sl_xmit`` and ``sl_rcv`` (in the same order)."""
 
     key: tuple[int, int, int]
     targets: Sequence[Target]
@@ -40,6 +42,9 @@ class Plan:
     main: np.ndarray
     wait: np.ndarray
     vl: np.ndarray
+    sl_rows: np.ndarray
+    sl_xmit: np.ndarray
+    sl_rcv: np.ndarray
     node_guid: np.ndarray
     port: np.ndarray
     lid: np.ndarray

@@ -71,11 +71,13 @@ class Transport(Protocol):
 
 @dataclass(frozen=True)
 class Request:
-    """One PMA Get: to *lid*, for *attr*, with *port_select* in data byte 1."""
+    """One PMA Get: to *lid*, for *attr*, with *port_select* in data byte 1; with a
+    *counter_select*, a Set that clears those counters instead."""
 
     lid: int
     attr: int
     port_select: int
+    counter_select: int = 0
 
 
 @dataclass
@@ -132,14 +134,24 @@ class Pipeline:
             "cut": 0,
         }
 
-    def run(self, requests: Sequence[Request], deadline: float | None = None) -> Result:
+    def run(
+        self,
+        requests: Sequence[Request],
+        deadline: float | None = None,
+        *,
+        retries: int | None = None,
+    ) -> Result:
         """Send every request and wait until each has a reply or has used up its tries,
-        or until *deadline* (monotonic seconds; None: none)."""
+        or until *deadline* (monotonic seconds; None: none).  *retries* overrides the
+        pipeline's for this batch (a probe whose silence is its answer needs none)."""
+        selects = [r.counter_select for r in requests]
         return self.run_arrays(
             np.array([r.lid for r in requests], dtype=np.int64),
             np.array([r.attr for r in requests], dtype=np.int64),
             np.array([r.port_select for r in requests], dtype=np.int64),
             deadline,
+            counter_select=np.array(selects, dtype=np.int64) if any(selects) else None,
+            retries=retries,
         )
 
     def run_arrays(
@@ -148,9 +160,13 @@ class Pipeline:
         attrs: np.ndarray,
         ports: np.ndarray,
         deadline: float | None = None,
+        *,
+        counter_select: np.ndarray | None = None,
+        retries: int | None = None,
     ) -> Result:
         """``run`` for requests given as arrays: request *i* is a Get of ``attrs[i]`` to
-        ``lids[i]`` with PortSelect ``ports[i]``.
+        ``lids[i]`` with PortSelect ``ports[i]`` (a Set clearing ``counter_select[i]``
+        where that is non-zero).
 
         Raises:
             CollectError: the device refuses every send (module docstring).
@@ -162,7 +178,8 @@ class Pipeline:
         """
         n = len(lids)
         t = self.transport
-        tries_max = self.retries + 1
+        retries = self.retries if retries is None else retries
+        tries_max = retries + 1
         base = self._tid
         self._tid = (self._tid + n * tries_max + 1) & 0xFFFFFFFF
         # every request buffer is built at once with numpy; the loop only sends addresses
@@ -171,6 +188,11 @@ class Pipeline:
         for attr in np.unique(attrs):
             bufs[attrs == attr, t.hdr :] = np.frombuffer(pma.get_request(int(attr)), np.uint8)
         bufs[:, t.hdr + pma.DATA_OFFSET + 1] = ports
+        if counter_select is not None:  # Sets: method and CounterSelect, big-endian
+            sets = counter_select > 0
+            bufs[sets, t.hdr + 3] = pma.METHOD_SET
+            bufs[sets, t.hdr + pma.DATA_OFFSET + 2] = counter_select[sets] >> 8
+            bufs[sets, t.hdr + pma.DATA_OFFSET + 3] = counter_select[sets] & 0xFF
         at = t.hdr + pma.TID_LOW_OFFSET
         tids = ((base + np.arange(n, dtype=np.uint64)) & 0xFFFFFFFF).astype(">u4")
         bufs[:, at : at + 4] = tids.view(np.uint8).reshape(n, 4)
@@ -230,7 +252,7 @@ class Pipeline:
                     # the kernel (or umad2sim) hands a request back when it timed out
                     if live.get(i) == k:
                         del live[i]
-                        settled += self._again(i, pending, tries, errors, done, why[i])
+                        settled += self._again(i, pending, tries, errors, done, why[i], retries)
                 elif length < pma.MAD_SIZE:
                     self._settle(i, live, pending)
                     errors[i] = f"truncated reply ({length} of {pma.MAD_SIZE} bytes)"
@@ -264,7 +286,7 @@ class Pipeline:
                     if live.get(i) == k:  # this copy is still unanswered: it timed out
                         del live[i]
                         timeouts += 1
-                        settled += self._again(i, pending, tries, errors, done, why[i])
+                        settled += self._again(i, pending, tries, errors, done, why[i], retries)
         self.stats["sent"] += sent
         self.stats["answered"] += answered
         self.stats["timeouts"] += timeouts
@@ -285,9 +307,10 @@ class Pipeline:
         errors: list[str],
         done: list[bool],
         why: str,
+        retries: int,
     ) -> int:
         """Queue request *i* again if it has tries left; else fail it.  Returns 1 if settled."""
-        if tries[i] <= self.retries:
+        if tries[i] <= retries:
             pending.appendleft(i)
             self.stats["retries"] += 1
             return 0

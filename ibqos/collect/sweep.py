@@ -47,6 +47,7 @@ from typing import Protocol
 
 import pandas as pd
 
+from ibqos.collect.per_sl import SlReadings
 from ibqos.fabric.targets import Target
 
 SWEEP_DTYPES: dict[str, str] = {
@@ -95,6 +96,8 @@ class Sweep:
         stats: counts such as ``sent``, ``answered``, ``retries``, ``timeouts``, ``failed``.
         invalid: rows that were read but whose rates were dropped as implausible; set by
             :class:`~ibqos.collect.loop.Collector` once the rates are computed (0 before).
+        per_sl: the per-SL data counters of the ports whose switch has them (native
+            backend, ``collect.per_sl``); None when no port has them.
     """
 
     targets: list[Target]
@@ -105,6 +108,7 @@ class Sweep:
     cpu_s: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
     invalid: int = 0
+    per_sl: SlReadings | None = None
 
     @property
     def failed(self) -> int:

@@ -297,6 +297,10 @@ class CollectConfig:
             congestion.  Off by default: the counters are 16 bits wide and saturate after
             65,535 ticks, so they need short intervals, and many switches do not implement
             them.
+        per_sl: probe the switches for per-SL data counters (PortXmitDataSL and
+            PortRcvDataSL, no capability bit announces them) and, where both answer, read
+            them every sweep and clear them before they saturate (native backend only;
+            ``ibqos.collect.per_sl``).  Two more MADs per port of such a switch.
         ca: CA to send MADs from (native); None: the first.
         port: CA port (native); 0: the first active one.
         window: MADs in flight at most (native).
@@ -321,6 +325,7 @@ class CollectConfig:
     interval_s: Annotated[float, number(0.01)] = 10.0
     xmit_wait: Annotated[bool, flag()] = True
     vl_xmit_wait: Annotated[bool, flag()] = False
+    per_sl: Annotated[bool, flag()] = True
     ca: Annotated[str | None, text(optional=True)] = None
     port: Annotated[int, number(0, 254, integer=True)] = 0
     window: Annotated[int, number(1, integer=True)] = 32

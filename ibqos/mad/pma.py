@@ -81,6 +81,24 @@ def get_request(attr_id: int, port_select: int = 0, tid: int = 0) -> bytes:
     return bytes(mad)
 
 
+def set_request(attr_id: int, port_select: int, counter_select: int, tid: int = 0) -> bytes:
+    """A 256-byte PerfMgt Set for *attr_id* that clears the counters *counter_select*
+    names (data bytes 2-3; IBA 16.1.3.5 for PortCounters, annex A13.6.4 for the per-SL
+    attributes, where bit *n* is SL *n*'s counter).  The PMA answers with GetResp."""
+    mad = bytearray(get_request(attr_id, port_select, tid))
+    mad[3] = METHOD_SET
+    struct.pack_into(">H", mad, DATA_OFFSET + 2, counter_select)
+    return bytes(mad)
+
+
+#: CounterSelect of a PortXmitDataSL/PortRcvDataSL Set that clears all sixteen SLs.
+DATA_SL_ALL = 0xFFFF
+#: SLs (and counters) of a PortXmitDataSL/PortRcvDataSL reply.
+SL_COUNT = 16
+#: The value a per-SL data counter sticks at (32 bits, in 4-octet words).
+DATA_SL_MAX = 0xFFFFFFFF
+
+
 #: Offset of the low 32 bits of the transaction id: the kernel overwrites the upper 32 bits
 #: on send (ib_umad), so replies are matched on these.
 TID_LOW_OFFSET = 12
@@ -155,8 +173,16 @@ PORT_COUNTERS_EXT_DTYPE = _dtype(
     ]
 )
 
-#: PortXmitDataSL / PortRcvDataSL (IBA annex A13.6.4): sixteen 32-bit counters.
-PORT_DATA_SL_DTYPE = _dtype([*_HEADER, ("data_sl", (">u4", 16), DATA_OFFSET + 4)])
+#: PortXmitDataSL / PortRcvDataSL (IBA annex A13.6.4): CounterSelect (bit n clears SL n on a
+#: Set), then sixteen 32-bit counters in 4-octet words, SL 0 first.  Only these 32-bit
+#: attributes are defined publicly (libibmad, OpenSM); nothing advertises them.
+PORT_DATA_SL_DTYPE = _dtype(
+    [
+        *_HEADER,
+        ("counter_select", ">u2", DATA_OFFSET + 2),
+        ("data_sl", (">u4", 16), DATA_OFFSET + 4),
+    ]
+)
 
 #: PortVLXmitWaitCounters (IBA 16.1.4): sixteen 16-bit counters.
 PORT_VL_XMIT_WAIT_DTYPE = _dtype([*_HEADER, ("vl_xmit_wait", (">u2", 16), DATA_OFFSET + 4)])

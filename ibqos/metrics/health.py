@@ -58,6 +58,8 @@ class Counters:
             capacity (counters reset and rewritten).
         sweep_coverage: share of the last sweep's ports (0..1) answered with a usable sample;
             None before the first sweep.
+        sweep_per_sl_ports: ports whose per-SL data counters the last sweep read
+            (``collect.per_sl``; 0 where no switch has them).
         reloads_deferred: applies not started because the reload budget was spent.
         write_errors: applies that failed because OpenSM's files (or their backups)
             could not be written.
@@ -91,6 +93,7 @@ class Counters:
     # collect: implausible samples and the share of ports a sweep reached
     invalid_samples: int = 0
     sweep_coverage: float | None = None
+    sweep_per_sl_ports: int = 0
     # applying to OpenSM: the reload budget, write errors, OpenSM's state
     reloads_deferred: int = 0
     write_errors: int = 0
@@ -215,6 +218,12 @@ class HealthCollector(Collector):
                 " collect.min_coverage the plan in force is kept.",
                 value=c.sweep_coverage,
             )
+        yield GaugeMetricFamily(
+            "ibqos_sweep_per_sl_ports",
+            "Ports whose per-SL data counters (PortXmitDataSL/PortRcvDataSL) the last sweep"
+            " read; 0 when no switch has them or collect.per_sl is off.",
+            value=c.sweep_per_sl_ports,
+        )
         yield GaugeMetricFamily(
             "ibqos_config_load_error",
             "1 while the last config reload was rejected and the previous config runs.",

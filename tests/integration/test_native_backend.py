@@ -54,13 +54,14 @@ def test_three_backends_read_the_same_fabric_state(make_lab, jobs, tmp_path):
     assert len(sweeps) == 2 and all(s.backend == "native" for s in sweeps)
     native = sweeps[0]
     assert native.table.dtypes.astype(str).to_dict() == SWEEP_DTYPES
-    # ClassPortInfo per node and PortXmitDataSL per switch on the first sweep; then PCE and
-    # PortCounters (XmitWait: ibsim's PCE has none) per port
+    # ClassPortInfo per node, PortXmitDataSL and PortRcvDataSL per switch on the first
+    # sweep (one try each: ibsim never answers them); then PCE and PortCounters (XmitWait:
+    # ibsim's PCE has none) per port
     nodes = len({t.node_guid for t in targets})
     switches = len({t.node_guid for t in targets if t.is_switch})
     assert sweeps[1].stats["sent"] == sweeps[1].stats["answered"] == 2 * len(targets)
     assert native.stats["answered"] == nodes + 2 * len(targets)
-    assert native.stats["sent"] == nodes + 3 * switches + 2 * len(targets)  # 2 retries each
+    assert native.stats["sent"] == nodes + 2 * switches + 2 * len(targets)
     mads = sum(s.stats["sent"] for s in sweeps)
     check_against_lab(native.table, want, mads)
 
@@ -284,3 +285,49 @@ def test_collect_json_has_vl_keys_only_when_configured(make_lab, tmp_path):
         ["ibqos", "collect", "--once", "--interval", "0.1", "--format", "csv", "--config", str(cfg)]
     )
     assert out.stdout.splitlines()[0].endswith(",error," + ",".join(VL_WAIT_RATE_COLUMNS))
+
+
+# -- per-SL data counters --------------------------------------------------------------
+SL_CHILD = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+from ibqos.collect.native import NativeBackend
+from ibqos.collect.per_sl import SlRateTracker
+from ibqos.collect.sweep import Target
+targets = [Target(*t) for t in json.load(sys.stdin)]
+tracker, out = SlRateTracker(), []
+with NativeBackend(timeout_s=0.2, retries=1) as nb:
+    for _ in range(4):
+        s = nb.sweep(targets)
+        rates = tracker.update(s.per_sl)
+        out.append({"per_sl": s.per_sl is not None, "sl_rates": rates is not None,
+                    "sent": s.stats["sent"], "s": s.duration_s, "failed": s.failed})
+print(json.dumps(out))
+"""
+
+
+def test_ibsim_has_no_per_sl_counters_and_later_sweeps_do_not_ask(make_lab):
+    lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
+    targets = fabric_from_lab(lab).targets()
+    rows = [[*vars(t).values()] for t in targets]
+    proc = lab.run(
+        [sys.executable, "-c", SL_CHILD], check=False, timeout=60, stdin=json.dumps(rows)
+    )
+    assert proc.returncode == 0, proc.stderr
+    sweeps = json.loads(proc.stdout)
+    assert all(not s["per_sl"] and not s["sl_rates"] and s["failed"] == 0 for s in sweeps)
+    nodes = len({t.node_guid for t in targets})
+    switches = len({t.node_guid for t in targets if t.is_switch})
+    # the probe: one port per switch, both attributes, one try each; never again
+    assert sweeps[0]["sent"] == nodes + 2 * switches + 2 * len(targets)
+    assert [s["sent"] for s in sweeps[1:]] == [2 * len(targets)] * 3
+    # umad2sim hands an unanswered Get back at once as timed out, so here the probe costs
+    # no waiting; later sweeps stay as short as a sweep of the data counters alone
+    assert all(s["s"] < 0.2 for s in sweeps[1:]), sweeps
+    # quietly: one line at info level, no warning
+    said = [line for line in proc.stderr.splitlines() if "per-SL" in line]
+    assert said == [
+        f"INFO ibqos.collect.native: per-SL data counters: 0 of {switches} switches "
+        "probed have them (PortXmitDataSL/PortRcvDataSL unsupported or unanswered)"
+    ]
+    assert "WARNING" not in proc.stderr

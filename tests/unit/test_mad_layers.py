@@ -312,7 +312,10 @@ def _attr_map(attr):
         }
     else:
         sl = _sl_names(attr)
-        return {"data_sl": lambda p: [p.payload.getfieldval(n) for n in sl]}
+        return {
+            "counter_select": lambda p: p.payload.CounterSelect,
+            "data_sl": lambda p: [p.payload.getfieldval(n) for n in sl],
+        }
     return {k: (lambda p, n=v: p.payload.getfieldval(n)) for k, v in names.items()}
 
 

@@ -39,13 +39,21 @@ class ScriptedFabric:
     PortVLXmitWaitCounters: the LIDs in ``vl`` answer with ``vl_values[(lid, port)]``
     (default: VL *n* holds ``port * 100 + n``); the others answer status 0x000C, as a real
     PMA without the attribute does.
+
+    PortXmitDataSL / PortRcvDataSL: the LIDs in ``per_sl`` answer Gets with
+    ``sl_words[(lid, port, attr)]`` (16 words, default zeros) and Sets by zeroing the SLs
+    whose CounterSelect bit is set (recorded in ``sl_sets``); the LIDs in ``sl_silent``
+    never answer (ibsim); the others answer status 0x000C.
     """
 
     def __init__(self, caps: dict[int, tuple[int, int]], counters: dict[tuple[int, int], int]):
         self.caps = caps  # lid -> (CapabilityMask, CapabilityMask2)
         self.counters = counters  # (lid, port) -> base value; counters are base + k
         self.faults: dict[tuple[int, int, int], list[object]] = {}
-        self.per_sl: set[int] = set()  # lids that implement PortXmitDataSL
+        self.per_sl: set[int] = set()  # lids that implement PortXmitDataSL/PortRcvDataSL
+        self.sl_silent: set[int] = set()  # lids that never answer them
+        self.sl_words: dict[tuple[int, int, int], list[int]] = {}
+        self.sl_sets: list[tuple[int, int, int, int]] = []  # (lid, attr, port, CounterSelect)
         self.vl: set[int] = set()  # lids that implement PortVLXmitWaitCounters
         self.vl_values: dict[tuple[int, int], list[int]] = {}
         self.hdr = 64
@@ -85,9 +93,11 @@ class ScriptedFabric:
         if fault == "returned":
             self.queue.append((req, 110))
             return
-        if attr in (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL) and (
-            dlid not in self.per_sl
-        ):
+        per_sl_attr = attr in (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL)
+        if per_sl_attr and dlid in self.sl_silent:
+            self.outstanding.add(tid)
+            return
+        if per_sl_attr and dlid not in self.per_sl:
             fault = pma.STATUS_UNSUP_METHOD_ATTR
         if attr == pma.ATTR_PORT_VL_XMIT_WAIT and dlid not in self.vl and fault is None:
             fault = pma.STATUS_UNSUP_METHOD_ATTR
@@ -127,6 +137,15 @@ class ScriptedFabric:
         elif attr == pma.ATTR_PORT_VL_XMIT_WAIT:
             values = self.vl_values.get((lid, port), [port * 100 + vl for vl in range(16)])
             struct.pack_into(">16H", mad, d + 4, *values)
+        elif attr in (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL):
+            words = self.sl_words.setdefault((lid, port, attr), [0] * 16)
+            if mad[3] == pma.METHOD_SET:
+                select = struct.unpack_from(">H", mad, d + 2)[0]
+                self.sl_sets.append((lid, attr, port, select))
+                for sl in range(16):
+                    if select >> sl & 1:
+                        words[sl] = 0
+            struct.pack_into(">16I", mad, d + 4, *words)
         return bytes(mad)
 
     def recv(self, timeout_ms: int) -> int:
