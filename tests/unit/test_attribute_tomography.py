@@ -9,15 +9,18 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from test_per_sl import reply as per_sl_reply
 
 from ibqos.attribute.attribution import Attributor
 from ibqos.attribute.jobmap import MappedJob, map_jobs
 from ibqos.attribute.patterns import traffic_matrix
+from ibqos.collect.per_sl import SlRateTracker, SlReadings
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.routes import Router
 from ibqos.fabric.topology import Port
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.model import Job
+from ibqos.mad import pma
 from ibqos.sim.network import dmodk_lfts, xgft_network
 
 
@@ -209,3 +212,53 @@ def test_tables_that_miss_a_switch_fall_back_to_the_subtree_split(caplog):
     rates, _ = bench.run(MIX)
     result = at.attribute(rates, bench.mapped(MIX))
     assert result.residual == {}
+
+
+def test_constructed_per_sl_replies_split_a_shared_uplink_exactly():
+    """From the bytes of PortXmitDataSL replies, through the per-SL rate tracker, to the
+    jobs' split: one job per SL makes every shared link's split a measurement."""
+    bench = Bench("2;4,4;1,1")
+    rates, truth = bench.run(MIX)
+    mapped = blind(bench.mapped(MIX))
+    sl = {"ring": 1, "a2a": 2, "halo": 3}
+    per_sl = bench.sl_rates(MIX, sl)  # what each SL puts on every switch port, bytes/s
+    ports = per_sl[["node_guid", "port"]].drop_duplicates()
+    words = np.zeros((len(ports), 16), dtype=np.int64)
+    row = {k: i for i, k in enumerate(zip(ports["node_guid"], ports["port"], strict=True))}
+    for g, p, s, b in per_sl[["node_guid", "port", "sl", "xmit_bytes_per_s"]].itertuples(
+        index=False
+    ):
+        words[row[(g, p)], s] += round(b / 4)  # one second of traffic, in 4-octet words
+
+    def sweep(counts: np.ndarray, t: float) -> SlReadings:
+        n = len(ports)
+        mads = {
+            attr: np.frombuffer(
+                b"".join(
+                    per_sl_reply(attr, int(p), counts[i].tolist())
+                    for i, p in enumerate(ports["port"])
+                ),
+                dtype=np.uint8,
+            ).reshape(n, 256)
+            for attr in (pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL)
+        }
+        readings, why = SlReadings.decode(
+            ports["node_guid"].to_numpy(np.uint64),
+            ports["port"].to_numpy(np.int64),
+            mads[pma.ATTR_PORT_XMIT_DATA_SL],
+            [""] * n,
+            np.full(n, t),
+            mads[pma.ATTR_PORT_RCV_DATA_SL],
+            [""] * n,
+            np.full(n, t),
+        )
+        assert set(why) == {""}
+        return readings
+
+    tracker = SlRateTracker()
+    tracker.update(sweep(np.zeros_like(words), 100.0))
+    sl_rates = tracker.update(sweep(words, 101.0))
+    assert sl_rates is not None
+    result = Attributor(bench.fabric, bench.lfts).attribute(rates, mapped, sl_rates, sl)
+    assert max(errors(result, truth)) < 5e-3
+    assert result.measured[:, 1] == pytest.approx(np.ones(len(MIX)))
