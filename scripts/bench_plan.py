@@ -56,7 +56,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from benchplan_inputs import SEED, SHAPES, churned, hosts_of, rates_tables, workload
+from benchplan_inputs import (
+    SEED,
+    SHAPES,
+    churned,
+    hosts_of,
+    rates_tables,
+    routed_tables,
+    workload,
+)
 from benchplan_report import report, targets
 from benchplan_timing import Case, FabricTimes, run_round, time_fabric
 from benchutil import code_hash, machine, say
@@ -80,6 +88,7 @@ CODE = (
     "plan/grouping.py",
     "attribute/jobmap.py",
     "attribute/attribution.py",
+    "attribute/tomography.py",
     "classify/classifier.py",
     "classify/expected.py",
 )
@@ -94,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every timing here")
     parser.add_argument("--profile", metavar="CASE", help="cProfile the steady cycles of CASE")
     parser.add_argument(
+        "--routes",
+        action="store_true",
+        help="attribute through D-mod-K routes (the routes fit), on routed traffic",
+    )
+    parser.add_argument(
         "--gc-freeze",
         action="store_true",
         help="gc.freeze() once each decider is built (what a daemon could do)",
@@ -106,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
 
     frozen = "; gc.freeze() after building each decider" if args.gc_freeze else ""
-    print(f"machine: {machine()}; code {code_hash(CODE)}{frozen}", flush=True)
+    routed = "; attribution through D-mod-K routes, routed traffic" if args.routes else ""
+    print(f"machine: {machine()}; code {code_hash(CODE)}{frozen}{routed}", flush=True)
     load0 = os.getloadavg()[0]
     profile = cProfile.Profile() if args.profile else None
     cases: list[Case] = []
@@ -117,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         # one fabric in memory at a time, as in the daemon: the garbage collector's full
         # passes walk every live object, so a larger heap would make cycles look slower
-        fabric, times = time_fabric(size, args.rounds)
+        fabric, times, lfts = time_fabric(size, args.rounds, args.routes)
         fabrics.append(times)
         say(
             f"fabric {size}: XGFT {times.shape}: {times.ports} ports,"
@@ -127,9 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         for _, n_jobs in todo:
             rng = np.random.default_rng([SEED, times.ports, n_jobs])
             jobs = workload(hosts_of(fabric), n_jobs, rng)
-            tables = rates_tables(fabric, jobs, rng, TABLES)
+            if lfts is None:
+                tables = rates_tables(fabric, jobs, rng, TABLES)
+            else:
+                tables = routed_tables(fabric, lfts, jobs, rng, TABLES)
             churn = churned(jobs, rng, args.cycles)
-            group.append(Case(size, n_jobs, times.ports, times.hosts, jobs, churn, tables))
+            case = Case(size, n_jobs, times.ports, times.hosts, jobs, churn, tables)
+            case.lfts = lfts
+            group.append(case)
         for r in range(args.rounds):
             for case in group:
                 gc.collect()  # garbage of the previous case is not this one's to collect

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ibqos.fabric.model import Fabric
+from ibqos.fabric.routes import Router
 from ibqos.fabric.topology import Port, Topology
 from ibqos.jobs.model import PATTERNS, Job
 
@@ -21,6 +22,7 @@ CONTIGUOUS = 0.7  # share of jobs placed on consecutive hosts
 WITH_PATTERN = 0.1  # share of jobs that declare a pattern
 CHURN = 0.01  # share of the jobs replaced every churn cycle
 SEED = 11
+PEERS = 4  # peers each host sends to, in routed_tables
 APPS = ("lammps", "gromacs", "wrf", "namd", "openfoam", "cp2k", "vasp", "hpl")
 
 
@@ -129,6 +131,63 @@ def rates_tables(
                     "level": level.astype(np.uint8),
                     "role": role.astype(object),
                     "xmit_bytes_per_s": xmit,
+                }
+            )
+        )
+    return tables
+
+
+def routed_tables(
+    fabric: Fabric,
+    lfts: dict[int, dict[int, int]],
+    jobs: tuple[Job, ...],
+    rng: np.random.Generator,
+    count: int,
+) -> list[pd.DataFrame]:
+    """*count* rates tables whose counters are the jobs' flows routed over *lfts*: every
+    port's transmit and receive rates agree with the flows (what the routes fit needs).
+
+    Each host of a job sends to up to ``PEERS`` of the job's hosts (drawn once), an even
+    share of its injection each; a job's injection is its intensity (log-normal, as
+    :func:`rates_tables`) times its hosts' link capacity, with noise per table.
+    """
+    topo = fabric.topo
+    router = Router(topo, lfts)
+    ca_port = {n.hostname: next(iter(topo.ports(n.id))) for n in topo.cas()}
+    src: list[int] = []
+    dst: list[int] = []
+    owner: list[int] = []
+    for j, job in enumerate(jobs):
+        ports = [router.port_index[ca_port[h]] for h in job.nodes]
+        n = len(ports)
+        for i, p in enumerate(ports):
+            peers = [k for k in rng.choice(n, size=min(n, PEERS + 1), replace=False) if k != i]
+            for k in peers[:PEERS]:
+                src.append(p)
+                dst.append(ports[int(k)])
+                owner.append(j)
+    src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+    dlid = np.array([topo.lids[router.ports[d]] for d in dst], dtype=np.int64)
+    owner_a = np.array(owner, dtype=np.int64)
+    fan = np.bincount(src_a, minlength=len(router.ports))[src_a]  # flows per source
+    cap = np.array([fabric.ports[k].capacity_bytes_per_s for k in fabric.ports])
+    base = np.clip(rng.lognormal(np.log(0.08), 1.0, len(jobs)), 0.0, 1.0)
+    guid = [topo.nodes[p.node].guid for p in router.ports]
+    dense = {(g, p.num): i for i, (g, p) in enumerate(zip(guid, router.ports, strict=True))}
+    rows = np.array([dense[k] for k in fabric.ports], dtype=np.int64)
+    keys = list(fabric.ports)
+    tables = []
+    for _ in range(count):
+        util = np.clip(base * rng.lognormal(0.0, 0.3, len(jobs)), 0.0, 1.0)
+        weight = cap.max() * util[owner_a] / fan
+        xmit, rcv = router.route(src_a, dlid, dst_a, weight)
+        tables.append(
+            pd.DataFrame(
+                {
+                    "node_guid": np.array([k[0] for k in keys], dtype=np.uint64),
+                    "port": np.array([k[1] for k in keys], dtype=np.uint8),
+                    "xmit_bytes_per_s": xmit[rows],
+                    "rcv_bytes_per_s": rcv[rows],
                 }
             )
         )

@@ -23,6 +23,7 @@ from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
 from ibqos.plan.setups import LAW
 from ibqos.plan.tuning import TuningDriver
+from ibqos.sim.network import dmodk_lfts
 
 INTERVAL_S = 10.0  # decider clock between cycles
 
@@ -46,6 +47,7 @@ class Case:
     gc_full: dict[str, int] = field(default_factory=dict)
     classes: Counter[str] = field(default_factory=Counter)
     replans: int = 0
+    lfts: dict[int, dict[int, int]] | None = None  # the routes fit's tables, if on
 
     @property
     def name(self) -> str:
@@ -73,11 +75,15 @@ class FabricTimes:
     tables_s: list[float] = field(default_factory=list)
 
 
-def time_fabric(size: str, rounds: int) -> tuple[Fabric, FabricTimes]:
+def time_fabric(
+    size: str, rounds: int, routes: bool = False
+) -> tuple[Fabric, FabricTimes, dict[int, dict[int, int]] | None]:
     """Build the fabric model and a decider's tables *rounds* times, each from scratch (as
-    after a fabric change); return the last fabric."""
+    after a fabric change); return the last fabric, and with *routes* its D-mod-K tables
+    (the decider's tables then include the routes fit's)."""
     topo = build_xgft(parse_xgft(SHAPES[size]))
     fabric = build_fabric(topo)
+    lfts = dmodk_lfts(topo) if routes else None
     times = FabricTimes(
         size, SHAPES[size], len(fabric.ports), len(hosts_of(fabric)), len(fabric.levels)
     )
@@ -87,9 +93,11 @@ def time_fabric(size: str, rounds: int) -> tuple[Fabric, FabricTimes]:
         fabric = build_fabric(topo)
         times.model_s.append(clock() - t)
         t = clock()
-        Decider(fabric, LaneConfig(), Thresholds())
+        decider = Decider(fabric, LaneConfig(), Thresholds())
+        if lfts is not None:
+            decider.set_routes(lfts)
         times.tables_s.append(clock() - t)
-    return fabric, times
+    return fabric, times, lfts
 
 
 class GcClock:
@@ -163,6 +171,8 @@ def run_round(
     daemon could do after each fabric change, and let back in at the end.
     """
     decider = Decider(fabric, LaneConfig(), Thresholds())
+    if case.lfts is not None:
+        decider.set_routes(case.lfts)
     if freeze:
         gc.collect()
         gc.freeze()

@@ -193,6 +193,12 @@ def _levels(snap: Snapshot) -> list[Metric]:
         "Uplink traffic at the level that no running job accounts for, bytes per second.",
         ["level"],
     )
+    residual = _gauge(
+        "ibqos_level_attribution_residual_ratio",
+        "How far the jobs' flows fitted through OpenSM's routes are from the level's link"
+        " counters: sum of |fitted - counted| over what they counted (absent without routes).",
+        ["level"],
+    )
     wait = _gauge(
         "ibqos_level_xmit_wait_ticks_per_second",
         "PortXmitWait of the level's ports summed: ticks per second in which they had data"
@@ -206,9 +212,12 @@ def _levels(snap: Snapshot) -> list[Metric]:
     for level, value in sorted(snap.decision.unattributed.items()):
         if math.isfinite(value):
             unattributed.add_metric([str(level)], value)
+    for level, value in sorted(snap.decision.residual.items()):
+        if math.isfinite(value):
+            residual.add_metric([str(level)], value)
     for level, value in sorted(snap.level_wait.items()):
         wait.add_metric([str(level)], value)
-    return [traffic, capacity, unattributed, wait]
+    return [traffic, capacity, unattributed, residual, wait]
 
 
 def _lanes(snap: Snapshot) -> list[Metric]:

@@ -87,6 +87,10 @@ def to_json(decision: Decision) -> dict[str, Any]:
             "setup": tables.setup,
         },
         "unattributed": {str(k): _num(v) for k, v in sorted(decision.unattributed.items())},
+        "attribution": {
+            "method": "routes" if decision.residual else "subtree",
+            "residual": {str(k): _num(v) for k, v in sorted(decision.residual.items())},
+        },
         "lane_config": {
             "data_vls": cfg.data_vls,
             "vlarb_low_cap": cfg.vlarb_low_cap,

@@ -124,6 +124,9 @@ class Decision:
         warnings: job mapping and planning warnings of this cycle.
         finished: jobs that ended since the previous cycle and had been measured.
         sharing: how the jobs share the fat tree (computed when first asked).
+        residual: per level >= 1, how far the jobs' flows fitted through OpenSM's routes
+            are from the level's link counters (sum of |fitted - counted| over what they
+            counted); empty when attribution split subtree totals (no routes).
     """
 
     now_s: float
@@ -133,6 +136,7 @@ class Decision:
     warnings: tuple[str, ...]
     finished: tuple[FinishedJob, ...] = ()
     sharing: LazySharing = field(default_factory=lambda: LazySharing(None, ()))
+    residual: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def plan(self) -> Plan:
@@ -183,6 +187,7 @@ def build_decision(
         tuple(warnings),
         finished,
         LazySharing(sharing, mapped),
+        attribution.residual,
     )
 
 

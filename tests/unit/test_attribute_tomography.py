@@ -15,12 +15,18 @@ from ibqos.attribute.attribution import Attributor
 from ibqos.attribute.jobmap import MappedJob, map_jobs
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.collect.per_sl import SlRateTracker, SlReadings
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.routes import Router
 from ibqos.fabric.topology import Port
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.model import Job
 from ibqos.mad import pma
+from ibqos.metrics.families import exposition, families
+from ibqos.metrics.snapshot import Snapshot
+from ibqos.plan.decide import Decider
+from ibqos.plan.output import to_json
 from ibqos.sim.network import dmodk_lfts, xgft_network
 
 
@@ -262,3 +268,23 @@ def test_constructed_per_sl_replies_split_a_shared_uplink_exactly():
     result = Attributor(bench.fabric, bench.lfts).attribute(rates, mapped, sl_rates, sl)
     assert max(errors(result, truth)) < 5e-3
     assert result.measured[:, 1] == pytest.approx(np.ones(len(MIX)))
+
+
+def test_the_decision_json_and_metrics_show_the_fit_and_its_residual():
+    bench = Bench("2;4,4;1,2")
+    rates, _ = bench.run(MIX)
+    decider = Decider(bench.fabric, LaneConfig(), Thresholds())
+    plain = decider.decide(rates, MIX, 0.0)
+    assert to_json(plain)["attribution"] == {"method": "subtree", "residual": {}}
+    decider.set_routes(bench.lfts)
+    decision = decider.decide(rates, MIX, 10.0)
+    doc = to_json(decision)["attribution"]
+    assert doc["method"] == "routes"
+    assert set(doc["residual"]) == {"1"} and 0.0 <= doc["residual"]["1"] < 0.01
+    snap = Snapshot(10.0, decision, {}, {}, {}, None)
+    text = exposition(families(snap)).decode()
+    assert 'ibqos_level_attribution_residual_ratio{level="1"}' in text
+    assert (
+        "ibqos_level_attribution_residual_ratio{"
+        not in exposition(families(Snapshot(0.0, plain, {}, {}, {}, None))).decode()
+    )
