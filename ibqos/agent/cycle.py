@@ -73,6 +73,7 @@ class CycleAgent(AgentParts):
                 if self.rates is not None:
                     rates = self.rates
             self.rates = rates
+        self.refresh_routes()  # after a fabric change too: the tables must cover it
         self.decider.setup = self.tuning.wanted
         decision = self.decider.decide(self.rates, jobs, self.clock(), fresh=fresh)
         # a dry run writes nothing, profiles included
@@ -215,6 +216,7 @@ class CycleAgent(AgentParts):
             tuning=tuning_doc(self.tuning.status(self.clock()))
             if self.config.tuning.enabled
             else None,
+            routes=self.routes.status(),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             try:
