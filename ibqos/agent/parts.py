@@ -183,7 +183,11 @@ class AgentParts:
     def _route_source(config: Config) -> RouteSource:
         """The forwarding tables' source of *config*'s ``fabric`` section."""
         fc = config.fabric
-        return RouteSource(fc.routes, fc.lft_dump, fc.refresh_s)
+        mode = fc.routes
+        if mode == "auto" and config.collect.backend == "replay":
+            # a recorded fabric has no switches to ask: its dump, if one is given
+            mode = "off" if fc.lft_dump is None else "dump"
+        return RouteSource(mode, fc.lft_dump, fc.refresh_s)
 
     def refresh_routes(self) -> None:
         """Hand the decider OpenSM's forwarding tables when they changed (cheap when not:

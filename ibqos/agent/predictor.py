@@ -23,6 +23,7 @@ from ibqos.config.tuning import TuningConfig
 from ibqos.errors import LabError
 from ibqos.fabric.lfts import Tables
 from ibqos.fabric.model import Fabric
+from ibqos.fabric.topology import Topology
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
@@ -34,7 +35,7 @@ from ibqos.sim.predict import network_for, rank_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_predictor", "profile_phases"]
+__all__ = ["make_predictor", "profile_phases", "routed_network"]
 
 
 def make_predictor(
@@ -57,14 +58,7 @@ def make_predictor(
         with lock:
             if cache and cache[0][0] is model and cache[0][1] is tables:
                 return cache[0][2]
-            net = None
-            if tables is not None:
-                try:
-                    net = Network(model.topo, tables)
-                except LabError as err:  # tables of another fabric: predict anyway
-                    log.warning("tuning: %s; predicting over D-mod-K routes", err)
-            if net is None:
-                net = network_for(model.topo, None)
+            net = routed_network(model.topo, tables)
             cache[:] = [(model, tables, net)]
             return net
 
@@ -82,6 +76,17 @@ def make_predictor(
         )
 
     return predictor
+
+
+def routed_network(topo: Topology, tables: Tables | None) -> Network:
+    """*topo* with OpenSM's *tables*; D-mod-K routes without them, or (warned) when they
+    do not fit *topo*."""
+    if tables is not None:
+        try:
+            return Network(topo, tables)
+        except LabError as err:  # tables of another fabric: predict anyway
+            log.warning("tuning: %s; predicting over D-mod-K routes", err)
+    return network_for(topo, None)
 
 
 def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phases]:
