@@ -29,7 +29,7 @@ from ibqos.agent.state import load_state
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
-from ibqos.collect.routes import RouteSource
+from ibqos.collect.routes import RouteSource, ibroute_runner
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import Config
 from ibqos.errors import IbqosError
@@ -187,7 +187,9 @@ class AgentParts:
         if mode == "auto" and config.collect.backend == "replay":
             # a recorded fabric has no switches to ask: its dump, if one is given
             mode = "off" if fc.lft_dump is None else "dump"
-        return RouteSource(mode, fc.lft_dump, fc.refresh_s)
+        # one ibroute run may take as long as one discovery
+        run = ibroute_runner(timeout_s=fc.discover_timeout_s)
+        return RouteSource(mode, fc.lft_dump, fc.refresh_s, run=run)
 
     def refresh_routes(self) -> None:
         """Hand the decider OpenSM's forwarding tables when they changed (cheap when not:

@@ -128,7 +128,6 @@ class RouteSource:
         self._parsed: Tables | None = None  # the dump as last read, covering or not
         self._pool: ThreadPoolExecutor | None = None
         self._job: dict[int, Future[str]] | None = None  # switch LID -> its ibroute run
-        self._job_lids: list[int] = []
         self._started_at: float | None = None  # clock when the last ibroute read started
         self._rerun = False  # the fabric changed while a read ran
         self.last_read_s: float | None = None  # how long the last ibroute read took
@@ -151,7 +150,7 @@ class RouteSource:
         return self._poll_ibroute(lids, changed)
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Wait for a running ibroute read to finish (tests; shutdown)."""
+        """Wait for a running ibroute read to finish (tests, scripts)."""
         if self._job is not None:
             deadline = None if timeout_s is None else self._clock() + timeout_s
             for future in self._job.values():
@@ -236,7 +235,6 @@ class RouteSource:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="ibroute")
         self._started_at = self._clock()
         self._rerun = False
-        self._job_lids = lids
         self._job = {lid: self._pool.submit(self._read_one, lid) for lid in lids}
         log.debug("routes: reading the LFTs of %d switches with ibroute", len(lids))
 
