@@ -78,6 +78,7 @@ class CycleAgent(AgentParts):
                 if self.rates is not None:
                     rates, sl_rates = self.rates, self.sl_rates
             self.rates, self.sl_rates = rates, sl_rates
+        self.refresh_routes()  # after a fabric change too: the tables must cover it
         self.decider.setup = self.tuning.wanted
         decision = self.decider.decide(
             self.rates, jobs, self.clock(), fresh=fresh, sl_rates=self.sl_rates
@@ -224,6 +225,7 @@ class CycleAgent(AgentParts):
             tuning=tuning_doc(self.tuning.status(self.clock()))
             if self.config.tuning.enabled
             else None,
+            routes=self.routes.status(),
         )
         if not self.dry_run:  # a dry run leaves the state as the real agent left it
             try:

@@ -29,6 +29,7 @@ from ibqos.agent.state import load_state
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
+from ibqos.collect.routes import RouteSource, ibroute_runner
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import Config
 from ibqos.errors import IbqosError
@@ -94,6 +95,9 @@ class AgentParts:
             dict(self.in_force_plan.job_sl) if trusted and self.in_force_plan else {}
         )
         self.decider = self._decider(config, self.fabric, self.lanes)
+        # OpenSM's forwarding tables: read now from the dump, or ibroute starts reading
+        self.routes = self._route_source(config)
+        self.refresh_routes()
         self.source = make_job_source(config)
         self.board = SlBoard(wake=self._wake.set)
         self.sl_server: SlServer | None = None
@@ -118,6 +122,7 @@ class AgentParts:
         self.metrics.tuning.status = lambda: self.tuning.status(self.clock())
         self.metrics.health.sl_answers = self.board.counts
         self.metrics.health.job_source_up = self._source_up
+        self.metrics.health.routes = lambda: self.routes.status()
         self.capacity = level_capacities(self.fabric)
         self.exporter: Exporter | None = None
         self.rates: pd.DataFrame | None = None
@@ -165,6 +170,7 @@ class AgentParts:
             lambda: self.fabric,
             lambda: self.jobs_seen or (),
             lambda: self.decider.priors,
+            lambda: self.routes.tables,
         )
         return TuningDriver(
             config.tuning,
@@ -172,6 +178,24 @@ class AgentParts:
             predictor=predictor,
             ratio=self.lanes.weight_ratio,
         )
+
+    @staticmethod
+    def _route_source(config: Config) -> RouteSource:
+        """The forwarding tables' source of *config*'s ``fabric`` section."""
+        fc = config.fabric
+        mode = fc.routes
+        if mode == "auto" and config.collect.backend == "replay":
+            # a recorded fabric has no switches to ask: its dump, if one is given
+            mode = "off" if fc.lft_dump is None else "dump"
+        # one ibroute run may take as long as one discovery
+        run = ibroute_runner(timeout_s=fc.discover_timeout_s)
+        return RouteSource(mode, fc.lft_dump, fc.refresh_s, run=run)
+
+    def refresh_routes(self) -> None:
+        """Hand the decider OpenSM's forwarding tables when they changed (cheap when not:
+        a stat of the dump, or a look at the background ibroute read)."""
+        if self.routes.poll(self.fabric):
+            self.decider.set_routes(self.routes.tables)
 
     def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
         decider = Decider.from_config(config, fabric, lanes)
@@ -233,6 +257,7 @@ class AgentParts:
             self.exporter.close()
             self.exporter = None
         self.collector.close()
+        self.routes.close()
 
     def _mode_name(self) -> str:
         return "dry run" if self.dry_run else self.config.mode

@@ -1,8 +1,9 @@
 """The agent's prediction of candidate setups: the fluid model on what the agent knows.
 
 :func:`make_predictor` gives :class:`ibqos.plan.tuning.TuningDriver` its
-:data:`~ibqos.plan.tuning.Predictor`: the fabric with OpenSM's routes when
-``tuning.lft_dump`` names its ``opensm-lfts.dump`` (else D-mod-K); the running jobs
+:data:`~ibqos.plan.tuning.Predictor`: the fabric with OpenSM's routes, the tables the
+agent routes attribution by (``fabric.routes``, :mod:`ibqos.collect.routes`; D-mod-K while
+there are none); the running jobs
 estimated from the decision (:func:`ibqos.sim.estimate.estimate_jobs`: measured rates,
 declared or profile pattern, else gravity; phases from the job's profile where it records
 them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they
@@ -19,8 +20,10 @@ from collections.abc import Callable, Sequence
 
 from ibqos.classify.prior import Priors
 from ibqos.config.tuning import TuningConfig
-from ibqos.errors import SimError
+from ibqos.errors import LabError
+from ibqos.fabric.lfts import Tables
 from ibqos.fabric.model import Fabric
+from ibqos.fabric.topology import Topology
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
@@ -32,7 +35,7 @@ from ibqos.sim.predict import network_for, rank_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_predictor", "profile_phases"]
+__all__ = ["make_predictor", "profile_phases", "routed_network"]
 
 
 def make_predictor(
@@ -40,24 +43,23 @@ def make_predictor(
     fabric: Callable[[], Fabric],
     jobs: Callable[[], Sequence[Job]],
     priors: Callable[[], Priors | None],
+    routes: Callable[[], Tables | None] = lambda: None,
 ) -> Predictor:
-    """The predictor of the agent whose fabric, running jobs and job profiles the
-    callables give (read when a prediction starts: the fabric may have been re-read)."""
+    """The predictor of the agent whose fabric, running jobs, job profiles and
+    forwarding tables the callables give (read when a prediction starts: the fabric or
+    the tables may have been read again)."""
     lock = threading.Lock()
-    cache: dict[int, Network] = {}  # per fabric model; the routes are read once for each
+    # the network of one fabric model and tables (both are replaced, never changed in
+    # place), held with them: an id alone could be a newer object's
+    cache: list[tuple[Fabric, Tables | None, Network]] = []
 
     def network() -> Network:
-        model = fabric()
+        model, tables = fabric(), routes()
         with lock:
-            net = cache.get(id(model))
-            if net is None:
-                cache.clear()
-                try:
-                    net = network_for(model.topo, cfg.lft_dump)
-                except SimError as err:  # not written yet, or unreadable: predict anyway
-                    log.warning("tuning: %s; predicting over D-mod-K routes", err)
-                    net = network_for(model.topo, None)
-                cache[id(model)] = net
+            if cache and cache[0][0] is model and cache[0][1] is tables:
+                return cache[0][2]
+            net = routed_network(model.topo, tables)
+            cache[:] = [(model, tables, net)]
             return net
 
     def predictor(decision: Decision, plan: Plan, pool: Sequence[Setup]) -> Predicted:
@@ -74,6 +76,17 @@ def make_predictor(
         )
 
     return predictor
+
+
+def routed_network(topo: Topology, tables: Tables | None) -> Network:
+    """*topo* with OpenSM's *tables*; D-mod-K routes without them, or (warned) when they
+    do not fit *topo*."""
+    if tables is not None:
+        try:
+            return Network(topo, tables)
+        except LabError as err:  # tables of another fabric: predict anyway
+            log.warning("tuning: %s; predicting over D-mod-K routes", err)
+    return network_for(topo, None)
 
 
 def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phases]:

@@ -106,6 +106,12 @@ class ReloadingAgent(CycleAgent):
         # apply: the Applier holds nothing but them, so it is rebuilt; conf and policy_file
         # follow because render() reads self.config each cycle
         self.applier = self._applier(config)
+        fc, ofc = config.fabric, old.fabric
+        if (fc.routes, fc.lft_dump, fc.refresh_s) != (ofc.routes, ofc.lft_dump, ofc.refresh_s):
+            self.routes.close()
+            self.routes = self._route_source(config)
+            self.decider.set_routes(None)  # until the new source has tables
+            self.refresh_routes()
         if (config.tuning, config.mode, lanes.weight_ratio) != (
             old.tuning,
             old.mode,

@@ -49,6 +49,8 @@ class AgentState:
             the lanes.  None: no plan in force yet.
         tuning: what tuning was doing (:func:`tuning_doc`), for ``ibqos status``; None:
             tuning is off or has not run.
+        routes: the forwarding tables in use (:meth:`ibqos.collect.routes.RouteSource.
+            status`), for ``ibqos status``; None: not known.
     """
 
     job_sl: dict[str, int] = field(default_factory=dict)
@@ -62,6 +64,7 @@ class AgentState:
     finished: dict[str, FinishedJob] = field(default_factory=dict)
     in_force: dict[str, Any] | None = None
     tuning: dict[str, Any] | None = None
+    routes: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The file's text."""
@@ -77,6 +80,7 @@ class AgentState:
             "plan": self.plan,
             "in_force": self.in_force,
             "tuning": self.tuning,
+            "routes": self.routes,
         }
         return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
@@ -115,6 +119,7 @@ def load_state(state_dir: Path) -> AgentState:
             mode=str(doc.get("mode", "enforce")),  # files of before modes existed: enforce
             in_force=_mapping(doc.get("in_force")),  # absent in files of ibqos <= 0.2.0
             tuning=_mapping(doc.get("tuning")),  # absent in files of ibqos <= 0.3.0
+            routes=_mapping(doc.get("routes")),  # absent in files of before it was kept
         )
     except (KeyError, AttributeError, TypeError, ValueError) as err:
         raise StateError(f"{path}: damaged ({err})") from err

@@ -26,6 +26,8 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         lines.append(f"mode: {state.mode}")
     apply = state.last_apply
     lines.append(f"last apply: {apply['summary'] if apply else 'none yet'}")
+    if state.routes is not None:
+        lines.append(routes_line(state.routes))
     hold = load_hold(state_dir / HOLD_FILE)
     if hold is not None and not hold.released():
         since = datetime.fromtimestamp(hold.since_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -60,6 +62,24 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         lines += ["", *align(["VL", "WEIGHT", "SLS", "JOBS"], lanes)]
     lines += _tuning_lines(state.tuning)
     return "\n".join(lines) + "\n"
+
+
+def routes_line(doc: Mapping[str, Any]) -> str:
+    """The forwarding tables attribution and tuning use: where from, how many, how old."""
+    source = doc.get("source") or "none"
+    if source == "none":
+        what = "none (attribution splits by subtree, tuning predicts over D-mod-K)"
+        if doc.get("mode") == "off":
+            what += ", fabric.routes is off"
+    else:
+        where = f" {doc['path']}" if doc.get("path") else ""
+        what = f"{source}{where}, {doc.get('switches', 0)} switches"
+        if doc.get("read_s"):
+            when = datetime.fromtimestamp(doc["read_s"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            what += f", read {when}"
+    if doc.get("problem"):
+        what += f"; newer tables refused: {doc['problem']}"
+    return f"routes: {what}"
 
 
 def _tuning_lines(doc: Mapping[str, Any] | None) -> list[str]:

@@ -306,14 +306,20 @@ class Attributor:
         measured = [measured0]
         unattributed: dict[int, float] = {}
         residual: dict[int, float] = {}
+        fitted = None
         if self.routes is not None:
-            fitted = self.routes.fit(rates, jobs, sl_rates, job_sl)
+            try:
+                fitted = self.routes.fit(rates, jobs, sl_rates, job_sl)
+            except LabError as err:  # a route the tables do not have (stale tables)
+                log.warning("attribution: %s; splitting subtree totals instead", err)
+                self.routes = None
+        if fitted is not None:
             for lvl, lf in fitted.items():
                 per_level.append(lf.bytes_per_s)
                 measured.append(lf.measured)
                 unattributed[lvl] = lf.unattributed
                 residual[lvl] = lf.residual
-        for lvl, lr in rows.levels.items() if self.routes is None else ():
+        for lvl, lr in rows.levels.items() if fitted is None else ():
             up_sub = self.up_ports[lvl][1]
             up_rate = xmit[layout.up_rows[lvl]]
             total = _sum_by(up_sub, np.nan_to_num(up_rate), lr.n_sub)

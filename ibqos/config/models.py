@@ -42,6 +42,8 @@ from ibqos.fabric.model import DISCOVER_TIMEOUT_S
 JOB_SOURCES = ("file", "slurm")
 SQUEUE_FORMATS = ("auto", "json", "text")
 FABRIC_SOURCES = ("ibnetdiscover", "file", "lab")
+#: where the forwarding tables come from (``fabric.routes``, :mod:`ibqos.collect.routes`)
+ROUTE_SOURCES = ("auto", "dump", "ibroute", "off")
 BACKENDS = ("native", "perfquery", "replay")
 #: ``mode``: observe computes, exports and shows diffs but never touches OpenSM; enforce
 #: writes OpenSM's files.  Observe is the default, so that a fresh install changes nothing
@@ -270,6 +272,14 @@ class FabricConfig:
             keeps the last topology; the next try is *refresh_s* after it ended.
         discover_timeout_s: seconds one ibnetdiscover run may take before it is killed
             (source "ibnetdiscover"); a fabric of thousands of nodes needs tens.
+        lft_dump: OpenSM's ``opensm-lfts.dump`` (in its ``dump_files_dir``; written after
+            each heavy sweep while the ROUTING log flag is on): the routes attribution and
+            tuning's prediction use.  null: none.
+        routes: where the forwarding tables come from: "dump" (*lft_dump*), "ibroute"
+            (SMP reads of every switch's LFT, again after a fabric change and every
+            *refresh_s*), "auto" (the dump while it is configured and readable, else
+            ibroute) or "off" (no routes: attribution splits by subtree, tuning predicts
+            over D-mod-K routes).
     """
 
     source: Annotated[str, choice(FABRIC_SOURCES)] = "ibnetdiscover"
@@ -277,10 +287,14 @@ class FabricConfig:
     root_guids: Annotated[tuple[int, ...], _guids()] = ()
     refresh_s: Annotated[float, number(0)] = 300.0
     discover_timeout_s: Annotated[float, number(1)] = DISCOVER_TIMEOUT_S
+    lft_dump: Annotated[Path | None, file_name(optional=True)] = None
+    routes: Annotated[str, choice(ROUTE_SOURCES)] = "auto"
 
     def __post_init__(self) -> None:
         if self.source == "file" and self.path is None:
             raise problem("required when fabric.source is file", key="path")
+        if self.routes == "dump" and self.lft_dump is None:
+            raise problem("required when fabric.routes is dump", key="lft_dump")
 
 
 @dataclass(frozen=True, config=_SECTION)

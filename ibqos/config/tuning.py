@@ -8,13 +8,12 @@ them progressing best under (:mod:`ibqos.plan.tuner`, ``docs/tuning.md``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from ibqos.config.fields import described, file_name, flag, number
+from ibqos.config.fields import described, flag, number
 
 __all__ = ["TuningConfig"]
 
@@ -42,8 +41,6 @@ class TuningConfig:
         max_reloads_per_hour: most OpenSM reloads tuning may cause in any hour (trials,
             their reverts and the final choice); a trial starts only with room for its
             revert too.
-        lft_dump: OpenSM's ``opensm-lfts.dump`` (its routes) for the prediction; null:
-            D-mod-K routes over the discovered fabric.
         assumed_duty: share of each iteration a job communicates, for jobs whose profile
             gives none (prediction only).
         assumed_period_s: iteration length in seconds, for jobs whose profile gives none
@@ -59,6 +56,5 @@ class TuningConfig:
     drift: Annotated[float, number(0.01, 10)] = 0.15
     settle_s: Annotated[float, number(0)] = 30.0
     max_reloads_per_hour: Annotated[int, number(2, 3600, integer=True)] = 12
-    lft_dump: Annotated[Path | None, file_name(optional=True)] = None
     assumed_duty: Annotated[float, number(0.01, 1)] = 0.5
     assumed_period_s: Annotated[float, number(1e-6, 3600)] = 0.01

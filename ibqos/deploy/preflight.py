@@ -104,7 +104,7 @@ def preflight(config: Config, *, squeue: Runner | None = None) -> list[Finding]:
         *_jobs(config, squeue),
         *_state_dir(config),
         *_listeners(config, running),
-        *_tuning(config),
+        *_routes(config),
     ]
     order = {"error": 0, "warning": 1, "note": 2}
     return sorted(found, key=lambda f: order[f.severity])  # stable: config order within
@@ -230,17 +230,24 @@ def _state_dir(config: Config) -> Iterator[Finding]:
         yield Finding("error", "agent.state_dir", problem)
 
 
-def _tuning(config: Config) -> Iterator[Finding]:
-    """The routes tuning predicts over: OpenSM's dump, readable (else D-mod-K, warned)."""
-    dump = config.tuning.lft_dump
-    if not config.tuning.enabled or dump is None:
+def _routes(config: Config) -> Iterator[Finding]:
+    """The routes attribution and tuning use: OpenSM's dump, readable (else what stands in)."""
+    fc = config.fabric
+    dump = fc.lft_dump
+    if fc.routes not in ("auto", "dump") or dump is None:
         return
     if not dump.is_file() or not allowed(dump, os.R_OK):
+        meanwhile = (
+            "the agent reads the switches' tables with ibroute meanwhile"
+            if fc.routes == "auto"
+            else "no routes until it is: attribution splits by subtree, tuning predicts over"
+            " D-mod-K routes"
+        )
         yield Finding(
             "warning",
-            "tuning.lft_dump",
+            "fabric.lft_dump",
             f"{dump}: not a readable file (OpenSM writes it after a heavy sweep while the"
-            " ROUTING log flag is on); tuning predicts over D-mod-K routes meanwhile",
+            f" ROUTING log flag is on); {meanwhile}",
         )
 
 

@@ -6,11 +6,13 @@
 - :mod:`~ibqos.fabric.diff`: what changed between two discoveries;
 - :mod:`~ibqos.fabric.hostnames`: host names read from NodeDescriptions;
 - :mod:`~ibqos.fabric.routes`: OpenSM's forwarding tables (``opensm-lfts.dump``) as routes;
+- :mod:`~ibqos.fabric.lfts`: forwarding tables from ``ibroute`` output, whole dumps, coverage;
 - :mod:`~ibqos.fabric.xgft`: extended generalized fat trees (XGFT) generated from a shape.
 """
 
 from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
 from ibqos.fabric.hostnames import HostMatcher
+from ibqos.fabric.lfts import Tables, missing_switches, parse_ibroute, read_lft_dump
 from ibqos.fabric.model import (
     Fabric,
     FabricPort,
@@ -43,6 +45,7 @@ __all__ = [
     "PortKey",
     "Role",
     "Router",
+    "Tables",
     "Target",
     "Topology",
     "XgftSpec",
@@ -52,7 +55,10 @@ __all__ = [
     "fabric_from_ibnetdiscover",
     "fabric_from_text",
     "format_ibnetdiscover",
+    "missing_switches",
     "parse_ibnetdiscover",
+    "parse_ibroute",
     "parse_lft_dump",
     "parse_xgft",
+    "read_lft_dump",
 ]

@@ -212,8 +212,8 @@ def write_files(
         # socket and port: labs side by side each run an agent
         "agent": {"state_dir": str(paths.dir / "agent"), "socket": str(sock or "")},
         "metrics": {"listen": metrics, "fabric": paths.name},
-        # tuning predicts over OpenSM's own routes: the lab's OpenSM dumps them
-        "tuning": {"lft_dump": str(osm.lfts_dump)},
+        # attribution and tuning use OpenSM's own routes: the lab's OpenSM dumps them
+        "fabric": {"lft_dump": str(osm.lfts_dump)},
         "lab": {"name": paths.name, "dir": str(paths.dir)},
     }
     atomic_write(

@@ -12,6 +12,7 @@ import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -159,6 +160,8 @@ class HealthCollector(Collector):
             agent points it at its board's counts.
         job_source_up: whether the job source answers (Slurm's squeue; a job file whose
             current version is valid); None: not known yet, and no metric.
+        routes: the forwarding tables in use (``source``, ``switches``, ``read_s``,
+            ``problem``: :meth:`ibqos.collect.routes.RouteSource.status`); None: no metric.
     """
 
     def __init__(self, counters: Counters, fabric: str, routing_engine: str, dry_run: bool):
@@ -168,6 +171,7 @@ class HealthCollector(Collector):
         self.dry_run = dry_run
         self.sl_answers: Mapping[str, int] = {}
         self.job_source_up: Callable[[], bool | None] = lambda: None
+        self.routes: Callable[[], Mapping[str, Any] | None] = lambda: None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -193,6 +197,7 @@ class HealthCollector(Collector):
                 " the last known jobs are held (slurm.grace_s; a job file that turned invalid).",
                 value=int(up),
             )
+        yield from _route_gauges(self.routes())
         build = GaugeMetricFamily(
             "ibqos_build_info", "The running ibqos (always 1).", labels=["version", "python"]
         )
@@ -262,6 +267,37 @@ class HealthCollector(Collector):
                 "UNIX time of the last cycle that succeeded.",
                 value=c.last_success_s,
             )
+
+
+def _route_gauges(doc: Mapping[str, Any] | None) -> Iterator[Metric]:
+    """Where the forwarding tables come from, how many switches they hold, their age."""
+    if doc is None:
+        return
+    info = GaugeMetricFamily(
+        "ibqos_routes_info",
+        "OpenSM's forwarding tables attribution and tuning use (always 1), by source:"
+        " dump, ibroute, or none.",
+        labels=["source"],
+    )
+    info.add_metric([str(doc.get("source", "none"))], 1)
+    yield info
+    yield GaugeMetricFamily(
+        "ibqos_routes_switches",
+        "Switches in the forwarding tables in use (0: none).",
+        value=int(doc.get("switches", 0)),
+    )
+    if doc.get("read_s"):
+        yield GaugeMetricFamily(
+            "ibqos_routes_age_seconds",
+            "Seconds since the forwarding tables in use were last read (or found unchanged).",
+            value=max(0.0, time.time() - float(doc["read_s"])),
+        )
+    yield GaugeMetricFamily(
+        "ibqos_routes_error",
+        "1 while newer forwarding tables are refused (a dump that does not parse or misses"
+        " switches, ibroute failing); the last good ones stay in use.",
+        value=int(bool(doc.get("problem"))),
+    )
 
 
 def _apply_gauges(c: Counters) -> Iterator[Metric]:

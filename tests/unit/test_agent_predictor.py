@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 import yaml
 
-from ibqos.agent.predictor import profile_phases
+from ibqos.agent.predictor import profile_phases, routed_network
 from ibqos.characterize.command import model_of_job
 from ibqos.classify.prior import Priors
 from ibqos.classify.profiles import ProfileStore, load_profile
 from ibqos.errors import ProfileError
+from ibqos.fabric.lfts import read_lft_dump
+from ibqos.fabric.model import fabric_from_file
 from ibqos.jobs.model import Job
 from ibqos.sim.estimate import Phases
 
@@ -54,3 +59,19 @@ def test_characterizing_a_lab_job_records_its_phases() -> None:
     model = model_of_job(job)
     assert (model.duty, model.period_s, model.rate_bytes_per_s) == (0.3, 0.05, 0.3e9)
     assert model_of_job(Job("2", ("a", "b"), pattern="ring")).duty is None
+
+
+LAB = Path(__file__).resolve().parents[1] / "data" / "lab-xgft-2_8.4_1.2"
+
+
+def test_the_prediction_routes_over_opensm_s_tables_when_they_fit(caplog) -> None:
+    topo = fabric_from_file(LAB / "ibnetdiscover.txt").topo
+    tables = read_lft_dump((LAB / "opensm-lfts.dump").read_text())
+    assert routed_network(topo, tables).lfts == tables
+    dmodk = routed_network(topo, None).lfts
+    assert dmodk != tables  # OpenSM's ftree spreads otherwise than D-mod-K here
+    del tables[min(tables)]
+    with caplog.at_level(logging.WARNING):
+        assert routed_network(topo, tables).lfts == dmodk
+    assert caplog.messages[0].startswith("tuning: no forwarding table for switch ")
+    assert caplog.messages[0].endswith("; predicting over D-mod-K routes")

@@ -17,6 +17,7 @@ from ibqos.agent.lock import AgentLock
 from ibqos.cli import cli
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
 from ibqos.config.load import load_config
+from ibqos.fabric.lfts import read_lft_dump
 from ibqos.opensm.signallers import CommandSignaller
 
 TOPOLOGY = Path(__file__).parents[1] / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
@@ -114,3 +115,27 @@ def test_run_once_takes_the_agent_lock(
         held.close()
     assert out.exit_code == 1, out.output
     assert f"another ibqos agent runs on state directory {tmp_path / 'state'}" in out.output
+
+
+def test_routes_from_opensm_s_dump_reach_the_decider(
+    setup: tuple[Agent, Path, dict], tmp_path: Path
+) -> None:
+    agent, path, doc = setup
+    # a replay has no switches to ask: without a dump there are no routes
+    assert agent.routes.mode == "off" and agent.decider.lfts is None
+    dump = tmp_path / "opensm-lfts.dump"
+    text = (TOPOLOGY.parent / "opensm-lfts.dump").read_text()
+    dump.write_text(text)
+    doc["fabric"] |= {"lft_dump": str(dump)}
+    write_config(path, doc)
+    agent.reload()
+    assert agent.routes.source == "dump"
+    assert agent.decider.lfts == read_lft_dump(text) and len(agent.decider.lfts) == 6
+    # OpenSM routes again and rewrites it: the next cycle's refresh hands the new tables on
+    moved = text.replace("0x0002 001 #", "0x0002 002 #", 1)
+    assert moved != text
+    dump.write_text(moved + "\n")  # a different size: seen even within the mtime's resolution
+    agent.refresh_routes()
+    assert agent.decider.lfts == read_lft_dump(moved)
+    assert agent.routes.status()["switches"] == 6
+    assert agent.metrics.registry.get_sample_value("ibqos_routes_info", {"source": "dump"}) == 1

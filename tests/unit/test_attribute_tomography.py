@@ -51,8 +51,8 @@ class Bench:
         for j, job in enumerate(jobs):
             m = traffic_matrix(job)
             for a, b in zip(*np.nonzero(m), strict=True):
-                s = self._port(job.nodes[a])
-                d = self._port(job.nodes[b])
+                s = self.port(job.nodes[a])
+                d = self.port(job.nodes[b])
                 src.append(self.router.port_index[s])
                 dst.append(self.router.port_index[d])
                 dlid.append(self.topo.lids[d])
@@ -90,7 +90,7 @@ class Bench:
     def _switch_guids(self) -> list[int]:
         return [n.guid for n in self.topo.switches() if n.guid is not None]
 
-    def _port(self, host: str) -> Port:
+    def port(self, host: str) -> Port:
         node = self.ca_of[host]
         return next(p for p in self.topo.ports(node.id))
 
@@ -288,3 +288,19 @@ def test_the_decision_json_and_metrics_show_the_fit_and_its_residual():
         "ibqos_level_attribution_residual_ratio{"
         not in exposition(families(Snapshot(0.0, plain, {}, {}, {}, None))).decode()
     )
+
+
+def test_tables_that_lead_a_flow_astray_fall_back_to_the_subtree_split(caplog):
+    bench = Bench("2;4,4;1,2")
+    rates, _ = bench.run(MIX)
+    # every route to cn0001 ends at cn0002's port: tables of another fabric
+    wrong = bench.topo.lids[bench.port("cn0002")]
+    lid = bench.topo.lids[bench.port("cn0001")]
+    lfts = {sw: {**table, lid: table[wrong]} for sw, table in bench.lfts.items()}
+    at = Attributor(bench.fabric, lfts)
+    with caplog.at_level(logging.WARNING):
+        result = at.attribute(rates, blind(bench.mapped(MIX)))
+    assert at.routes is None
+    assert "splitting subtree totals instead" in caplog.text
+    assert result.residual == {}
+    assert np.isfinite(result.bytes_per_s).all()

@@ -104,6 +104,9 @@ def test_collection_bounds() -> None:
             {"fabric": {"discover_timeout_s": 0}},
             "fabric.discover_timeout_s: expected a number >= 1",
         ),
+        ({"fabric": {"routes": "smp"}}, "fabric.routes: expected one of auto, dump,"),
+        ({"fabric": {"routes": "dump"}}, "fabric.lft_dump: required when fabric.routes is dump"),
+        ({"tuning": {"lft_dump": "/x"}}, "tuning.lft_dump"),  # moved to fabric.lft_dump
     ],
 )
 def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:

@@ -219,6 +219,22 @@ def test_the_agent_s_own_series() -> None:
     assert get("ibqos_snapshot_timestamp_seconds") is None
 
 
+def test_the_routes_in_use(monkeypatch) -> None:
+    m = metrics()
+    get = m.registry.get_sample_value
+    assert get("ibqos_routes_info", {"source": "none"}) is None  # no source: no series
+    doc = {"source": "dump", "switches": 12, "read_s": 1000.0, "problem": None}
+    m.health.routes = lambda: doc
+    monkeypatch.setattr("ibqos.metrics.health.time.time", lambda: 1030.0)
+    assert get("ibqos_routes_info", {"source": "dump"}) == 1
+    assert get("ibqos_routes_switches") == 12
+    assert get("ibqos_routes_age_seconds") == 30.0
+    assert get("ibqos_routes_error") == 0
+    doc.update(source="none", switches=0, read_s=None, problem="x: bad")
+    assert get("ibqos_routes_info", {"source": "none"}) == 1
+    assert get("ibqos_routes_age_seconds") is None and get("ibqos_routes_error") == 1
+
+
 def test_sweep_coverage_and_invalid_samples() -> None:
     counters = Counters()
     m = metrics(counters)

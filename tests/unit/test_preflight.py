@@ -205,12 +205,29 @@ def test_slurm_must_answer(tmp_path, reply, problem) -> None:
     assert found == ([problem] if problem else [])
 
 
-def test_tunings_routes_missing_is_a_warning(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("routes", "meanwhile"),
+    [
+        ("auto", "the agent reads the switches' tables with ibroute meanwhile"),
+        (
+            "dump",
+            "no routes until it is: attribution splits by subtree, tuning predicts over"
+            " D-mod-K routes",
+        ),
+    ],
+)
+def test_a_missing_lft_dump_is_a_warning(tmp_path, routes, meanwhile) -> None:
     dump = tmp_path / "opensm-lfts.dump"
-    config = load_config(host(tmp_path, tuning={"lft_dump": str(dump)}))
+    config = load_config(host(tmp_path, fabric={"lft_dump": str(dump), "routes": routes}))
     assert [str(f) for f in preflight(config)] == [
-        f"warning: tuning.lft_dump: {dump}: not a readable file (OpenSM writes it after a heavy"
-        " sweep while the ROUTING log flag is on); tuning predicts over D-mod-K routes meanwhile"
+        f"warning: fabric.lft_dump: {dump}: not a readable file (OpenSM writes it after a heavy"
+        f" sweep while the ROUTING log flag is on); {meanwhile}"
     ]
     dump.write_text("")
+    assert preflight(config) == []
+
+
+def test_an_lft_dump_not_used_is_not_checked(tmp_path) -> None:
+    dump = tmp_path / "opensm-lfts.dump"
+    config = load_config(host(tmp_path, fabric={"lft_dump": str(dump), "routes": "ibroute"}))
     assert preflight(config) == []
