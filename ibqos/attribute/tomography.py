@@ -63,8 +63,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: SLs the per-SL counters have.
 SL_COUNT = 16
-#: Passes of the fit at most per cycle.
+#: Passes of the fit at most per cycle: from the prior, and from the last cycle's fit (which
+#: already meets last cycle's counters: a few passes follow the new ones).
 MAX_PASSES = 20
+WARM_PASSES = 8
 #: The fit stops when no family of equations (sources, destinations, one class of links)
 #: is off by more than this share of what it measured.
 TOLERANCE = 1e-3
@@ -264,6 +266,25 @@ class RouteFit:
         out: FloatArray = np.where(known[:, None] & known[None, :], share, 0.0)
         return out
 
+    def _carried(self, entries: list[_JobPairs]) -> FloatArray | None:
+        """The last fit's flows of the jobs in *entries* that it had, in their new order;
+        NaN for the other jobs' (None: no last fit)."""
+        old = self._pairs
+        if old is None or old.last is None:
+            return None
+        where: dict[int, tuple[int, int]] = {}
+        at = 0
+        for e in old.entries:
+            where[id(e)] = (at, at + len(e.pair_group))
+            at += len(e.pair_group)
+        parts = [
+            old.last[where[id(e)][0] : where[id(e)][1]]
+            if id(e) in where
+            else np.full(len(e.pair_group), np.nan)
+            for e in entries
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
     def _build(self, jobs: tuple[MappedJob, ...]) -> _Pairs:
         """The unknowns of all *jobs*, each job's reused while it runs (by identity: the
         job mapper hands back the same MappedJob while a job runs)."""
@@ -276,6 +297,7 @@ class RouteFit:
             cache[id(mj)] = e
             entries.append(e)
         self._entries = cache
+        last = self._carried(entries)
         n_ports = np.array([len(e.ports) for e in entries], dtype=np.int64)
         n_groups = np.array([e.n_groups for e in entries], dtype=np.int64)
         n_pairs = np.array([len(e.pair_group) for e in entries], dtype=np.int64)
@@ -328,6 +350,7 @@ class RouteFit:
             inc_class.astype(np.int64),
             sorted(set(inc_class.tolist())),
             cross,
+            last,
         )
 
     # -- one cycle ------------------------------------------------------------------
@@ -405,17 +428,22 @@ class RouteFit:
             for s in range(SL_COUNT):
                 target[ports_sl * (SL_COUNT + 1) + s] = per_sl[ports_sl, s]
         x = self._prior(pairs, tx, rx)
-        if pairs.last is not None and len(pairs.last) == len(x):
-            # the last fit, each job's scaled to its prior's total so that the start
-            # does not depend on how much the job sends now
-            last = _sums(pairs.pair_job, pairs.last, n_jobs)
-            now = _sums(pairs.pair_job, x, n_jobs)
-            scale = np.divide(now, last, out=np.zeros(n_jobs), where=last > 0)
-            x = (1 - PRIOR_MIX) * pairs.last * scale[pairs.pair_job] + PRIOR_MIX * x
+        passes = MAX_PASSES
+        if pairs.last is not None:
+            # the last fit of the jobs that were there, each job's scaled to its prior's
+            # total so that the start does not depend on how much the job sends now
+            known = ~np.isnan(pairs.last)
+            last = np.where(known, pairs.last, 0.0)
+            then = _sums(pairs.pair_job, last, n_jobs)
+            now = _sums(pairs.pair_job, np.where(known, x, 0.0), n_jobs)
+            scale = np.divide(now, then, out=np.zeros(n_jobs), where=then > 0)
+            warm = (1 - PRIOR_MIX) * last * scale[pairs.pair_job] + PRIOR_MIX * x
+            x = np.where(known, warm, x)
+            passes = WARM_PASSES if known.all() else MAX_PASSES
         # the equations in use, numbered 0 .. n - 1 (sums over a few links, not all ports)
         used, key = np.unique(key, return_inverse=True)
         target = target[used]
-        self.passes = self._ipf(x, pairs, src, rx, key, target)
+        self.passes = self._ipf(x, pairs, src, rx, key, target, passes)
         pairs.last = x.copy()
         return self._levels(x, pairs, key, target, link_rate, tx, n_jobs)
 
@@ -464,9 +492,10 @@ class RouteFit:
         rx: FloatArray,
         key: IntArray,
         target: FloatArray,
+        most: int,
     ) -> int:
-        """Scale *x* in place until the equations hold within TOLERANCE (or MAX_PASSES
-        passes were done); the passes done."""
+        """Scale *x* in place until the equations hold within TOLERANCE (or *most* passes
+        were done); the passes done."""
         families: list[tuple[IntArray | None, IntArray, FloatArray, int]] = [
             (None, pairs.pair_group, src, len(src)),
             (None, pairs.pair_dst, rx, len(rx)),
@@ -476,7 +505,7 @@ class RouteFit:
             families.append((pairs.inc_pair[sel], key[sel], target, len(target)))
         # per family, the equations that can be met: measured, with flows to scale
         goals = [goal[:n] for _, _, goal, n in families]
-        for done in range(1, MAX_PASSES + 1):
+        for done in range(1, most + 1):
             worst = 0.0
             for (members, index, _, n), want in zip(families, goals, strict=True):
                 got = _sums(index, x if members is None else x[members], n)
@@ -492,7 +521,7 @@ class RouteFit:
                     worst = max(worst, float(np.abs(got[ok] - want[ok]).sum()) / total)
             if worst < TOLERANCE:
                 return done
-        return MAX_PASSES
+        return most
 
     def _levels(
         self,
