@@ -67,6 +67,8 @@ SL_COUNT = 16
 #: already meets last cycle's counters: a few passes follow the new ones).
 MAX_PASSES = 20
 WARM_PASSES = 8
+#: ... when at least this share of the unknowns has a last fit.
+WARM_SHARE = 0.9
 #: The fit stops when no family of equations (sources, destinations, one class of links)
 #: is off by more than this share of what it measured.
 TOLERANCE = 1e-3
@@ -439,7 +441,8 @@ class RouteFit:
             scale = np.divide(now, then, out=np.zeros(n_jobs), where=then > 0)
             warm = (1 - PRIOR_MIX) * last * scale[pairs.pair_job] + PRIOR_MIX * x
             x = np.where(known, warm, x)
-            passes = WARM_PASSES if known.all() else MAX_PASSES
+            # a few new jobs (churn) start from their prior and go on next cycle
+            passes = WARM_PASSES if known.mean() >= WARM_SHARE else MAX_PASSES
         # the equations in use, numbered 0 .. n - 1 (sums over a few links, not all ports)
         used, key = np.unique(key, return_inverse=True)
         target = target[used]
