@@ -19,8 +19,14 @@ subtrees, l >= 1:
   patterns as the prior.
 
 Prints the mean relative error per job and level of each method, per mix, as a Markdown
-table (docs/plan.md holds one run), with the fit's residual and measured share.  Progress
-goes to stderr.
+table (docs/plan.md holds one run), with the fit's residual and measured share.
+
+With ``--phased``, each mix runs again with jobs that communicate half the time in
+periods of 1.7 to 6.1 s (``PERIODS``), so that what they send moves from sweep to sweep,
+and ``--sweeps`` sweeps one model tick apart are attributed in turn by one attributor (as
+the agent does): ``routes`` then learns each job's share of the links the prior splits
+from how the counters move (:mod:`ibqos.attribute.shares`).  The error is that of the
+last sweeps against the traffic of their own tick.  Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -122,6 +129,10 @@ MIXES = (
 )
 
 METHODS = ("routes", "subtree", "equal", "routes+pattern", "subtree+pattern")
+#: communication periods of the phased jobs (duty 0.5), seconds, in job order
+PERIODS = (1.7, 2.9, 4.3, 6.1)
+#: the last sweeps of a phased run whose errors are averaged
+LAST = 4
 
 
 def read_rates(lab: Lab, fabric: Fabric, interval_s: float) -> pd.DataFrame:
@@ -202,14 +213,80 @@ def evaluate(lab: Lab, interval_s: float = 1.0) -> dict[str, float | dict[int, f
     return out
 
 
-def run_mix(mix: Mix, root: Path, interval_s: float) -> dict[str, float | dict[int, float]]:
-    jobs = root / f"{mix.name}.yaml"
-    jobs.write_text(mix.jobs)
+def phased(jobs_text: str) -> str:
+    """*jobs_text* with every job communicating half of each of its ``PERIODS``."""
+    out = jobs_text
+    for period in PERIODS:
+        out = out.replace("duty: 1.0, period_s: 0.1", f"duty: 0.5, period_s: {period}", 1)
+    return out
+
+
+def errors_of(result: Attribution, truth: dict[str, Any], mapped: Sequence[MappedJob]) -> float:
+    """Mean relative error per job and level >= 1 against *truth* (levels with traffic)."""
+    errs = []
+    for mj in mapped:
+        for lvl, true in enumerate(truth[mj.id]["level_bytes_per_s"]):
+            if lvl >= 1 and true > 0:
+                errs.append(abs(result.jobs[mj.id].bytes_per_s[lvl] - true) / true)
+    return float(np.mean(errs)) if errs else float("nan")
+
+
+def evaluate_phased(lab: Lab, sweeps: int, interval_s: float = 1.0) -> dict[str, float]:
+    """The routes fit and the subtree split over *sweeps* sweeps of a phased lab: mean
+    error of the last ``LAST`` sweeps, and the routes fit's on the first."""
+    fabric = fabric_from_lab(lab)
+    targets = fabric.targets()
+    lfts = parse_lft_dump(lab.paths.opensm.lfts_dump.read_text())
+    mapped, _ = map_jobs([load.job for load in lab.model.jobs.values()], fabric)
+    blind = [MappedJob(replace(mj.job, pattern=""), mj.ports, mj.hosts) for mj in mapped]
+    routes, subtree = Attributor(fabric, lfts), Attributor(fabric)
+    tracker = RateTracker()
+    errs: dict[str, list[float]] = {"routes": [], "subtree": []}
+    with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run, xmit_wait=False) as backend:
+        tracker.update(backend.sweep(targets))
+        for _ in range(sweeps):
+            t0 = time.monotonic()
+            lab.tick(interval_s)
+            time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
+            rates = tracker.update(backend.sweep(targets))
+            for col in ("xmit_bytes_per_s", "rcv_bytes_per_s"):
+                rates[col] = rates[col] * rates["interval_s"] / interval_s
+            truth = lab.truth()["jobs"]
+            errs["routes"].append(errors_of(routes.attribute(rates, blind), truth, mapped))
+            errs["subtree"].append(errors_of(subtree.attribute(rates, blind), truth, mapped))
+    return {
+        "routes first": errs["routes"][0],
+        "routes": float(np.nanmean(errs["routes"][-LAST:])),
+        "subtree": float(np.nanmean(errs["subtree"][-LAST:])),
+    }
+
+
+def start(mix: Mix, root: Path, jobs_text: str, tag: str) -> Lab:
+    """A running lab of *mix* with the jobs of *jobs_text*."""
+    jobs = root / f"{mix.name}{tag}.yaml"
+    jobs.write_text(jobs_text)
     topo = build_xgft(parse_xgft(mix.xgft))
-    lab = Lab.create(mix.name, topo, root=root / "labs", jobs=jobs, opensm_options=QUIET)
+    lab = Lab.create(mix.name + tag, topo, root=root / "labs", jobs=jobs, opensm_options=QUIET)
     try:
         lab.start()
+    except BaseException:
+        lab.destroy()
+        raise
+    return lab
+
+
+def run_mix(mix: Mix, root: Path, interval_s: float) -> dict[str, float | dict[int, float]]:
+    lab = start(mix, root, mix.jobs, "")
+    try:
         return evaluate(lab, interval_s)
+    finally:
+        lab.destroy()
+
+
+def run_phased(mix: Mix, root: Path, sweeps: int) -> dict[str, float]:
+    lab = start(mix, root, phased(mix.jobs), "-phased")
+    try:
+        return evaluate_phased(lab, sweeps)
     finally:
         lab.destroy()
 
@@ -236,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated mix names")
     parser.add_argument("--interval", type=float, default=1.0, help="model tick, seconds")
+    parser.add_argument("--phased", action="store_true", help="also run the phased mixes")
+    parser.add_argument("--sweeps", type=int, default=12, help="sweeps of a phased run")
     args = parser.parse_args(argv)
     # here, not at the top: the integration test imports this module without scripts/
     # on the path
@@ -247,17 +326,40 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown mix: {sorted(only - {m.name for m in MIXES})[0]}")
     root = Path(tempfile.mkdtemp(prefix="ibqos-evalattr-"))
     rows = []
+    moving = []
     try:
         for mix in mixes:
             say(f"{mix.name}: {mix.xgft}")
             rows.append((mix, run_mix(mix, root, args.interval)))
+            if args.phased:
+                say(f"{mix.name}: {mix.xgft}, phased, {args.sweeps} sweeps")
+                moving.append((mix, run_phased(mix, root, args.sweeps)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(
         f"ibqos {ibqos.__version__}, {machine()}; mean relative error per job and level (l >= 1)\n"
     )
     print(table(rows))
+    if moving:
+        print(f"\nPhased jobs (duty 0.5, periods {PERIODS} s), {args.sweeps} sweeps:\n")
+        print(phased_table(moving, args.sweeps))
     return 0
+
+
+def phased_table(rows: list[tuple[Mix, dict[str, float]]], sweeps: int) -> str:
+    lines = [
+        f"| mix | tree | routes, first sweep | routes, last {LAST} of {sweeps} |"
+        f" subtree, last {LAST} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for mix, res in rows:
+        lines.append(
+            f"| {mix.name} (`{mix.xgft}`) | {mix.tree} | {res['routes first']:.1%} |"
+            f" {res['routes']:.1%} | {res['subtree']:.1%} |"
+        )
+    means = [np.mean([r[k] for _, r in rows]) for k in ("routes first", "routes", "subtree")]
+    lines.append(f"| mean | | {means[0]:.1%} | **{means[1]:.1%}** | {means[2]:.1%} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ import pandas as pd
 
 from ibqos.attribute.jobmap import MappedJob
 from ibqos.attribute.patterns import traffic_matrix
+from ibqos.attribute.shares import LinkShares
 from ibqos.fabric.model import Fabric, PortKey
 from ibqos.fabric.routes import Router
 
@@ -149,6 +150,8 @@ class _Pairs:
     inc_class: IntArray  # (level, direction, occurrence) class of each incidence
     classes: list[int]
     cross: dict[int, BoolArray]
+    link_port: IntArray  # the (link, job) pairs whose flows cross, one row each
+    link_job: IntArray
     last: FloatArray | None = None  # the last cycle's fit
 
 
@@ -194,6 +197,7 @@ class RouteFit:
         self._lid = np.array([topo.lids.get(p, 0) for p in ports], dtype=np.int64)
         self._entries: dict[int, _JobPairs] = {}
         self.passes = 0  # of the last fit
+        self.shares = LinkShares(self._n)  # the last sweeps, for links the prior splits
         self._pairs: _Pairs | None = None
         self._layout: tuple[npt.NDArray[np.uint64], IntArray, IntArray] | None = None
 
@@ -325,6 +329,8 @@ class RouteFit:
             lvl: cat([e.cross[lvl] for e in entries], np.bool_).astype(np.bool_)
             for lvl in self.levels
         }
+        n_jobs_all = max(len(entries), 1)
+        link = np.unique(inc_port.astype(np.int64) * n_jobs_all + pair_job[inc_pair])
         # classes of link incidences: (level of the transmitting switch, up or down); a
         # route that takes two links of one class (not minimal) gets them in two classes
         base = self._level[inc_port] * 2 + self._up[inc_port]
@@ -352,6 +358,8 @@ class RouteFit:
             inc_class.astype(np.int64),
             sorted(set(inc_class.tolist())),
             cross,
+            link // n_jobs_all,
+            link % n_jobs_all,
             last,
         )
 
@@ -429,6 +437,20 @@ class RouteFit:
             target[ports_sl * (SL_COUNT + 1) + SL_COUNT] = np.nan
             for s in range(SL_COUNT):
                 target[ports_sl * (SL_COUNT + 1) + s] = per_sl[ports_sl, s]
+        # links whose counter, over the last sweeps, gives each job's share: one equation
+        # per (link, job), as per-SL counters would (a link with those keeps them)
+        injection = _sums(pairs.port_job, np.nan_to_num(tx), n_jobs)
+        injection[_sums(pairs.port_job, np.isnan(tx), n_jobs) > 0] = np.nan
+        learnt = self.shares.add(
+            tuple(mj.id for mj in jobs_t), injection, link_rate, pairs.link_port, pairs.link_job
+        )
+        if len(learnt.port):
+            code = learnt.port * n_jobs + learnt.job  # sorted: by port, then job
+            inc_code = pairs.inc_port * n_jobs + pairs.pair_job[pairs.inc_pair]
+            at = np.minimum(np.searchsorted(code, inc_code), len(code) - 1)
+            hit = (code[at] == inc_code) & (key % (SL_COUNT + 1) == SL_COUNT)
+            key = np.where(hit, n_keys + at, key)
+            target = np.concatenate([target, learnt.share * injection[learnt.job]])
         x = self._prior(pairs, tx, rx)
         passes = MAX_PASSES
         if pairs.last is not None:

@@ -318,3 +318,33 @@ def test_when_a_job_ends_the_others_go_on_from_their_last_fit():
     cold = Attributor(bench.fabric, bench.lfts).attribute(rest_rates[0], rest)
     assert warm.bytes_per_s == pytest.approx(cold.bytes_per_s, rel=0.01)
     assert max(errors(warm, rest_rates[1])) < 0.01
+
+
+def test_jobs_whose_rates_move_apart_are_told_apart_over_a_few_sweeps():
+    # one spine: the prior alone is 5 % off or more here (see the per-SL test)
+    bench = Bench("2;4,4;1,1")
+    mapped = blind(bench.mapped(MIX))
+    at = Attributor(bench.fabric, bench.lfts)
+    rng = np.random.default_rng(2)
+    errs = []
+    for _ in range(8):
+        moved = [replace(j, rate_bytes_per_s=j.rate_bytes_per_s * rng.uniform(0.2, 1)) for j in MIX]
+        rates, truth = bench.run(moved)
+        result = at.attribute(rates, mapped)
+        errs.append(max(errors(result, truth)))
+    assert errs[0] > 0.05  # one sweep: the prior splits the shared links
+    assert errs[-1] < 5e-3  # eight: each job's share of them is learnt
+    assert result.measured[:, 1] == pytest.approx(np.ones(len(MIX)))
+
+
+def test_steady_rates_leave_the_split_to_the_prior():
+    bench = Bench("2;4,4;1,1")
+    mapped = blind(bench.mapped(MIX))
+    at = Attributor(bench.fabric, bench.lfts)
+    rates, truth = bench.run(MIX)
+    first = np.mean(errors(at.attribute(rates, mapped), truth))
+    for _ in range(10):
+        result = at.attribute(rates, mapped)
+    assert np.mean(errors(result, truth)) == pytest.approx(first, abs=0.01)
+    assert at.routes is not None
+    assert len(at.routes.shares._sweeps) == 11
