@@ -79,11 +79,13 @@ class Shares:
     injection on the link.
 
     Attributes:
+        row: the (link, job) pair's row in what :meth:`LinkShares.add` was given.
         port: router port of each row.
         job: the job's index in this cycle's order.
         share: a_j, 0 to 1.
     """
 
+    row: IntArray
     port: IntArray
     job: IntArray
     share: FloatArray
@@ -123,7 +125,8 @@ class LinkShares:
             job_ids: the running jobs, in the cycle's order.
             injection: per job, bytes/s its hosts sent (NaN: not known).
             link: per router port, the link's bytes/s (NaN: no rate).
-            inc_port, inc_job: the (link, job) pairs whose flows cross, one row each.
+            inc_port, inc_job: the (link, job) pairs whose flows cross, one row each,
+                sorted by port.
         """
         if len(self._tags) > 8 * max(len(job_ids), 1) + 1024:  # jobs long gone
             self._tags = {j: self._tag(j) for j in job_ids}
@@ -135,7 +138,8 @@ class LinkShares:
     def _solve(
         self, job_ids: tuple[str, ...], inc_port: IntArray, inc_job: IntArray, sig: FloatArray
     ) -> Shares:
-        empty = Shares(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        none = np.zeros(0, np.int64)
+        empty = Shares(none, none, none, np.zeros(0))
         t_n = len(self._sweeps)
         if t_n < 5:
             return empty
@@ -151,11 +155,11 @@ class LinkShares:
                         inj[t, k] = v
         links = np.stack([sw.link for sw in self._sweeps])  # (T, ports)
         sigs = np.stack([sw.signature for sw in self._sweeps])
-        # the jobs on each shared link, ports in order
-        order = np.lexsort((inc_job, inc_port))
-        port, job = inc_port[order], inc_job[order]
+        # the jobs on each shared link (the rows come sorted by port)
+        port, job = inc_port, inc_job
         starts = np.flatnonzero(np.r_[True, port[1:] != port[:-1]])
         counts = np.diff(np.r_[starts, len(port)])
+        out_row: list[IntArray] = []
         out_port: list[IntArray] = []
         out_job: list[IntArray] = []
         out_share: list[FloatArray] = []
@@ -171,12 +175,18 @@ class LinkShares:
             ok_t &= ~np.isnan(y) & ~np.isnan(x).any(axis=2)
             a, good = _regress(np.nan_to_num(x), np.nan_to_num(y), ok_t)
             good &= ~np.isnan(inj[-1, jobs]).any(axis=1)
+            out_row.append(cols[good].ravel())
             out_port.append(np.repeat(ports[good], k))
             out_job.append(jobs[good].ravel())
             out_share.append(np.clip(a[good], 0.0, 1.0).ravel())
         if not out_port:
             return empty
-        return Shares(np.concatenate(out_port), np.concatenate(out_job), np.concatenate(out_share))
+        return Shares(
+            np.concatenate(out_row),
+            np.concatenate(out_port),
+            np.concatenate(out_job),
+            np.concatenate(out_share),
+        )
 
 
 def _regress(

@@ -150,9 +150,27 @@ class _Pairs:
     inc_class: IntArray  # (level, direction, occurrence) class of each incidence
     classes: list[int]
     cross: dict[int, BoolArray]
-    link_port: IntArray  # the (link, job) pairs whose flows cross, one row each
+    link_port: IntArray  # the (link, job) pairs whose flows cross, one row each, by port
     link_job: IntArray
+    inc_link: IntArray  # per incidence, its (link, job) pair's row
     last: FloatArray | None = None  # the last cycle's fit
+
+
+def _distinct(values: IntArray, size: int) -> IntArray:
+    """The distinct *values* (all in 0 .. size - 1), sorted, in linear time."""
+    seen = np.zeros(size, dtype=np.bool_)
+    seen[values] = True
+    return np.flatnonzero(seen).astype(np.int64)
+
+
+def _compact(values: IntArray, size: int) -> tuple[IntArray, IntArray]:
+    """The distinct *values* (all in 0 .. size - 1), sorted, and each value's index among
+    them: ``np.unique(values, return_inverse=True)`` in linear time, without a sort."""
+    seen = np.zeros(size, dtype=np.bool_)
+    seen[values] = True
+    used = np.flatnonzero(seen)
+    index = np.cumsum(seen) - 1
+    return used.astype(np.int64), index[values].astype(np.int64)
 
 
 def _sums(index: IntArray, weights: npt.ArrayLike, n: int) -> FloatArray:
@@ -330,7 +348,9 @@ class RouteFit:
             for lvl in self.levels
         }
         n_jobs_all = max(len(entries), 1)
-        link = np.unique(inc_port.astype(np.int64) * n_jobs_all + pair_job[inc_pair])
+        link, inc_link = np.unique(
+            inc_port.astype(np.int64) * n_jobs_all + pair_job[inc_pair], return_inverse=True
+        )
         # classes of link incidences: (level of the transmitting switch, up or down); a
         # route that takes two links of one class (not minimal) gets them in two classes
         base = self._level[inc_port] * 2 + self._up[inc_port]
@@ -360,6 +380,7 @@ class RouteFit:
             cross,
             link // n_jobs_all,
             link % n_jobs_all,
+            inc_link.astype(np.int64),
             last,
         )
 
@@ -444,13 +465,16 @@ class RouteFit:
         learnt = self.shares.add(
             tuple(mj.id for mj in jobs_t), injection, link_rate, pairs.link_port, pairs.link_job
         )
-        if len(learnt.port):
-            code = learnt.port * n_jobs + learnt.job  # sorted: by port, then job
-            inc_code = pairs.inc_port * n_jobs + pairs.pair_job[pairs.inc_pair]
-            at = np.minimum(np.searchsorted(code, inc_code), len(code) - 1)
-            hit = (code[at] == inc_code) & (key % (SL_COUNT + 1) == SL_COUNT)
+        if len(learnt.row):
+            slot = np.full(len(pairs.link_port), -1, dtype=np.int64)
+            slot[learnt.row] = np.arange(len(learnt.row))
+            at = slot[pairs.inc_link]
+            hit = (at >= 0) & (key % (SL_COUNT + 1) == SL_COUNT)
             key = np.where(hit, n_keys + at, key)
             target = np.concatenate([target, learnt.share * injection[learnt.job]])
+        # what kind of equation each incidence is in: 0-15 an SL's, 16 the link's, 17 its
+        # job's learnt share (for telling which equations one job has alone)
+        kind = np.where(key >= n_keys, SL_COUNT + 1, key % (SL_COUNT + 1))
         x = self._prior(pairs, tx, rx)
         passes = MAX_PASSES
         if pairs.last is not None:
@@ -466,11 +490,11 @@ class RouteFit:
             # a few new jobs (churn) start from their prior and go on next cycle
             passes = WARM_PASSES if known.mean() >= WARM_SHARE else MAX_PASSES
         # the equations in use, numbered 0 .. n - 1 (sums over a few links, not all ports)
-        used, key = np.unique(key, return_inverse=True)
+        used, key = _compact(key, len(target))
         target = target[used]
         self.passes = self._ipf(x, pairs, src, rx, key, target, passes)
         pairs.last = x.copy()
-        return self._levels(x, pairs, key, target, link_rate, tx, n_jobs)
+        return self._levels(x, pairs, key, kind, target, link_rate, tx, n_jobs)
 
     def _sl_targets(self, sl_rates: pd.DataFrame) -> FloatArray:
         """Per router port and SL, the transmit bytes/s the per-SL counters gave."""
@@ -553,15 +577,20 @@ class RouteFit:
         x: FloatArray,
         pairs: _Pairs,
         key: IntArray,
+        kind: IntArray,
         target: FloatArray,
         link_rate: FloatArray,
         tx: FloatArray,
         n_jobs: int,
     ) -> dict[int, LevelFit]:
-        inc_job = pairs.pair_job[pairs.inc_pair]
-        # keys used by one job only: their counters measure that job's flows
-        pair_keys = np.unique(key * max(n_jobs, 1) + inc_job)
-        jobs_on_key = np.bincount(pair_keys // max(n_jobs, 1), minlength=len(target))
+        # equations of one job only: their counters measure that job's flows.  An
+        # equation is one link's of one kind, so its jobs are its (link, job) pairs of that
+        # kind: count those per equation
+        kinds = SL_COUNT + 2
+        first = _distinct(pairs.inc_link * kinds + kind, len(pairs.link_port) * kinds)
+        eq = np.zeros(len(pairs.link_port) * kinds, dtype=np.int64)
+        eq[pairs.inc_link * kinds + kind] = key
+        jobs_on_key = np.bincount(eq[first], minlength=len(target))
         exclusive = (jobs_on_key[key] == 1) & ~np.isnan(target[key])
         inc_x = x[pairs.inc_pair]
         fitted_key = _sums(key, inc_x, len(target))
@@ -581,7 +610,7 @@ class RouteFit:
             blind = _sums(pairs.pair_job, cross & blind_pair, n_jobs) > 0
             mine = _sums(pairs.pair_job, np.where(cross & pinned, x, 0.0), n_jobs)
             measured = np.divide(mine, rate, out=np.ones(n_jobs), where=rate > 0)
-            keys = np.unique(key[at])
+            keys = _distinct(key[at], len(target))
             counted = np.nan_to_num(target[keys])
             resid = np.abs(fitted_key[keys] - counted).sum()
             total = counted.sum()
