@@ -5,9 +5,10 @@ nothing changed:
 
 - **dump** (``fabric.lft_dump``): OpenSM's ``opensm-lfts.dump``, re-read only when its
   mtime, size or inode changed (OpenSM rewrites it after each heavy sweep) or the fabric
-  changed.  OpenSM writes it in place, so a read can catch it half-written: that read is a
-  bad file (:func:`ibqos.fabric.lfts.read_lft_dump`), and the finished file, whose size
-  differs, is read at the next poll.
+  changed; a dump over ``INLINE_DUMP_BYTES`` is read in the background.  OpenSM writes it
+  in place, so a read can catch it half-written: that read is a bad file
+  (:func:`ibqos.fabric.lfts.read_lft_dump`), and the finished file, whose size differs, is
+  read at the next poll.
 - **ibroute**: ``ibroute -n LID`` per switch (SMP LinearForwardingTable reads), run in
   the background on ``workers`` threads so a big fabric never holds a cycle up: at first,
   after each fabric change, and every ``refresh_s``.  A poll takes a finished read.
@@ -70,6 +71,16 @@ def ibroute_runner(
     return run
 
 
+#: dumps larger than this (bytes) are read in a background thread: OpenSM's dump of a
+#: fabric of thousands of switches is hundreds of MB, tens of seconds to parse
+INLINE_DUMP_BYTES = 8 << 20
+
+
+def _read_dump(dump: Path) -> Tables:
+    """Read and parse OpenSM's dump (raises OSError, TopologyError)."""
+    return read_lft_dump(dump.read_text(errors="replace"), str(dump))
+
+
 def switch_lids(fabric: Fabric) -> list[int]:
     """The LIDs of the fabric's switches (port 0), those that have one."""
     lids = fabric.topo.lids
@@ -128,6 +139,7 @@ class RouteSource:
         self._parsed: Tables | None = None  # the dump as last read, covering or not
         self._pool: ThreadPoolExecutor | None = None
         self._job: dict[int, Future[str]] | None = None  # switch LID -> its ibroute run
+        self._dump_read: Future[Tables] | None = None  # a big dump read in the background
         self._started_at: float | None = None  # clock when the last ibroute read started
         self._rerun = False  # the fabric changed while a read ran
         self.last_read_s: float | None = None  # how long the last ibroute read took
@@ -150,7 +162,9 @@ class RouteSource:
         return self._poll_ibroute(lids, changed)
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Wait for a running ibroute read to finish (tests, scripts)."""
+        """Wait for a running ibroute or dump read to finish (tests, scripts)."""
+        if self._dump_read is not None:
+            self._dump_read.exception(timeout=timeout_s)
         if self._job is not None:
             deadline = None if timeout_s is None else self._clock() + timeout_s
             for future in self._job.values():
@@ -163,6 +177,7 @@ class RouteSource:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         self._job = None
+        self._dump_read = None
 
     def status(self) -> dict[str, Any]:
         """What ``ibqos status`` and the metrics show: source, path, switches, age."""
@@ -193,10 +208,29 @@ class RouteSource:
         except OSError as err:
             return self._fault(f"{dump}: {err.strerror}")
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp != self._stamp:
-            self._stamp = stamp  # taken before reading: a write under way changes it again
+        read = self._dump_read
+        if read is not None:  # a big dump read in the background
+            if not read.done():
+                return False
+            self._dump_read = None
             try:
-                self._parsed = read_lft_dump(dump.read_text(errors="replace"), str(dump))
+                self._parsed = read.result()
+            except OSError as err:
+                self._parsed = None
+                return self._fault(f"{dump}: {err.strerror}")
+            except TopologyError as err:
+                self._parsed = None
+                return self._fault(str(err))
+        elif stamp != self._stamp:
+            self._stamp = stamp  # taken before reading: a write under way changes it again
+            if st.st_size > INLINE_DUMP_BYTES:  # tens of seconds to parse: not in the cycle
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="routes")
+                self._dump_read = self._pool.submit(_read_dump, dump)
+                log.info("routes: reading %s (%d MB) in the background", dump, st.st_size >> 20)
+                return False
+            try:
+                self._parsed = _read_dump(dump)
             except OSError as err:
                 self._parsed = None
                 return self._fault(f"{dump}: {err.strerror}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import ibqos.collect.routes as routes_mod
 from ibqos.collect.routes import RouteSource, ibroute_runner, switch_lids
 from ibqos.errors import CollectError
 from ibqos.fabric.lfts import read_lft_dump
@@ -221,3 +222,16 @@ def test_the_real_runner_names_the_lid_and_ibroutes_last_word(tmp_path) -> None:
     with pytest.raises(CollectError) as info:
         run(2)
     assert str(info.value) == "ibroute -n 2: ibroute: iberror: failed: dump tables: not a switch"
+
+
+def test_a_big_dump_is_read_in_the_background(tmp_path, fabric, monkeypatch) -> None:
+    monkeypatch.setattr(routes_mod, "INLINE_DUMP_BYTES", 16)  # every dump is big
+    dump = tmp_path / "opensm-lfts.dump"
+    write(dump, DUMP_TEXT, 1)
+    src = source("dump", dump)
+    assert not src.poll(fabric)  # the read started; nothing yet
+    src.wait(30)
+    assert src.poll(fabric)
+    assert src.source == "dump" and src.tables == TABLES
+    assert not src.poll(fabric)  # unchanged: not read again
+    src.close()
