@@ -22,7 +22,8 @@ A link's regression is used only when it is sound:
   injections is at least ``MIN_SPREAD``): jobs that send at steady rates give none;
 - every share is within 0 to 1 and the background not below 0 (with a small slack), and
   the model explains the counter: its misfit is within ``MAX_MISFIT`` of the counter's
-  mean and ``MAX_UNEXPLAINED`` of how much the counter moved.
+  mean and ``MAX_UNEXPLAINED`` of how much the counter moved, and within ``MAX_MISFIT`` of
+  this sweep's counter (a job whose traffic changed shape shows there first).
 
 Otherwise the link keeps its whole-link equation and the prior splits it.
 """
@@ -173,8 +174,13 @@ class LinkShares:
             x = inj[:, jobs].transpose(1, 0, 2)  # (m, T, k)
             y = links[:, ports].T  # (m, T)
             ok_t &= ~np.isnan(y) & ~np.isnan(x).any(axis=2)
-            a, good = _regress(np.nan_to_num(x), np.nan_to_num(y), ok_t)
-            good &= ~np.isnan(inj[-1, jobs]).any(axis=1)
+            a, background, good = _regress(np.nan_to_num(x), np.nan_to_num(y), ok_t)
+            # and it must explain this sweep's counter: a job whose traffic changed
+            # shape (a new phase of the code) shows here first
+            now = links[-1, ports]
+            said = background + np.einsum("mj,mj->m", a, np.nan_to_num(inj[-1, jobs]))
+            good &= ~np.isnan(inj[-1, jobs]).any(axis=1) & ok_t[:, -1]
+            good &= np.abs(said - now) <= MAX_MISFIT * np.maximum(np.abs(now), 1e-12)
             out_row.append(cols[good].ravel())
             out_port.append(np.repeat(ports[good], k))
             out_job.append(jobs[good].ravel())
@@ -191,9 +197,10 @@ class LinkShares:
 
 def _regress(
     x: FloatArray, y: FloatArray, ok: npt.NDArray[np.bool_]
-) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """Least squares per link: ``y[i, t] ~ c_i + sum_j a[i, j] * x[i, t, j]`` over the
-    sweeps *t* where ``ok[i, t]``; the shares ``a`` (m, k) and which links are sound.
+    sweeps *t* where ``ok[i, t]``; the shares ``a`` (m, k), the backgrounds ``c`` (m,) and
+    which links are sound.
 
     Solved on the sweeps' deviations from their means (which takes the background ``c_i``
     out), so the tests below are on how the injections *move*."""
@@ -229,4 +236,4 @@ def _regress(
         & (a >= -SLACK).all(axis=1)
         & (a <= 1 + SLACK).all(axis=1)
     )
-    return a, sound
+    return a, background, sound

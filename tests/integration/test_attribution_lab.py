@@ -54,3 +54,17 @@ def test_attribution_follows_the_ground_truth(make_lab, tmp_path, name):
         assert err["routes"] <= 0.05
     assert max(err["residual"].values()) < 0.02
     assert 0.0 <= err["measured"] <= 1.0
+
+
+def test_jobs_whose_traffic_moves_are_told_apart_on_a_slimmed_tree(make_lab, tmp_path):
+    """Jobs that communicate in phases of seconds: over a dozen sweeps the routes fit
+    learns each job's share of the down links several jobs' destinations share."""
+    mix = MIXES["two-slim"]
+    path = tmp_path / "jobs.yaml"
+    path.write_text(EVAL.phased(mix.jobs))
+    lab = make_lab(mix.xgft, jobs=path, opensm_options=QUIET)
+    err = EVAL.evaluate_phased(lab, 12)
+    print(f"\n{mix.xgft}, phased: " + ", ".join(f"{k} {v:.1%}" for k, v in err.items()))
+    assert err["routes"] <= 0.05
+    assert err["routes"] < err["routes first"]
+    assert err["routes"] < err["subtree"]

@@ -81,3 +81,15 @@ def test_a_counter_the_jobs_do_not_explain_is_not_used():
         noisy = links(inj) * rng.uniform(0.5, 1.5, 3)  # half of the counter is noise
         result = shares.add(IDS, inj, noisy, INC_PORT, INC_JOB)
     assert len(result.port) == 0
+
+
+def test_a_sweep_the_learnt_shares_do_not_explain_drops_that_link():
+    rng = np.random.default_rng(8)
+    shares = LinkShares(3)
+    feed(shares, [rng.uniform(1e9, 5e9, 3) for _ in range(8)])
+    inj = rng.uniform(1e9, 5e9, 3)
+    now = links(inj)
+    now[0] += 0.4 * inj[0]  # job a's traffic changed shape: more of it on link 0
+    got = found(shares.add(IDS, inj, now, INC_PORT, INC_JOB))
+    assert (0, 0) not in got and (0, 1) not in got
+    assert got[(1, 2)] == pytest.approx(0.75, abs=1e-6)  # link 1 is as it was
