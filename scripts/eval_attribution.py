@@ -51,6 +51,7 @@ from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import RateTracker
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.routes import parse_lft_dump
+from ibqos.fabric.targets import Target
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.lab import Lab
@@ -141,12 +142,23 @@ def read_rates(lab: Lab, fabric: Fabric, interval_s: float) -> pd.DataFrame:
     tracker = RateTracker()
     with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run, xmit_wait=False) as backend:
         tracker.update(backend.sweep(targets))
-        t0 = time.monotonic()
-        lab.tick(interval_s)
-        # a rate above a link's capacity is dropped as implausible: the wall-clock
-        # interval must not be shorter than the model's
-        time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
-        rates = tracker.update(backend.sweep(targets))
+        return tick_and_sweep(lab, backend, tracker, targets, interval_s)
+
+
+def tick_and_sweep(
+    lab: Lab,
+    backend: PerfqueryBackend,
+    tracker: RateTracker,
+    targets: list[Target],
+    interval_s: float,
+) -> pd.DataFrame:
+    """One model tick of *interval_s* seconds, then a sweep: the rates of that tick."""
+    t0 = time.monotonic()
+    lab.tick(interval_s)
+    # a rate above a link's capacity is dropped as implausible: the wall-clock interval
+    # must not be shorter than the model's
+    time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
+    rates = tracker.update(backend.sweep(targets))
     # the model moved interval_s seconds of traffic between the sweeps
     for col in ("xmit_bytes_per_s", "rcv_bytes_per_s"):
         rates[col] = rates[col] * rates["interval_s"] / interval_s
@@ -245,12 +257,7 @@ def evaluate_phased(lab: Lab, sweeps: int, interval_s: float = 1.0) -> dict[str,
     with PerfqueryBackend(env=lab.env(), cwd=lab.paths.run, xmit_wait=False) as backend:
         tracker.update(backend.sweep(targets))
         for _ in range(sweeps):
-            t0 = time.monotonic()
-            lab.tick(interval_s)
-            time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
-            rates = tracker.update(backend.sweep(targets))
-            for col in ("xmit_bytes_per_s", "rcv_bytes_per_s"):
-                rates[col] = rates[col] * rates["interval_s"] / interval_s
+            rates = tick_and_sweep(lab, backend, tracker, targets, interval_s)
             truth = lab.truth()["jobs"]
             errs["routes"].append(errors_of(routes.attribute(rates, blind), truth, mapped))
             errs["subtree"].append(errors_of(subtree.attribute(rates, blind), truth, mapped))

@@ -213,14 +213,8 @@ class RouteSource:
             if not read.done():
                 return False
             self._dump_read = None
-            try:
-                self._parsed = read.result()
-            except OSError as err:
-                self._parsed = None
-                return self._fault(f"{dump}: {err.strerror}")
-            except TopologyError as err:
-                self._parsed = None
-                return self._fault(str(err))
+            if not self._parse(dump, read.result):
+                return False
         elif stamp != self._stamp:
             self._stamp = stamp  # taken before reading: a write under way changes it again
             if st.st_size > INLINE_DUMP_BYTES:  # tens of seconds to parse: not in the cycle
@@ -229,19 +223,26 @@ class RouteSource:
                 self._dump_read = self._pool.submit(_read_dump, dump)
                 log.info("routes: reading %s (%d MB) in the background", dump, st.st_size >> 20)
                 return False
-            try:
-                self._parsed = _read_dump(dump)
-            except OSError as err:
-                self._parsed = None
-                return self._fault(f"{dump}: {err.strerror}")
-            except TopologyError as err:
-                self._parsed = None
-                return self._fault(str(err))
+            if not self._parse(dump, lambda: _read_dump(dump)):
+                return False
         elif not fabric_changed and self.source == "dump":
             return False
         if self._parsed is None:  # the same bad file as before
             return False
         return self._take(self._parsed, "dump", lids, str(dump))
+
+    def _parse(self, dump: Path, read: Callable[[], Tables]) -> bool:
+        """Keep what *read* gives as the parsed dump; False (and the fault logged) when it
+        raises."""
+        try:
+            self._parsed = read()
+        except OSError as err:
+            self._parsed = None
+            return self._fault(f"{dump}: {err.strerror}")
+        except TopologyError as err:
+            self._parsed = None
+            return self._fault(str(err))
+        return True
 
     # -- ibroute ------------------------------------------------------------------------------
 
