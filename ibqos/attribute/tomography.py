@@ -17,7 +17,9 @@ Measurements, each a linear equation in the unknowns:
 - per host port, what it receives: ``sum over L of x[L, d]`` (a host receives only from its
   own job's hosts);
 - per switch-to-switch link, what its transmitting port counted: the sum of the unknowns
-  routed over it (per SL, ``sum over the SL's jobs``, where the PMA has per-SL counters).
+  routed over it (per SL, ``sum over the SL's jobs``, where the PMA has per-SL counters;
+  per job, where the last sweeps taught each job's share of the link:
+  :mod:`ibqos.attribute.shares`).
 
 Method: iterative proportional fitting (IPF) from a prior.  The prior is the job's declared
 pattern, else gravity within the job (a host sends to each peer in proportion to what the
@@ -37,7 +39,8 @@ Counters that do not quite agree (sweep skew, traffic of hosts outside any job) 
 residual; the fit does a bounded number of passes and reports the residual per level.
 
 What is measured rather than estimated: a link whose unknowns all belong to one job (or to
-one SL's jobs, with per-SL counters) gives that job's traffic on it exactly.  A job's
+one SL's jobs, with per-SL counters, or one job's learnt share) gives that job's traffic on
+it exactly.  A job's
 level-*l* traffic crosses one up link out of its level-*l* subtree and one down link into
 the destination's; the part of it on such an exclusive link is reported as measured.
 """
