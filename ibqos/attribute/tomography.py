@@ -48,15 +48,14 @@ the destination's; the part of it on such an exclusive link is reported as measu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ibqos.attribute.flows import FlowIndex, Pairs, compact, distinct, sums
 from ibqos.attribute.jobmap import MappedJob
-from ibqos.attribute.patterns import traffic_matrix
 from ibqos.attribute.shares import LinkShares
 from ibqos.fabric.model import Fabric, PortKey
 from ibqos.fabric.routes import Router
@@ -100,292 +99,19 @@ class LevelFit:
     unattributed: float
 
 
-@dataclass(frozen=True)
-class _JobPairs:
-    """One job's unknowns and where they go, kept while the job runs.
-
-    Attributes:
-        job: the mapped job (compared by identity).
-        ports: dense router index of each job port (CA).
-        share: each port's share of its traffic that is the job's.
-        group: per port, its leaf's group (0 .. n_groups - 1: the job's leaves).
-        n_groups: how many leaves hold the job's ports.
-        pair_group: per unknown, its source leaf's group.
-        pair_dst: per unknown, its destination: an index into *ports*.
-        inc_pair: per link incidence, its unknown.
-        inc_port: per link incidence, the dense index of the link's transmitting port.
-        cross: per uplink level, per unknown, whether it leaves the level's subtree.
-        pattern: for a job that declares its pattern, per source port and destination
-            port, the share of the source's injection the pattern sends there (None:
-            gravity).
-    """
-
-    job: MappedJob
-    ports: IntArray
-    share: FloatArray
-    group: IntArray
-    n_groups: int
-    pair_group: IntArray
-    pair_dst: IntArray
-    inc_pair: IntArray
-    inc_port: IntArray
-    cross: dict[int, BoolArray]
-    pattern: FloatArray | None
-
-
-@dataclass
-class _Pairs:
-    """Every running job's unknowns as one set of arrays (rebuilt when the jobs change)."""
-
-    jobs: tuple[MappedJob, ...]
-    entries: list[_JobPairs]
-    port_rows: IntArray  # per job port (all jobs), its dense router index
-    port_share: FloatArray
-    port_job: IntArray
-    group_of_port: IntArray  # global source group of each job port
-    n_groups: int
-    group_job: IntArray
-    pair_group: IntArray
-    pair_dst: IntArray  # global job-port index
-    pair_job: IntArray
-    inc_pair: IntArray
-    inc_port: IntArray
-    inc_class: IntArray  # (level, direction, occurrence) class of each incidence
-    classes: list[int]
-    cross: dict[int, BoolArray]
-    link_port: IntArray  # the (link, job) pairs whose flows cross, one row each, by port
-    link_job: IntArray
-    inc_link: IntArray  # per incidence, its (link, job) pair's row
-    last: FloatArray | None = None  # the last cycle's fit
-
-
-def _distinct(values: IntArray, size: int) -> IntArray:
-    """The distinct *values* (all in 0 .. size - 1), sorted, in linear time."""
-    seen = np.zeros(size, dtype=np.bool_)
-    seen[values] = True
-    return np.flatnonzero(seen).astype(np.int64)
-
-
-def _compact(values: IntArray, size: int) -> tuple[IntArray, IntArray]:
-    """The distinct *values* (all in 0 .. size - 1), sorted, and each value's index among
-    them: ``np.unique(values, return_inverse=True)`` in linear time, without a sort."""
-    seen = np.zeros(size, dtype=np.bool_)
-    seen[values] = True
-    used = np.flatnonzero(seen)
-    index = np.cumsum(seen) - 1
-    return used.astype(np.int64), index[values].astype(np.int64)
-
-
-def _sums(index: IntArray, weights: npt.ArrayLike, n: int) -> FloatArray:
-    """Sums of *weights* by *index* (0 .. n - 1), as floats."""
-    return np.asarray(np.bincount(index, weights, n), dtype=np.float64)
-
-
-class RouteFit:
+class RouteFit(FlowIndex):
     """Fits per-job link traffic on one fabric with one set of forwarding tables.
 
     Args:
         fabric: the fabric the rates are read on.
         router: OpenSM's forwarding tables over the same topology.
-
-    Attributes:
-        levels: the uplink levels.
     """
 
     def __init__(self, fabric: Fabric, router: Router) -> None:
-        self.fabric = fabric
-        self.router = router
-        topo = fabric.topo
-        self.levels = list(range(1, fabric.height))
-        ports = router.ports
-        self._n = len(ports)
-        guid = [topo.nodes[p.node].guid for p in ports]
-        self._key: list[PortKey | None] = [
-            (g, p.num) if g is not None else None for g, p in zip(guid, ports, strict=True)
-        ]
-        self._dense = {k: i for i, k in enumerate(self._key) if k is not None}
-        level = np.array([fabric.level_of(p.node) for p in ports], dtype=np.int64)
-        peer = np.array([router.port_index[topo.peer(p) or p] for p in ports], dtype=np.int64)
-        self._peer = peer
-        self._level = level
-        is_sw = np.array([topo.nodes[p.node].kind == "switch" for p in ports], dtype=np.bool_)
-        # a switch-to-switch link, by its transmitting port: up when the peer is higher
-        self._link = is_sw & is_sw[peer]
-        self._up = level[peer] > level
-        # CA dense index -> its leaf switch's node id
-        self._leaf_of = {i: ports[int(peer[i])].node for i in np.flatnonzero(~is_sw).tolist()}
-        self._comp = {lvl: fabric.components(lvl) for lvl in self.levels}
-        self._lid = np.array([topo.lids.get(p, 0) for p in ports], dtype=np.int64)
-        self._entries: dict[int, _JobPairs] = {}
+        super().__init__(fabric, router)
         self.passes = 0  # of the last fit
         self.shares = LinkShares(self._n)  # the last sweeps, for links the prior splits
-        self._pairs: _Pairs | None = None
         self._layout: tuple[npt.NDArray[np.uint64], IntArray, IntArray] | None = None
-
-    @cached_property
-    def _host_of(self) -> dict[int, str]:
-        """CA node GUID -> host name (for declared patterns, which name hosts)."""
-        return {n.guid: n.hostname for n in self.fabric.topo.cas() if n.guid is not None}
-
-    # -- the unknowns ---------------------------------------------------------------
-    def _job_pairs(self, mj: MappedJob) -> _JobPairs:
-        """The unknowns of one job (its ports the fabric does not have take no part)."""
-        dense = [self._dense.get(k) for k in mj.ports]
-        keep = [i for i, d in enumerate(dense) if d is not None and d in self._leaf_of]
-        ports = np.array([dense[i] for i in keep], dtype=np.int64)
-        share = np.array([mj.share[i] if mj.share else 1.0 for i in keep], dtype=np.float64)
-        leaves = [self._leaf_of[int(p)] for p in ports]
-        names = list(dict.fromkeys(leaves))
-        group = np.array([names.index(n) for n in leaves], dtype=np.int64)
-        n_groups = len(names)
-        counts = np.bincount(group, minlength=n_groups)
-        g = np.repeat(np.arange(n_groups, dtype=np.int64), len(ports))
-        d = np.tile(np.arange(len(ports), dtype=np.int64), n_groups)
-        # a leaf whose only job port is the destination itself sends it nothing
-        ok = ~((group[d] == g) & (counts[g] == 1))
-        g, d = g[ok], d[ok]
-        rep = np.array([int(ports[np.argmax(group == k)]) for k in range(n_groups)], dtype=np.int64)
-        if len(g):
-            hops = self.router.hops(rep[g], self._lid[ports[d]], ports[d].copy())[:, 1:]
-        else:
-            hops = np.zeros((0, 0), dtype=np.int64)
-        pair, step = np.nonzero(hops >= 0)
-        inc_port = hops[pair, step]
-        is_link = self._link[inc_port]
-        cross: dict[int, BoolArray] = {}
-        for lvl in self.levels:
-            comp = self._comp[lvl]
-            leaf_comp = np.array([comp[n] for n in names], dtype=np.int64)
-            dst_comp = leaf_comp[group]
-            cross[lvl] = leaf_comp[g] != dst_comp[d]
-        pattern = self._pattern(mj, keep) if mj.job.pattern else None
-        return _JobPairs(
-            mj,
-            ports,
-            share,
-            group,
-            n_groups,
-            g,
-            d,
-            pair[is_link].astype(np.int64),
-            inc_port[is_link],
-            cross,
-            pattern,
-        )
-
-    def _pattern(self, mj: MappedJob, keep: Sequence[int]) -> FloatArray:
-        """Per source and destination port of *mj* (those of *keep*), the share of the
-        source's injection that the declared pattern sends to the destination (by host,
-        split evenly over a host's ports)."""
-        shaped = mj.job if mj.job.has_rates else replace(mj.job, rate_bytes_per_s=1.0)
-        m = traffic_matrix(shaped)
-        sent = m.sum(axis=1, keepdims=True)
-        m = np.divide(m, sent, out=np.zeros_like(m), where=sent > 0)
-        index = {h: i for i, h in enumerate(mj.job.nodes)}
-        host_of = self._host_of
-        host = np.array(
-            [index.get(host_of.get(mj.ports[i][0], ""), -1) for i in keep], dtype=np.int64
-        )
-        known = host >= 0
-        per_host = np.bincount(host[known], minlength=len(index)).astype(float)
-        h = np.maximum(host, 0)
-        share = m[h][:, h] / np.maximum(per_host[h], 1.0)[None, :]
-        out: FloatArray = np.where(known[:, None] & known[None, :], share, 0.0)
-        return out
-
-    def _carried(self, entries: list[_JobPairs]) -> FloatArray | None:
-        """The last fit's flows of the jobs in *entries* that it had, in their new order;
-        NaN for the other jobs' (None: no last fit)."""
-        old = self._pairs
-        if old is None or old.last is None:
-            return None
-        where: dict[int, tuple[int, int]] = {}
-        at = 0
-        for e in old.entries:
-            where[id(e)] = (at, at + len(e.pair_group))
-            at += len(e.pair_group)
-        parts = [
-            old.last[where[id(e)][0] : where[id(e)][1]]
-            if id(e) in where
-            else np.full(len(e.pair_group), np.nan)
-            for e in entries
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0)
-
-    def _build(self, jobs: tuple[MappedJob, ...]) -> _Pairs:
-        """The unknowns of all *jobs*, each job's reused while it runs (by identity: the
-        job mapper hands back the same MappedJob while a job runs)."""
-        cache: dict[int, _JobPairs] = {}
-        entries: list[_JobPairs] = []
-        for mj in jobs:
-            e = self._entries.get(id(mj))
-            if e is None or e.job is not mj:
-                e = self._job_pairs(mj)
-            cache[id(mj)] = e
-            entries.append(e)
-        self._entries = cache
-        last = self._carried(entries)
-        n_ports = np.array([len(e.ports) for e in entries], dtype=np.int64)
-        n_groups = np.array([e.n_groups for e in entries], dtype=np.int64)
-        n_pairs = np.array([len(e.pair_group) for e in entries], dtype=np.int64)
-        port_off = np.cumsum(n_ports) - n_ports
-        group_off = np.cumsum(n_groups) - n_groups
-        pair_off = np.cumsum(n_pairs) - n_pairs
-        idx = np.arange(len(entries), dtype=np.int64)
-
-        def cat(arrays: list[npt.NDArray[np.generic]], dtype: type) -> npt.NDArray[np.generic]:
-            return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype=dtype)
-
-        port_rows = cat([e.ports for e in entries], np.int64)
-        port_share = cat([e.share for e in entries], np.float64)
-        port_job = np.repeat(idx, n_ports)
-        group_of_port = cat([e.group + group_off[j] for j, e in enumerate(entries)], np.int64)
-        group_job = np.repeat(idx, n_groups)
-        pair_group = cat([e.pair_group + group_off[j] for j, e in enumerate(entries)], np.int64)
-        pair_dst = cat([e.pair_dst + port_off[j] for j, e in enumerate(entries)], np.int64)
-        pair_job = np.repeat(idx, n_pairs)
-        inc_pair = cat([e.inc_pair + pair_off[j] for j, e in enumerate(entries)], np.int64)
-        inc_port = cat([e.inc_port for e in entries], np.int64)
-        cross = {
-            lvl: cat([e.cross[lvl] for e in entries], np.bool_).astype(np.bool_)
-            for lvl in self.levels
-        }
-        n_jobs_all = max(len(entries), 1)
-        link, inc_link = np.unique(
-            inc_port.astype(np.int64) * n_jobs_all + pair_job[inc_pair], return_inverse=True
-        )
-        # classes of link incidences: (level of the transmitting switch, up or down); a
-        # route that takes two links of one class (not minimal) gets them in two classes
-        base = self._level[inc_port] * 2 + self._up[inc_port]
-        order = np.lexsort((base, inc_pair))
-        key = inc_pair[order] * 64 + base[order]
-        first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=np.bool_)
-        start = np.maximum.accumulate(np.where(first, np.arange(len(key)), 0))
-        occurrence = np.empty(len(key), dtype=np.int64)
-        occurrence[order] = np.arange(len(key)) - start
-        inc_class = base + 64 * occurrence
-        return _Pairs(
-            jobs,
-            entries,
-            port_rows.astype(np.int64),
-            port_share.astype(np.float64),
-            port_job,
-            group_of_port.astype(np.int64),
-            int(n_groups.sum()),
-            group_job,
-            pair_group.astype(np.int64),
-            pair_dst.astype(np.int64),
-            pair_job,
-            inc_pair.astype(np.int64),
-            inc_port.astype(np.int64),
-            inc_class.astype(np.int64),
-            sorted(set(inc_class.tolist())),
-            cross,
-            link // n_jobs_all,
-            link % n_jobs_all,
-            inc_link.astype(np.int64),
-            last,
-        )
 
     # -- one cycle ------------------------------------------------------------------
     def _dense_rates(self, rates: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
@@ -440,8 +166,8 @@ class RouteFit:
         tx = xmit[pairs.port_rows] * pairs.port_share
         rx = rcv[pairs.port_rows] * pairs.port_share
         n_jobs = len(jobs_t)
-        src = _sums(pairs.group_of_port, np.nan_to_num(tx), pairs.n_groups)
-        src_blind = _sums(pairs.group_of_port, np.isnan(tx), pairs.n_groups) > 0
+        src = sums(pairs.group_of_port, np.nan_to_num(tx), pairs.n_groups)
+        src_blind = sums(pairs.group_of_port, np.isnan(tx), pairs.n_groups) > 0
         src = np.where(src_blind, np.nan, src)
         # link equations: by port, or by (port, SL) where per-SL counters are there
         n_keys = self._n * (SL_COUNT + 1)
@@ -463,8 +189,8 @@ class RouteFit:
                 target[ports_sl * (SL_COUNT + 1) + s] = per_sl[ports_sl, s]
         # links whose counter, over the last sweeps, gives each job's share: one equation
         # per (link, job), as per-SL counters would (a link with those keeps them)
-        injection = _sums(pairs.port_job, np.nan_to_num(tx), n_jobs)
-        injection[_sums(pairs.port_job, np.isnan(tx), n_jobs) > 0] = np.nan
+        injection = sums(pairs.port_job, np.nan_to_num(tx), n_jobs)
+        injection[sums(pairs.port_job, np.isnan(tx), n_jobs) > 0] = np.nan
         learnt = self.shares.add(
             tuple(mj.id for mj in jobs_t), injection, link_rate, pairs.link_port, pairs.link_job
         )
@@ -485,15 +211,15 @@ class RouteFit:
             # total so that the start does not depend on how much the job sends now
             known = ~np.isnan(pairs.last)
             last = np.where(known, pairs.last, 0.0)
-            then = _sums(pairs.pair_job, last, n_jobs)
-            now = _sums(pairs.pair_job, np.where(known, x, 0.0), n_jobs)
+            then = sums(pairs.pair_job, last, n_jobs)
+            now = sums(pairs.pair_job, np.where(known, x, 0.0), n_jobs)
             scale = np.divide(now, then, out=np.zeros(n_jobs), where=then > 0)
             warm = (1 - PRIOR_MIX) * last * scale[pairs.pair_job] + PRIOR_MIX * x
             x = np.where(known, warm, x)
             # a few new jobs (churn) start from their prior and go on next cycle
             passes = WARM_PASSES if known.mean() >= WARM_SHARE else MAX_PASSES
         # the equations in use, numbered 0 .. n - 1 (sums over a few links, not all ports)
-        used, key = _compact(key, len(target))
+        used, key = compact(key, len(target))
         target = target[used]
         self.passes = self._ipf(x, pairs, src, rx, key, target, passes)
         pairs.last = x.copy()
@@ -513,16 +239,16 @@ class RouteFit:
         out[rows[ok], slv[ok]] = val[ok]
         return out
 
-    def _prior(self, pairs: _Pairs, tx: FloatArray, rx: FloatArray) -> FloatArray:
+    def _prior(self, pairs: Pairs, tx: FloatArray, rx: FloatArray) -> FloatArray:
         """The flows before the fit: gravity within each job (a source spreads what it
         sends over its peers in proportion to what they receive), or the job's pattern."""
         tx0, rx0 = np.nan_to_num(tx), np.nan_to_num(rx)
         n_jobs = len(pairs.jobs)
-        rx_job = _sums(pairs.port_job, rx0, n_jobs)
+        rx_job = sums(pairs.port_job, rx0, n_jobs)
         # per source port: what it sends over what its peers receive, summed per group
         peers = rx_job[pairs.port_job] - rx0
         per = np.divide(tx0, peers, out=np.zeros_like(tx0), where=peers > 0)
-        a = _sums(pairs.group_of_port, per, pairs.n_groups)
+        a = sums(pairs.group_of_port, per, pairs.n_groups)
         d = pairs.pair_dst
         own = pairs.group_of_port[d] == pairs.pair_group  # the destination is a source there
         x: FloatArray = rx0[d] * (a[pairs.pair_group] - np.where(own, per[d], 0.0))
@@ -539,7 +265,7 @@ class RouteFit:
     @staticmethod
     def _ipf(
         x: FloatArray,
-        pairs: _Pairs,
+        pairs: Pairs,
         src: FloatArray,
         rx: FloatArray,
         key: IntArray,
@@ -560,7 +286,7 @@ class RouteFit:
         for done in range(1, most + 1):
             worst = 0.0
             for (members, index, _, n), want in zip(families, goals, strict=True):
-                got = _sums(index, x if members is None else x[members], n)
+                got = sums(index, x if members is None else x[members], n)
                 ok = ~np.isnan(want) & (got > 0)
                 ratio = np.divide(want, got, out=np.ones(n), where=ok)
                 if members is None:
@@ -578,7 +304,7 @@ class RouteFit:
     def _levels(
         self,
         x: FloatArray,
-        pairs: _Pairs,
+        pairs: Pairs,
         key: IntArray,
         kind: IntArray,
         target: FloatArray,
@@ -590,35 +316,35 @@ class RouteFit:
         # equation is one link's of one kind, so its jobs are its (link, job) pairs of that
         # kind: count those per equation
         kinds = SL_COUNT + 2
-        first = _distinct(pairs.inc_link * kinds + kind, len(pairs.link_port) * kinds)
+        first = distinct(pairs.inc_link * kinds + kind, len(pairs.link_port) * kinds)
         eq = np.zeros(len(pairs.link_port) * kinds, dtype=np.int64)
         eq[pairs.inc_link * kinds + kind] = key
         jobs_on_key = np.bincount(eq[first], minlength=len(target))
         exclusive = (jobs_on_key[key] == 1) & ~np.isnan(target[key])
         inc_x = x[pairs.inc_pair]
-        fitted_key = _sums(key, inc_x, len(target))
-        job_blind = _sums(pairs.port_job, np.isnan(tx), n_jobs) > 0
+        fitted_key = sums(key, inc_x, len(target))
+        job_blind = sums(pairs.port_job, np.isnan(tx), n_jobs) > 0
         out: dict[int, LevelFit] = {}
         lvl_of = self._level[pairs.inc_port]
         up = self._up[pairs.inc_port]
         for lvl in self.levels:
             cross = pairs.cross[lvl]
-            rate = _sums(pairs.pair_job, np.where(cross, x, 0.0), n_jobs)
+            rate = sums(pairs.pair_job, np.where(cross, x, 0.0), n_jobs)
             # the level's links: up out of level-l switches, down from level l+1 into l
             at = (up & (lvl_of == lvl)) | (~up & (lvl_of == lvl + 1))
             pinned = np.zeros(len(x), dtype=np.bool_)
             pinned[pairs.inc_pair[at & exclusive]] = True
             blind_pair = np.zeros(len(x), dtype=np.bool_)
             blind_pair[pairs.inc_pair[at & np.isnan(target[key])]] = True
-            blind = _sums(pairs.pair_job, cross & blind_pair, n_jobs) > 0
-            mine = _sums(pairs.pair_job, np.where(cross & pinned, x, 0.0), n_jobs)
+            blind = sums(pairs.pair_job, cross & blind_pair, n_jobs) > 0
+            mine = sums(pairs.pair_job, np.where(cross & pinned, x, 0.0), n_jobs)
             measured = np.divide(mine, rate, out=np.ones(n_jobs), where=rate > 0)
-            keys = _distinct(key[at], len(target))
+            keys = distinct(key[at], len(target))
             counted = np.nan_to_num(target[keys])
             resid = np.abs(fitted_key[keys] - counted).sum()
             total = counted.sum()
             ups = np.flatnonzero(self._link & self._up & (self._level == lvl))
-            fitted_up = _sums(
+            fitted_up = sums(
                 pairs.inc_port[up & (lvl_of == lvl)], inc_x[up & (lvl_of == lvl)], self._n
             )
             spare = np.nan_to_num(link_rate[ups]) - fitted_up[ups]
@@ -640,7 +366,7 @@ class RouteFit:
         if not where:
             return {}
         sel = pairs.pair_job[pairs.inc_pair] == where[0]
-        load = _sums(pairs.inc_port[sel], pairs.last[pairs.inc_pair[sel]], self._n)
+        load = sums(pairs.inc_port[sel], pairs.last[pairs.inc_pair[sel]], self._n)
         return {
             k: float(load[i])
             for i in np.flatnonzero(load > 0).tolist()
