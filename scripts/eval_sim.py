@@ -345,7 +345,8 @@ def closed_report(results: list[ClosedResult], top: int, margin: float | None) -
     out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
     out += [
         f"Tuning: candidates {cfg.candidates}, shortlist {cfg.shortlist}, trial_sweeps"
-        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, floor {cfg.floor:g}, drift"
+        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, margin_sigmas {cfg.margin_sigmas:g},"
+        f" predicted_slack {cfg.predicted_slack:g}, floor {cfg.floor:g}, drift"
         f" {cfg.drift:g}, max_reloads_per_hour {cfg.max_reloads_per_hour} (settle_s 0).",
         "",
     ]
@@ -509,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margin",
         type=float,
-        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0.03)",
+        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0)",
     )
     add_fluid_buffers_option(parser)
     args = parser.parse_args(args_in)

@@ -60,8 +60,8 @@ class TuningConfig:
     candidates: Annotated[int, number(1, 16, integer=True)] = 8
     shortlist: Annotated[int, number(0, 15, integer=True)] = 3
     trial_sweeps: Annotated[int, number(2, 100, integer=True)] = 3
-    margin: Annotated[float, number(0, 1)] = 0.01
-    margin_sigmas: Annotated[float, number(0, 10)] = 2.0
+    margin: Annotated[float, number(0, 1)] = 0.0
+    margin_sigmas: Annotated[float, number(0, 10)] = 0.0
     predicted_slack: Annotated[float, number(0, 10)] = 0.05
     floor: Annotated[float, number(0, 1)] = 0.5
     drift: Annotated[float, number(0.01, 10)] = 0.15
