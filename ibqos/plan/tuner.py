@@ -23,9 +23,9 @@ means every job at its best; the least score wins.
 same formula on that sweep's rates); their standard error is how well the trial measured
 its setup.  A setup beats an earlier tried one (the law first, then the best predicted)
 only by more than ``max(margin, margin_sigmas * sqrt(se_a**2 + se_b**2) / score_b)``:
-the configured margin is the floor, and lumpy counters widen it.  The round keeps the
-first tried setup that no later one beats, so the law stays unless a setup is better by
-more than the counters can blur.
+the configured margin is the floor, and lumpy counters widen it.  In the order tried,
+each setup takes over from the one kept so far only when it beats it by more than that:
+the law stays unless a setup is better by more than the counters can blur.
 
 **The prediction spares trials.**  A shortlisted setup predicted worse than the best
 predicted one by more than ``predicted_slack`` (a fraction of its score) is not tried: a
