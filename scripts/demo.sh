@@ -167,7 +167,17 @@ doc |= {
     # a round of trials once the mix held 10 s (30); 2 sweeps per trial (3); the law and
     # the next 2 setups (3)
     # (the lab's own tuning keys, lft_dump: OpenSM's routes for the prediction, stay)
-    "tuning": doc.get("tuning", {}) | {"settle_s": 10, "trial_sweeps": 2, "shortlist": 2},
+    # the lab's counters come in lumps: a gain must clear 3 % and two standard errors;
+    # the demo shows trials, so the prediction spares none (predicted_slack 10)
+    "tuning": doc.get("tuning", {})
+    | {
+        "settle_s": 10,
+        "trial_sweeps": 2,
+        "shortlist": 2,
+        "margin": 0.03,
+        "margin_sigmas": 2,
+        "predicted_slack": 10,
+    },
     "metrics": {"listen": "127.0.0.1:0", "fabric": "demo"},  # any free port, in the log
 }
 # 6 reloads a minute (2): the demo's plan changes and trials come seconds apart
@@ -178,7 +188,9 @@ PY
 say "dry run: what the agent would write into OpenSM's files (ibqos run --dry-run --once); nothing is written"
 note "config: the lab's ibqos.yaml plus collect.interval_s 5, classify.tau_s 10, lanes.min_hold_s 10," \
   "min_interval_s 0 (defaults 10, 60, 60, 300: real fabrics want calm lanes; the demo wants to show changes)," \
-  "tuning.settle_s 10, trial_sweeps 2, shortlist 2 (defaults 30, 3, 3), opensm.reload_budget 6 a minute (2)"
+  "tuning.settle_s 10, trial_sweeps 2, shortlist 2, margin 0.03, margin_sigmas 2, predicted_slack 10" \
+  "(defaults 30, 3, 3, 0, 0, 0.05),"  \
+  "opensm.reload_budget 6 a minute (2)"
 if ! "$IBQOS" lab run "$NAME" -- "$IBQOS" run --config "$CFG" --dry-run --once \
   >"$LAB/dry-run.txt" 2>"$LAB/dry-run.log"; then
   cat "$LAB/dry-run.log" >&2
@@ -600,8 +612,8 @@ wait_plan 60 'tuning.get("state") == "settled" or (tuning.get("trial") not in (N
 report
 
 round "tuning settles: the agent keeps the setup of least measured score" \
-  "it leaves the law only for a gain above tuning.margin (3 %); the decision line says the" \
-  "scores. It re-tunes when the mix changes or the kept setup's score drifts by 15 %." \
+  "it leaves the law only for a gain above tuning.margin (3 %) and two standard errors of" \
+  "the trials' sweep scores (margin_sigmas 2); the decision line says the scores. It re-tunes when the mix changes or the kept setup's score drifts by 15 %." \
   "Progress: the last column compares with the jobs' speed under the law, before the round."
 wait_plan 60 'tuning.get("state") == "settled"'
 sleep 4 # the lab reads back the kept setup; its progress window moves on

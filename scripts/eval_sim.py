@@ -4,6 +4,10 @@ Usage: python scripts/eval_sim.py [--seeds N] [--iterations N] [--only TEXT] [--
                                   [--json FILE] [--fluid-buffers N]
        (--fluid-buffers: the fluid model's switch buffers; default as ``ibqos simulate``:
        8 packets per lane per input, as the senders are per host)
+       python scripts/eval_sim.py --closed-loop [--margin X] [--margin-sigmas K]
+                                  [--predicted-slack X] [--only TEXT] [--json FILE]
+       (ibqos's tuning in the closed loop against the fixed policies; the options set the
+       loops' tuning section)
        python scripts/eval_sim.py --validate [OPTIONS] runs scripts/validate_sim.py
 
 Mixes (:mod:`simmixes`) on two slimmed two-level fat trees of 64 hosts (4 leaf switches of
@@ -339,13 +343,23 @@ def svg_gap(results: list[MixResult]) -> str:
 BASELINES = ("one-vl", "equal", "bandwidth")
 
 
-def closed_report(results: list[ClosedResult], top: int, margin: float | None) -> list[str]:
-    """The closed-loop evaluation's Markdown report."""
-    cfg = TuningConfig() if margin is None else TuningConfig(margin=margin)
+def loop_tuning(args: argparse.Namespace) -> TuningConfig:
+    """The loops' ``tuning`` section: its defaults with the options given."""
+    given = {
+        "margin": args.margin,
+        "margin_sigmas": args.margin_sigmas,
+        "predicted_slack": args.predicted_slack,
+    }
+    return TuningConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> list[str]:
+    """The closed-loop evaluation's Markdown report (*cfg*: the loops' tuning)."""
     out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
     out += [
         f"Tuning: candidates {cfg.candidates}, shortlist {cfg.shortlist}, trial_sweeps"
-        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, floor {cfg.floor:g}, drift"
+        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, margin_sigmas {cfg.margin_sigmas:g},"
+        f" predicted_slack {cfg.predicted_slack:g}, floor {cfg.floor:g}, drift"
         f" {cfg.drift:g}, max_reloads_per_hour {cfg.max_reloads_per_hour} (settle_s 0).",
         "",
     ]
@@ -440,7 +454,7 @@ def main_closed(args: argparse.Namespace) -> int:
     results = []
     docs = []
     for i, mix in enumerate(todo):
-        tuning = TuningConfig() if args.margin is None else TuningConfig(margin=args.margin)
+        tuning = loop_tuning(args)
         r = run_closed(mix, args.fluid_buffers, args.top, tuning=tuning)
         results.append(r)
         _progress(
@@ -465,7 +479,7 @@ def main_closed(args: argparse.Namespace) -> int:
         f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
         f" {time.perf_counter() - start:.0f} s in all\n"
     )
-    print("\n".join(closed_report(results, args.top, args.margin)))
+    print("\n".join(closed_report(results, args.top, loop_tuning(args))))
     return 0
 
 
@@ -509,7 +523,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margin",
         type=float,
-        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0.03)",
+        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0)",
+    )
+    parser.add_argument(
+        "--margin-sigmas",
+        type=float,
+        help="--closed-loop: the loops' tuning.margin_sigmas (default the tuning section's, 0)",
+    )
+    parser.add_argument(
+        "--predicted-slack",
+        type=float,
+        help="--closed-loop: the loops' tuning.predicted_slack (default the tuning section's,"
+        " 0.05)",
     )
     add_fluid_buffers_option(parser)
     args = parser.parse_args(args_in)

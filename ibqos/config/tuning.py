@@ -30,8 +30,14 @@ class TuningConfig:
             first.
         trial_sweeps: counter sweeps measured per trial (>= 2); the sweep the reload
             falls in is left out, so a trial lasts trial_sweeps + 1 sweeps.
-        margin: least measured gain (fraction of the law's score) for leaving the
-            favour-light law; smaller gains keep it.
+        margin: least measured gain (a fraction of the score) for leaving the
+            favour-light law, or an earlier tried setup for a later one: the floor of the
+            margin, which widens to margin_sigmas standard errors of the two trials'
+            scores when their sweeps scatter more.
+        margin_sigmas: how many standard errors of the measured difference a setup must
+            gain by to be kept over an earlier tried one (0: the floor alone).
+        predicted_slack: a shortlisted setup predicted worse than the best predicted by
+            more than this fraction of the score is not tried.
         floor: a trial that drops any job below this share of its best rate (measured
             under the setups tried so far) is ended and reverted at once.
         drift: re-tune when the kept setup's score, measured again, is this much (a
@@ -51,7 +57,9 @@ class TuningConfig:
     candidates: Annotated[int, number(1, 16, integer=True)] = 8
     shortlist: Annotated[int, number(0, 15, integer=True)] = 3
     trial_sweeps: Annotated[int, number(2, 100, integer=True)] = 3
-    margin: Annotated[float, number(0, 1)] = 0.03
+    margin: Annotated[float, number(0, 1)] = 0.0
+    margin_sigmas: Annotated[float, number(0, 10)] = 0.0
+    predicted_slack: Annotated[float, number(0, 10)] = 0.05
     floor: Annotated[float, number(0, 1)] = 0.5
     drift: Annotated[float, number(0.01, 10)] = 0.15
     settle_s: Annotated[float, number(0)] = 30.0

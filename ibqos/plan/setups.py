@@ -20,10 +20,12 @@ worth trying next to it, in the order they are worth trying when nothing predict
 4. ``ratio-4``: the law's lanes, geometric ratio 4 (favour light more);
 5. ``heavy+moderate``: the heaviest group shares a lane with the next one, equal weights;
 6. ``moderate+light``: the two lightest groups share a lane, equal weights;
-7. ``one-lane``: every job SL on one lane (the fabric as OpenSM leaves it, but off the
+7. ``halves`` (four groups or more): two lanes, the more intense half of the groups on one
+   and the lighter half on the other, which weighs the law's ratio more;
+8. ``one-lane``: every job SL on one lane (the fabric as OpenSM leaves it, but off the
    default lane);
-8. ``heavy+light``: the heaviest group shares with the lightest (not contiguous);
-9. ``ratio-2``, ``ratio-8``: the law's lanes at those ratios, when the law's is another.
+9. ``heavy+light``: the heaviest group shares with the lightest (not contiguous);
+10. ``ratio-2``, ``ratio-8``: the law's lanes at those ratios, when the law's is another.
 
 Setups that would program the same tables as one listed before them are left out (the law
 at ratio 2 and ``ratio-2``; with one group every weight law is the same), and the list is
@@ -99,6 +101,11 @@ def candidates(law: Setup, limit: int, ratio: float = 2.0) -> list[Setup]:
         out.append(Setup("heavy+moderate", _merged(groups, 0, 1), (1.0,) * (n - 1)))
     if n >= 3:
         out.append(Setup("moderate+light", _merged(groups, n - 2, n - 1), (1.0,) * (n - 1)))
+    if n >= 4:  # two lanes: the more intense half of the groups and the lighter half
+        half = n // 2
+        heavy = tuple(sorted(sl for g in groups[:half] for sl in g))
+        light = tuple(sorted(sl for g in groups[half:] for sl in g))
+        out.append(Setup("halves", (heavy, light), (1.0, float(ratio))))
     if n >= 2:
         everything = tuple(sorted(sl for g in groups for sl in g))
         out.append(Setup("one-lane", (everything,), (1.0,)))

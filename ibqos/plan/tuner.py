@@ -19,6 +19,18 @@ node-time lost, as contention is weighed in ``docs/simulate-evaluation.md``; a j
 many nodes that slows down wastes more of the machine than a small one.  A score of 1.0
 means every job at its best; the least score wins.
 
+**The margin comes from the noise.**  Each sweep of a trial gives a score of its own (the
+same formula on that sweep's rates); their standard error is how well the trial measured
+its setup.  A setup beats an earlier tried one (the law first, then the best predicted)
+only by more than ``max(margin, margin_sigmas * sqrt(se_a**2 + se_b**2) / score_b)``:
+the configured margin is the floor, and lumpy counters widen it.  In the order tried,
+each setup takes over from the one kept so far only when it beats it by more than that:
+the law stays unless a setup is better by more than the counters can blur.
+
+**The prediction spares trials.**  A shortlisted setup predicted worse than the best
+predicted one by more than ``predicted_slack`` (a fraction of its score) is not tried: a
+trial costs the jobs real time, and the law, always tried, covers a prediction that is off.
+
 **Safety.**  A trial that drops any job below ``floor`` of its best so far (the first
 sample under the trial already counts) ends at once and the round goes on without it.
 Every switch is a reload of OpenSM: tuning spends at most ``max_reloads_per_hour`` of them
@@ -44,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +64,7 @@ from dataclasses import dataclass, field
 from ibqos.config.tuning import TuningConfig
 from ibqos.plan.setups import LAW, Setup
 
-__all__ = ["Sample", "Tuner", "TuningStatus", "score"]
+__all__ = ["Sample", "Tuner", "TuningStatus", "score", "score_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +144,34 @@ def _mean(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {j: math.fsum(s[j] for s in samples) / len(samples) for j in jobs}
 
 
+def score_errors(
+    done: Mapping[str, tuple[Mapping[str, float], ...]],
+    means: Mapping[str, Mapping[str, float]],
+    nodes: Mapping[str, int],
+) -> dict[str, float]:
+    """Each setup's standard error of its score (module docstring): the spread of the
+    scores its trial's sweeps give one by one (*done*: setup -> each sweep's rates, bytes/s),
+    each against the jobs' best means (*means*, as :func:`score` takes them), over the
+    square root of the sweeps.  0 for a trial of one sweep or no jobs in common.
+    """
+    if not means:
+        return {}
+    jobs = set.intersection(*(set(m) for m in means.values()))
+    jobs = {j for j in jobs if all(math.isfinite(m[j]) for m in means.values())}
+    best = {j: max(m[j] for m in means.values()) for j in jobs}
+    jobs = {j for j in jobs if best[j] > 0}
+    weight = math.fsum(nodes.get(j, 1) for j in jobs)
+    out = {}
+    for name, samples in done.items():
+        per = [
+            math.fsum(nodes.get(j, 1) * best[j] / max(s[j], best[j] * 1e-3) for j in jobs) / weight
+            for s in samples
+            if jobs and all(j in s for j in jobs)
+        ]
+        out[name] = statistics.stdev(per) / math.sqrt(len(per)) if len(per) >= 2 else 0.0
+    return out
+
+
 @dataclass(frozen=True)
 class TuningStatus:
     """What the tuner is doing, for status, metrics and logs.
@@ -188,6 +229,7 @@ class Tuner:
         self._last_classes: frozenset[tuple[str, str]] = frozenset()
         self._trial: _Trial | None = None
         self._done: dict[str, dict[str, float]] = {}  # setup -> job -> mean bytes/s
+        self._sweeps: dict[str, tuple[Mapping[str, float], ...]] = {}  # each sweep's rates
         self._setups: dict[str, Setup] = {}
         self._nodes: dict[str, int] = {}
         self._kept: dict[str, float] | None = None  # the kept setup's means, for drift
@@ -272,6 +314,7 @@ class Tuner:
         self._queue = []
         self._reserved = False
         self._done = {}
+        self._sweeps = {}
         self._kept = None
         self._drift.clear()
         self.measured = {}
@@ -294,12 +337,30 @@ class Tuner:
         self._classes = sample.classes  # the classes the round's pool was made for
         law = pool[0]
         others = [self._setups[n] for n in ranking if n in self._setups and n != law.name]
+        skipped = self._unlikely(others)
+        others = [s for s in others if s.name not in skipped]
         self._queue = [law, *others[: self.cfg.shortlist]]
         self._done = {}
+        self._sweeps = {}
         self.measured = {}
         self.rounds += 1
-        log.info("tuning: round %d tries %s", self.rounds, ", ".join(s.name for s in self._queue))
+        log.info(
+            "tuning: round %d tries %s%s",
+            self.rounds,
+            ", ".join(s.name for s in self._queue),
+            f" (predicted too slow: {', '.join(skipped)})" if skipped else "",
+        )
         self._next(sample.now_s)
+
+    def _unlikely(self, setups: Sequence[Setup]) -> list[str]:
+        """The names of *setups* predicted worse than the best predicted by more than
+        ``predicted_slack`` (none without a prediction)."""
+        pred = {n: v for n, v in self.predicted.items() if math.isfinite(v)}
+        if not pred:
+            return []
+        best = min(pred.values())
+        limit = best * (1.0 + self.cfg.predicted_slack)
+        return [s.name for s in setups if pred.get(s.name, best) > limit]
 
     def _next(self, now_s: float) -> None:
         """Start the next trial of the round, or decide when none is left."""
@@ -348,6 +409,7 @@ class Tuner:
             return
         if len(trial.samples) >= self.cfg.trial_sweeps:
             self._done[trial.setup.name] = trial.mean()
+            self._sweeps[trial.setup.name] = tuple(trial.samples)
             self.measured = {**self.measured, **score(self._done, self._nodes)}
             log.info(
                 "tuning: trial of %s done, score %.3f",
@@ -382,16 +444,22 @@ class Tuner:
         self.measured = {**self.measured, **scores}
         choice = LAW
         if scores:
+            errors = score_errors(self._sweeps, self._done, self._nodes)
             order = list(scores)  # tried order: the law first, then the best predicted
+            choice = order[0]
+            for name in order[1:]:  # a later one takes over only when beyond the noise
+                if scores[choice] / scores[name] - 1.0 > self._margin(choice, name, scores, errors):
+                    choice = name
             best = min(order, key=lambda n: (scores[n], order.index(n)))
-            law = scores.get(LAW)
-            gain = math.inf if law is None else law / scores[best] - 1.0
-            if best != LAW and gain > self.cfg.margin:
-                choice = best
+            note = ""
+            if best != choice:
+                gain = scores[choice] / scores[best] - 1.0
+                note = (
+                    f" ({best} {gain:.1%} better, within margin"
+                    f" {self._margin(choice, best, scores, errors):.1%})"
+                )
             self.decision = (
-                f"kept {choice}: "
-                + ", ".join(f"{n} {scores[n]:.3f}" for n in order)
-                + ("" if choice != LAW or best == LAW else f" (gain {gain:.1%} within margin)")
+                f"kept {choice}: " + ", ".join(f"{n} {scores[n]:.3f}" for n in order) + note
             )
         else:
             self.decision = f"kept {LAW}: no trial finished"
@@ -404,6 +472,18 @@ class Tuner:
         self._classes = self._last_classes
         self._drift.clear()
         self.state = "settled"
+
+    def _margin(
+        self,
+        kept: str,
+        other: str,
+        scores: Mapping[str, float],
+        errors: Mapping[str, float],
+    ) -> float:
+        """The least gain (a fraction of *other*'s score) by which *other* beats *kept*:
+        ``margin``, or ``margin_sigmas`` standard errors of the difference when wider."""
+        spread = math.hypot(errors.get(kept, 0.0), errors.get(other, 0.0)) / scores[other]
+        return max(self.cfg.margin, self.cfg.margin_sigmas * spread)
 
     def _watch(self, sample: Sample) -> None:
         """Under the kept setup: a score that drifts by more than ``drift`` starts a round."""

@@ -126,6 +126,10 @@ def test_the_agent_keeps_the_setup_the_jobs_ran_best_under(tuning_lab, tmp_path:
             "trial_sweeps": 3,
             "max_reloads_per_hour": MAX_RELOADS,
             "drift": 10.0,  # one round: the lab's counters come in ticks, not smoothly
+            # the lab's lumpy counters: a gain must clear 3 % and two standard errors
+            "margin": 0.03,
+            "margin_sigmas": 2.0,
+            "predicted_slack": 10.0,  # try every setup, whatever the prediction says
         },
     )
     state_file = tmp_path / "state" / "state.json"
@@ -156,11 +160,13 @@ def test_the_agent_keeps_the_setup_the_jobs_ran_best_under(tuning_lab, tmp_path:
     assert set(measured) == set(TRIED), log
     best = min(measured.values())
     kept = tuning["wanted"]
-    # the choice follows the measurements: the least score, the law unless beaten by margin
+    # the choice follows the measurements: the law unless beaten by the margin (3 %, or
+    # wider where the trials' sweeps scattered: the decision says so)
     if kept == LAW:
-        assert measured[LAW] <= best * 1.03 + 1e-9, tuning
+        assert measured[LAW] <= best * 1.03 + 1e-9 or "within margin" in tuning["decision"], tuning
     else:
-        assert measured[kept] == best and measured[LAW] > best * 1.03, tuning
+        assert measured[LAW] > measured[kept] * 1.03, tuning
+        assert measured[kept] <= best * 1.03 + 1e-9 or "within margin" in tuning["decision"]
     worst = max(measured, key=lambda n: measured[n])
     assert worst != kept and measured[worst] > measured[kept]
     assert f"tuning: kept {kept}" in log

@@ -42,6 +42,24 @@ def test_candidates_cover_the_kinds_and_are_bounded() -> None:
         assert setup.fits(law.sls)
 
 
+def test_four_groups_add_two_lanes_of_halves_favouring_the_lighter() -> None:
+    jobs = [JobState("heavy", 0.8, "high"), JobState("mod1", 0.4, "moderate")]
+    jobs += [JobState("mod2", 0.2, "moderate"), JobState("light", 0.05, "low")]
+    p = plan(jobs, CFG, None, 0.0).plan
+    law = law_setup(p)
+    assert len(law.groups) == 4
+    names = [s.name for s in candidates(law, 8)]
+    assert "halves" in names and len(names) == 8
+    halves = next(s for s in candidates(law, 8) if s.name == "halves")
+    g = [grp[0] for grp in law.groups]  # most intense first
+    assert halves.groups == (tuple(sorted(g[:2])), tuple(sorted(g[2:])))
+    assert halves.targets == (1.0, 2.0) and halves.fits(law.sls)
+    r = plan(jobs, CFG, p, 1.0, halves)
+    assert r.plan.tables is not None and r.plan.tables.setup == "halves"
+    assert len({r.plan.tables.sl_to_vl[sl] for sl in law.sls}) == 2
+    assert "halves" not in [s.name for s in candidates(law_setup(_three()), 16)]
+
+
 def test_one_job_has_one_candidate() -> None:
     p = plan([JobState("a", 0.5, "high")], CFG, None, 0.0).plan
     assert [s.name for s in candidates(law_setup(p), 8)] == [LAW]

@@ -9,7 +9,7 @@ import pytest
 
 from ibqos.config.tuning import TuningConfig
 from ibqos.plan.setups import LAW, Setup
-from ibqos.plan.tuner import Sample, Tuner, score
+from ibqos.plan.tuner import Sample, Tuner, score, score_errors
 
 LAW_SETUP = Setup(LAW, ((1,), (2,)), (1.0, 2.0))
 EQUAL = Setup("equal", ((1,), (2,)), (1.0, 1.0))
@@ -32,6 +32,9 @@ class Fabric:
         self.now = 0.0
         self.reloads = 0
         self.room = True
+        # setup -> factors on every job's rate, one per sweep in turn (sweep-to-sweep noise)
+        self.wobble: dict[str, list[float]] = {}
+        self.sweeps = 0
 
     def run(
         self,
@@ -42,15 +45,21 @@ class Fabric:
         interval=10.0,
         log=None,
         classes=CLASSES,
+        predicted=None,
     ) -> list[str]:
         seen = []
         for _ in range(sweeps):
             self.now += interval
+            self.sweeps += 1
             rates = dict(self.rates[self.in_force])
+            factors = self.wobble.get(self.in_force)
+            if factors:
+                f = factors[self.sweeps % len(factors)]
+                rates = {j: r * f for j, r in rates.items()}
             sample = Sample(
                 self.now, rates, NODES, self.in_force, self.reloaded, mix, classes, self.room
             )
-            wanted = tuner.step(sample, POOL, list(ranking))
+            wanted = tuner.step(sample, POOL, list(ranking), predicted)
             name = LAW if wanted is None else wanted.name
             self.reloaded = name != self.in_force
             self.reloads += self.reloaded
@@ -62,7 +71,9 @@ class Fabric:
 
 
 def cfg(**kw) -> TuningConfig:
-    base = dict(shortlist=3, trial_sweeps=2, settle_s=0.0, margin=0.03, floor=0.5)
+    base = dict(
+        shortlist=3, trial_sweeps=2, settle_s=0.0, margin=0.03, margin_sigmas=0.0, floor=0.5
+    )
     return TuningConfig(**(base | kw))
 
 
@@ -103,6 +114,72 @@ def test_the_law_stays_when_the_gain_is_within_the_margin() -> None:
     fab, tuner = Fabric(rates), Tuner(cfg(margin=0.03), enforce=True)
     assert fab.run(tuner, 30)[-1] == LAW
     assert "within margin" in tuner.status(fab.now).decision
+
+
+def test_score_errors_are_the_spread_of_each_sweeps_score() -> None:
+    sweeps = {
+        "a": ({"big": 10.0, "small": 4.0}, {"big": 10.0, "small": 4.0}),
+        "b": ({"big": 4.0, "small": 8.0}, {"big": 6.0, "small": 8.0}),
+    }
+    means = {"a": {"big": 10.0, "small": 4.0}, "b": {"big": 5.0, "small": 8.0}}
+    got = score_errors(sweeps, means, NODES)
+    assert got["a"] == 0.0  # the same every sweep
+    per = [(24 * 10 / 4 + 8) / 32, (24 * 10 / 6 + 8) / 32]  # b's two sweeps, scored alone
+    assert got["b"] == pytest.approx(abs(per[0] - per[1]) / math.sqrt(2) / math.sqrt(2))
+    assert score_errors({"a": sweeps["a"][:1]}, {"a": means["a"]}, NODES) == {"a": 0.0}
+
+
+def _noisy_round(sigmas: float) -> tuple[str, str]:
+    """A round where equal is 5 % better on average but its sweeps scatter by +-30 %."""
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    rates["equal"] = {"big": 8.4, "small": 4.2}
+    fab = Fabric(rates)
+    fab.wobble = {"equal": [0.7, 1.3]}
+    tuner = Tuner(cfg(margin=0.01, margin_sigmas=sigmas, trial_sweeps=4), enforce=True)
+    seen = fab.run(tuner, 40)
+    return seen[-1], tuner.status(fab.now).decision
+
+
+def test_the_margin_widens_with_the_trials_scatter() -> None:
+    kept, decision = _noisy_round(2.0)
+    assert kept == LAW and "within margin" in decision, decision
+    # the same measurements with the floor alone: the mean gain is taken
+    kept, decision = _noisy_round(0.0)
+    assert kept == "equal", decision
+
+
+def test_a_steady_gain_beyond_the_floor_leaves_the_law_whatever_the_sigmas() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    rates["favour-heavy"] = {"big": 8.4, "small": 4.2}  # 5 % better, every sweep alike
+    fab, tuner = Fabric(rates), Tuner(cfg(margin=0.01, margin_sigmas=2.0), enforce=True)
+    assert fab.run(tuner, 30)[-1] == "favour-heavy"
+
+
+def test_a_later_setup_must_beat_an_earlier_one_by_the_margin() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 10.0, "small": 4.0},
+        "favour-heavy": {"big": 10.1, "small": 4.0},  # 1 % above equal: the earlier stays
+        "one-lane": {"big": 9.0, "small": 3.0},
+    }
+    fab, tuner = Fabric(rates), Tuner(cfg(margin=0.03), enforce=True)
+    assert fab.run(tuner, 30)[-1] == "equal"
+    assert "favour-heavy" in tuner.status(fab.now).decision.split("(")[1]
+
+
+def test_setups_predicted_too_slow_are_not_tried() -> None:
+    rates = {n: {"big": 8.0, "small": 4.0} for n in (LAW, "equal", "favour-heavy", "one-lane")}
+    predicted = {LAW: 1.04, "equal": 1.0, "favour-heavy": 1.03, "one-lane": 1.2}
+    fab = Fabric(rates)
+    tuner = Tuner(cfg(predicted_slack=0.05), enforce=True)
+    seen = fab.run(tuner, 30, ranking=("equal", "favour-heavy", "one-lane"), predicted=predicted)
+    assert "one-lane" not in seen and "favour-heavy" in seen and "equal" in seen
+    # the law is tried whatever it is predicted: 1.04 is within 5 % of 1.0, 1.06 is not
+    tuner = Tuner(cfg(predicted_slack=0.05), enforce=True)
+    fab = Fabric(rates)
+    worse = {**predicted, LAW: 1.2}
+    seen = fab.run(tuner, 30, predicted=worse)
+    assert seen.count(LAW) >= 2 and "one-lane" not in seen
 
 
 def test_a_trial_below_the_floor_ends_at_once() -> None:
