@@ -29,7 +29,7 @@ from ibqos.agent.state import load_state
 from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.collect.loop import Collector
-from ibqos.collect.routes import RouteSource, ibroute_runner
+from ibqos.collect.routes import RouteSource, route_source
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import Config
 from ibqos.errors import IbqosError
@@ -182,14 +182,7 @@ class AgentParts:
     @staticmethod
     def _route_source(config: Config) -> RouteSource:
         """The forwarding tables' source of *config*'s ``fabric`` section."""
-        fc = config.fabric
-        mode = fc.routes
-        if mode == "auto" and config.collect.backend == "replay":
-            # a recorded fabric has no switches to ask: its dump, if one is given
-            mode = "off" if fc.lft_dump is None else "dump"
-        # one ibroute run may take as long as one discovery
-        run = ibroute_runner(timeout_s=fc.discover_timeout_s)
-        return RouteSource(mode, fc.lft_dump, fc.refresh_s, run=run)
+        return route_source(config.fabric, replay=config.collect.backend == "replay")
 
     def refresh_routes(self) -> None:
         """Hand the decider OpenSM's forwarding tables when they changed (cheap when not:

@@ -23,6 +23,7 @@ from ibqos.cli.options import (
     topology_option,
 )
 from ibqos.collect.loop import Collector
+from ibqos.collect.routes import route_source
 from ibqos.fabric.model import fabric_from_file
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import FORMATS, render
@@ -71,12 +72,21 @@ def plan_command(
         log.info("%s", note)
     decider = Decider.from_config(config, fabric, lanes)
     pause = interval if interval is not None else cfg.interval_s
-    with Collector(cfg, fabric) as collector:
-        if cfg.backend != "replay":
-            click.echo(sweeping_text(pause), err=True)
-        collector.step()  # rates need two sweeps: the first is the baseline
-        if cfg.backend != "replay":
-            time.sleep(pause)
-        rates = collector.step()
-    decision = decider.decide(rates, jobs, time.time())
+    # OpenSM's routes, as the agent attributes by them (ibroute reads run meanwhile)
+    routes = route_source(config.fabric, replay=cfg.backend == "replay")
+    try:
+        routes.poll(fabric)
+        with Collector(cfg, fabric) as collector:
+            if cfg.backend != "replay":
+                click.echo(sweeping_text(pause), err=True)
+            collector.step()  # rates need two sweeps: the first is the baseline
+            if cfg.backend != "replay":
+                time.sleep(pause)
+            rates = collector.step()
+        routes.wait(config.fabric.discover_timeout_s)
+        routes.poll(fabric)
+    finally:
+        routes.close()
+    decider.set_routes(routes.tables)
+    decision = decider.decide(rates, jobs, time.time(), sl_rates=collector.sl_rates)
     click.echo(render(decision, fmt, from_scratch=True), nl=False)

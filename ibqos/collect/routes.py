@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ibqos.collect.diags import find_diag, last_message, run_diag
-from ibqos.config.models import ROUTE_SOURCES
+from ibqos.config.models import ROUTE_SOURCES, FabricConfig
 from ibqos.errors import CollectError, StopRequested, TopologyError
 from ibqos.fabric.lfts import Tables, missing_switches, parse_ibroute, read_lft_dump
 from ibqos.fabric.model import Fabric
@@ -39,7 +39,7 @@ from ibqos.fabric.topology import Port
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IbrouteRunner", "RouteSource", "ibroute_runner", "switch_lids"]
+__all__ = ["IbrouteRunner", "RouteSource", "ibroute_runner", "route_source", "switch_lids"]
 
 
 #: Runs ``ibroute -n LID`` for one switch LID and returns what it printed; raises
@@ -79,6 +79,17 @@ INLINE_DUMP_BYTES = 8 << 20
 def _read_dump(dump: Path) -> Tables:
     """Read and parse OpenSM's dump (raises OSError, TopologyError)."""
     return read_lft_dump(dump.read_text(errors="replace"), str(dump))
+
+
+def route_source(fc: FabricConfig, *, replay: bool = False) -> RouteSource:
+    """The forwarding tables' source of a ``fabric`` config section (*replay*: counters
+    from a recording, whose fabric has no switches to ask: its dump, if one is given)."""
+    mode = fc.routes
+    if mode == "auto" and replay:
+        mode = "off" if fc.lft_dump is None else "dump"
+    # one ibroute run may take as long as one discovery
+    run = ibroute_runner(timeout_s=fc.discover_timeout_s)
+    return RouteSource(mode, fc.lft_dump, fc.refresh_s, run=run)
 
 
 def switch_lids(fabric: Fabric) -> list[int]:

@@ -75,6 +75,9 @@ def test_plan_on_a_live_lab(make_lab, tmp_path):
     assert (cfg["data_vls"], cfg["vlarb_low_cap"], cfg["mtu"]) == (8, 8, 2048)
     assert len(doc["tables"]["vlarb_low"]) <= 8
     assert "lanes: 8 data VLs, VLArb low 8" in err  # -v: INFO lines
+    # the lab's config names OpenSM's dump: attribution goes by its routes, as the agent's
+    assert doc["attribution"]["method"] == "routes"
+    assert set(doc["attribution"]["residual"]) == {"1"}
     lines = err.splitlines()
     said = lines.index("sweeping counters (2 sweeps, 2 s apart)...")  # before the wait
     assert not any("sweep: " in ln for ln in lines[:said])
