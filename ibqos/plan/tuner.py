@@ -104,6 +104,18 @@ class Sample:
     room: bool = True
 
 
+def _common_jobs(
+    means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]
+) -> tuple[set[str], dict[str, float], float]:
+    """The jobs measured under every setup that sent something under one; each one's best
+    mean (bytes/s) over the setups; and their nodes in all (the scores' weight)."""
+    jobs = set.intersection(*(set(m) for m in means.values()))
+    jobs = {j for j in jobs if all(math.isfinite(m[j]) for m in means.values())}
+    best = {j: max(m[j] for m in means.values()) for j in jobs}
+    jobs = {j for j in jobs if best[j] > 0}
+    return jobs, best, math.fsum(nodes.get(j, 1) for j in jobs)
+
+
 def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) -> dict[str, float]:
     """Each setup's score (module docstring) from *means*: setup -> job -> bytes/s.
 
@@ -112,11 +124,7 @@ def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) ->
     """
     if not means:
         return {}
-    jobs = set.intersection(*(set(m) for m in means.values()))
-    jobs = {j for j in jobs if all(math.isfinite(m[j]) for m in means.values())}
-    best = {j: max(m[j] for m in means.values()) for j in jobs}
-    jobs = {j for j in jobs if best[j] > 0}
-    weight = math.fsum(nodes.get(j, 1) for j in jobs)
+    jobs, best, weight = _common_jobs(means, nodes)
     out = {}
     for name, m in means.items():
         if not jobs:
@@ -156,11 +164,7 @@ def score_errors(
     """
     if not means:
         return {}
-    jobs = set.intersection(*(set(m) for m in means.values()))
-    jobs = {j for j in jobs if all(math.isfinite(m[j]) for m in means.values())}
-    best = {j: max(m[j] for m in means.values()) for j in jobs}
-    jobs = {j for j in jobs if best[j] > 0}
-    weight = math.fsum(nodes.get(j, 1) for j in jobs)
+    jobs, best, weight = _common_jobs(means, nodes)
     out = {}
     for name, samples in done.items():
         per = [
