@@ -40,6 +40,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchutil import machine
 from simmixes import SHAPES_64, TREES, host_link, mixes, network
@@ -202,10 +203,22 @@ def summary(results: list[MixResult]) -> list[str]:
     out += table(
         ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))], rows
     )
-    out += ["", "Over all mixes:", ""]
+    out += overall(results, ("ibqos-fixed", *SHOWN, "equal", "bandwidth", "one-vl"))
+    return out
+
+
+def overall(results: Sequence[Any], policies: Sequence[str], below_base: bool = False) -> list[str]:
+    """The "Over all mixes" table: per policy its gaps to the optimum, how many mixes it is
+    within 5 % of it on (and, with *below_base*, at or below the best of one-vl, equal
+    and bandwidth on), and its total contention."""
     rows = []
-    for p in ("ibqos-fixed", *SHOWN, "equal", "bandwidth", "one-vl"):
+    for p in policies:
         gaps = [r.gap(p) for r in results if r.contended]
+        below = (
+            [f"{sum(_versus_base(r, p) == 'yes' for r in results)}/{len(results)}"]
+            if below_base
+            else []
+        )
         rows.append(
             [
                 p,
@@ -213,21 +226,13 @@ def summary(results: list[MixResult]) -> list[str]:
                 pct(statistics.fmean(gaps)) if gaps else "-",
                 pct(max(gaps)) if gaps else "-",
                 f"{sum(r.gap(p) <= GAP_TARGET for r in results)}/{len(results)}",
+                *below,
                 ms(math.fsum(r.total(p) for r in results)),
             ]
         )
-    out += table(
-        [
-            "policy",
-            "gap to optimum: median",
-            "mean",
-            "max",
-            "≤ 5 % off",
-            "total contention, all mixes (ms)",
-        ],
-        rows,
-    )
-    return out
+    header = ["policy", "gap to optimum: median", "mean", "max", "≤ 5 % off"]
+    header += ["≤ best of one-vl, equal, bandwidth"] if below_base else []
+    return ["", "Over all mixes:", "", *table([*header, "total contention, all mixes (ms)"], rows)]
 
 
 # -- SVG charts (no plotting library needed) -------------------------------------------------
@@ -400,34 +405,7 @@ def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> l
         ],
         rows,
     )
-    out += ["", "Over all mixes:", ""]
-    rows = []
-    for p in (LOOP, LOOP_UNRANKED, "ibqos-fixed", *BASELINES):
-        gaps = [r.gap(p) for r in results if r.contended]
-        below = sum(1 for r in results if _versus_base(r, p) == "yes")
-        rows.append(
-            [
-                p,
-                pct(statistics.median(gaps)) if gaps else "-",
-                pct(statistics.fmean(gaps)) if gaps else "-",
-                pct(max(gaps)) if gaps else "-",
-                f"{sum(r.gap(p) <= GAP_TARGET for r in results)}/{len(results)}",
-                f"{below}/{len(results)}",
-                ms(math.fsum(r.total(p) for r in results)),
-            ]
-        )
-    out += table(
-        [
-            "policy",
-            "gap to optimum: median",
-            "mean",
-            "max",
-            "≤ 5 % off",
-            "≤ best of one-vl, equal, bandwidth",
-            "total contention, all mixes (ms)",
-        ],
-        rows,
-    )
+    out += overall(results, (LOOP, LOOP_UNRANKED, "ibqos-fixed", *BASELINES), below_base=True)
     out += ["", "What the closed loop did per mix (with the prediction):", ""]
     for r in results:
         out.append(f"- {r.mix.name}: {r.loops[LOOP].summary()}")
