@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from simmixes import Mix, network
 
@@ -68,14 +69,12 @@ def clean(total_s: float) -> float:
     return 0.0 if abs(total_s) < CLEAN_S else total_s
 
 
-@dataclass
-class MixResult:
-    """A mix under every policy (one model)."""
+class Totals:
+    """A mix's total contention under each policy (``outcomes``), and the gaps to the
+    optimum; ``gap()`` without a policy is :attr:`GAP_POLICY`'s."""
 
-    mix: Mix
     outcomes: dict[str, Outcome]
-    searched: list[float] = field(default_factory=list)  # totals of the optimal search
-    wall_s: float = 0.0
+    GAP_POLICY: ClassVar[str] = "ibqos-fixed"
 
     def total(self, policy: str) -> float:
         return clean(self.outcomes[policy].total_contention_s)
@@ -85,12 +84,22 @@ class MixResult:
         """Policies make a difference: one-vl has contention."""
         return self.total("one-vl") > CLEAN_S
 
-    def gap(self, policy: str = "ibqos-fixed") -> float:
+    def gap(self, policy: str | None = None) -> float:
         """The policy's total over the optimum's, minus 1 (0 when both are 0)."""
-        opt, ib = self.total("optimal"), self.total(policy)
+        opt, ib = self.total("optimal"), self.total(policy or self.GAP_POLICY)
         if opt <= CLEAN_S:
             return 0.0 if ib <= CLEAN_S else math.inf
         return ib / opt - 1.0
+
+
+@dataclass
+class MixResult(Totals):
+    """A mix under every policy (one model)."""
+
+    mix: Mix
+    outcomes: dict[str, Outcome]
+    searched: list[float] = field(default_factory=list)  # totals of the optimal search
+    wall_s: float = 0.0
 
 
 def reversed_weights(arb: Arbitration, lanes: LaneConfig) -> Arbitration:
@@ -225,8 +234,10 @@ CLOSED_MAIN = ("one-vl", "equal", "bandwidth", "ibqos-fixed", LOOP, LOOP_UNRANKE
 
 
 @dataclass
-class ClosedResult:
+class ClosedResult(Totals):
     """A mix under the fixed policies and ibqos's closed loop, at the loop's N."""
+
+    GAP_POLICY: ClassVar[str] = LOOP
 
     mix: Mix
     iterations: int
@@ -235,19 +246,6 @@ class ClosedResult:
     loops: dict[str, LoopResult]
     searched: int = 0  # setups of the N = 10 search
     wall_s: float = 0.0
-
-    def total(self, policy: str) -> float:
-        return clean(self.outcomes[policy].total_contention_s)
-
-    @property
-    def contended(self) -> bool:
-        return self.total("one-vl") > CLEAN_S
-
-    def gap(self, policy: str = LOOP) -> float:
-        opt, p = self.total("optimal"), self.total(policy)
-        if opt <= CLEAN_S:
-            return 0.0 if p <= CLEAN_S else math.inf
-        return p / opt - 1.0
 
 
 def run_closed(
