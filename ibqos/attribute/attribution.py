@@ -50,6 +50,7 @@ from ibqos.attribute.jobmap import MappedJob
 from ibqos.attribute.patterns import traffic_matrix
 from ibqos.attribute.tomography import RouteFit
 from ibqos.errors import LabError
+from ibqos.fabric.lfts import Tables
 from ibqos.fabric.model import Fabric, PortKey
 from ibqos.fabric.routes import Router
 
@@ -57,8 +58,6 @@ log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-Lfts = dict[int, dict[int, int]]
-"""OpenSM's forwarding tables: switch LID -> destination LID -> output port."""
 
 
 @dataclass(frozen=True)
@@ -242,9 +241,8 @@ class Attributor:
             subtree ids.
     """
 
-    def __init__(self, fabric: Fabric, lfts: Lfts | None = None) -> None:
+    def __init__(self, fabric: Fabric, lfts: Tables | None = None) -> None:
         self.fabric = fabric
-        self.lfts = lfts
         self.routes: RouteFit | None = None
         if lfts is not None:
             try:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ibqos.attribute.attribution import Attributor, Lfts
+from ibqos.attribute.attribution import Attributor
 from ibqos.attribute.jobmap import JobMapper, MappedJob, log_warnings
 from ibqos.attribute.sharing import SharingTables
 from ibqos.classify.classifier import Capacities, Classifier, JobUtilization
@@ -40,6 +40,7 @@ from ibqos.classify.prior import FinishedJob, JobProfiles, Priors, make_priors
 from ibqos.config.classes import Class, Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.fabric.hostnames import HostMatcher
+from ibqos.fabric.lfts import Tables
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import JobState, Plan, plan
@@ -107,7 +108,7 @@ class Decider:
         self.known_sl: dict[str, int] = {}
         self.setup: Setup | None = None
         self.mapped: tuple[MappedJob, ...] = ()
-        self.lfts: Lfts | None = None
+        self.lfts: Tables | None = None
         self.set_fabric(fabric)
 
     @classmethod
@@ -169,7 +170,7 @@ class Decider:
         self.sharing_tables = SharingTables(fabric, self.matcher, self.exclude_hosts)
         self.expectations.set_fabric(fabric)
 
-    def set_routes(self, lfts: Lfts | None) -> None:
+    def set_routes(self, lfts: Tables | None) -> None:
         """Use OpenSM's forwarding tables (switch LID -> destination LID -> port) for
         attribution, or none (the subtree split); kept across fabric changes until set
         again."""
