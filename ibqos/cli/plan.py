@@ -48,9 +48,10 @@ def plan_command(
 ) -> None:
     """Run one collection + plan cycle and print jobs and lanes; change nothing.
 
-    Two sweeps one interval apart give the rates; each job's traffic per fat-tree level,
-    utilization, class, SL and VL follow, then the lanes (VL, weight, SLs, jobs).  The
-    JSON layout is documented in docs/plan.md.
+    Two sweeps one interval apart give the rates; each job's traffic per fat-tree level
+    (through OpenSM's routes when fabric.lft_dump or ibroute gives them), utilization,
+    class, SL and VL follow, then the lanes (VL, weight, SLs, jobs).  The JSON layout is
+    documented in docs/plan.md.
     """
     config = load_or_defaults(path)
     cfg = config.collect
