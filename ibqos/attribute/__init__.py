@@ -1,6 +1,6 @@
 """Attribution: which running job sent the traffic the counters saw, per fat-tree level.
 
-Pipeline stage 2 of ibqos (DESIGN.md, section 3, "Per-job per-level attribution")::
+Pipeline stage 2 of ibqos (docs/design.md §5.1, "Per-job per-level attribution")::
 
     jobs ──► JobMapper.map() ──► MappedJob (hosts, CA ports) ──► Attributor.attribute()
          ──► Attribution (bytes/s per job and level, the share measured)

@@ -1,4 +1,4 @@
-"""Per-job, per-level traffic from per-port rates (DESIGN.md section 3, "Per-job per-level
+"""Per-job, per-level traffic from per-port rates (docs/design.md §5.1, "Per-job per-level
 attribution").
 
 Level 0 is exact where a job's hosts are its own: their CA ports' transmit rates are the

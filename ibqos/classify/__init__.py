@@ -1,6 +1,6 @@
 """Classification: each running job's utilization, intensity and class.
 
-Pipeline stage 3 of ibqos (DESIGN.md, "Characterization: per-level utilization")::
+Pipeline stage 3 of ibqos (docs/design.md §3, "Per-level utilization")::
 
     jobs ──► JobProfiles.lookup() (a profile's pattern, before the jobs are mapped)
     mapped jobs ──► Expectations.expected() (profile prediction, history, default)

@@ -1,6 +1,6 @@
 """Per-job utilization, intensity and class: the "classify" stage of the pipeline.
 
-DESIGN.md, "Characterization: per-level utilization": for job *j* and fat-tree level *l*,
+docs/design.md §3, "Per-level utilization": for job *j* and fat-tree level *l*,
 ``avail[j, l]`` is the uplink capacity of the level-*l* subtrees holding *j*'s nodes,
 ``util[j, l] = rate[j, l] / avail[j, l]``, and the job's intensity is the largest
 ``util[j, l]`` over the levels *l* >= 1, where jobs share links.  The intensity is smoothed

@@ -1,6 +1,6 @@
 """Per-level injection, available bandwidth, utilization and class of a job on a placement.
 
-The characterization of DESIGN.md ("Characterization: per-level utilization"), computed
+The characterization of docs/design.md §3, "Per-level utilization", computed
 from a job's communication instead of from counters: given who sends how much to whom
 (:class:`~ibqos.classify.traffic.NodeTraffic`) and which hosts the job runs on (:class:`Placement`),
 

@@ -1,7 +1,7 @@
 """What a profile predicts of one job on the hosts it was given: its expected class.
 
 When a job starts, nothing has been measured of it, yet its SL is chosen now and kept
-(DESIGN.md section 2).  A confident profile that matches the job (:mod:`ibqos.classify.prior`)
+(docs/design.md §4).  A confident profile that matches the job (:mod:`ibqos.classify.prior`)
 gives its expected class:
 
 - with a traffic model (pattern and mean rate) that fits the job's size, the class that

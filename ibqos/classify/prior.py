@@ -1,7 +1,7 @@
 """Profiles as the planner's priors: each job's profile, its attribution pattern, learning.
 
 When a job starts, nothing has been measured of it, yet its SL is chosen now and kept
-(DESIGN.md section 2).  A profile that matches the job (:meth:`ProfileStore.match`) and is
+(docs/design.md §4).  A profile that matches the job (:meth:`ProfileStore.match`) and is
 confident enough (``profiles.min_confidence``) gives:
 
 - the **attribution prior**: a job that declares no pattern gets the profile's, so shared

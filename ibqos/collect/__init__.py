@@ -1,6 +1,6 @@
 """Counter collection: read every port's PMA counters (a sweep), then rates per port.
 
-Pipeline stage 1 of ibqos (DESIGN.md, section 3)::
+Pipeline stage 1 of ibqos (docs/design.md §5)::
 
     Fabric.targets() ──► Backend.sweep() ──► Sweep ──► RateTracker.update() ──► rates table
 

@@ -2,7 +2,7 @@
 
 ``perfquery -x LID PORTS`` reads PortCountersExtended (64-bit data and packet counters);
 ``perfquery LID PORTS`` reads PortCounters, whose PortXmitWait is the only XmitWait a PMA
-without CapabilityMask2 bit 1 has (reference B.3-B.5).  Both print one block per port::
+without CapabilityMask2 bit 1 has (docs/design.md §7.3-7.5).  Both print one block per port::
 
     # Port extended counters: Lid 3 port 1 (CapMask: 0x1300 CapMask2: 0x0000000)
     PortSelect:......................1
@@ -39,7 +39,7 @@ How ports are grouped into processes:
       PortVLXmitWait15:................0
 
 Every process first sends Get(ClassPortInfo), then one Get per port; each MAD that crosses a
-simulated link adds to the data counters it crosses (reference C.3), which ``stats["mads"]``
+simulated link adds to the data counters it crosses (docs/design.md §8.3), which ``stats["mads"]``
 lets a caller bound.
 
 A process that fails (non-zero exit, timeout, output that does not parse) fails only the

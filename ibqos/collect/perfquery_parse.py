@@ -25,7 +25,7 @@ __all__ = [
     "parse_perfquery",
 ]
 
-#: PerfMgt ClassPortInfo CapabilityMask bits (reference B.3).
+#: PerfMgt ClassPortInfo CapabilityMask bits (docs/design.md §7.3).
 CAP_EXT_WIDTH = 0x0200
 CAP_XMIT_WAIT = 0x1000
 #: the largest value of a 64-bit counter

@@ -5,7 +5,7 @@ operate, how many entries their VLArbitration tables take, and the active MTU.  
 PortInfo fields (IBA Vol 1, 14.2.5.6 PortInfo):
 
 - OperationalVLs, the data VLs the SM enabled (OpenSM's ``max_op_vls``), never above VLCap;
-  OpenSM masks every VL it programs with it (reference A.2);
+  OpenSM masks every VL it programs with it (docs/design.md §6.2);
 - VLArbitrationLowCap / HighCap, the entries of each VLArb table OpenSM will send;
 - NeighborMTU, the MTU the link runs at (MTUCap is only what the port could do).
 
@@ -25,7 +25,7 @@ per field (a real reply is recorded in ``tests/data/smpquery/``)::
 Which ports: one linked port of every switch and up to ``sample_cas`` CA ports spread over
 the fabric; the fabric supports what its weakest port supports, so the result is the
 minimum of each value.  ibsim simulates VL0-7 and both VLArb caps 8 on every port, and
-MTU 2048 on every external one (reference C.5).
+MTU 2048 on every external one (docs/design.md §8.5).
 
 A switch's CapabilityMask is meaningful on port 0 only (OpenSM reads IsSLMappingSupported
 from port 0 of a switch, ``qos_extports_setup``); on external ports smpquery shows 0x0,
@@ -276,7 +276,7 @@ class SmpqueryRunner:
         """
         # libibmad tries an unanswered SMP 3 times (MAD_DEF_RETRIES), waiting -t ms (1000
         # by default) each.  A fifth of our limit per try lets smpquery give up and exit
-        # before we kill it: a killed umad2sim client keeps its ibsim slot (reference C.1).
+        # before we kill it: a killed umad2sim client keeps its ibsim slot (docs/design.md §8.1).
         mad_ms = max(1, int(self.timeout_s * 1000 / 5))
         args = [argv[0], "-t", str(mad_ms), *argv[1:]]
         proc = run_diag(args, self.binary, timeout_s=self.timeout_s, env=self.env, cwd=self.cwd)

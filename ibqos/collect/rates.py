@@ -6,7 +6,7 @@ number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates tab
 - the delta of each counter is computed exactly in unsigned 64-bit integers, then divided
   by the interval as float64;
 - a counter that went down was reset (OpenSM's PerfMgr clears counters at 75 %, and so do
-  ``perfquery -r`` and ``ibqueryerrors -k``; reference B.4): its delta is its new value,
+  ``perfquery -r`` and ``ibqueryerrors -k``; docs/design.md §7.4): its delta is its new value,
   the row says ``reset=True``, and the port's and the total reset counts go up by one;
 - the interval is the port's own: this row's ``time_s`` minus that of the port's row in
   the previous sweep, so ports read at different moments of a long sweep are each right;

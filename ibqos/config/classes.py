@@ -30,7 +30,7 @@ class Thresholds:
     """How intensities become classes.
 
     The bounds are fractions of the bandwidth available to the job at its busiest shared
-    level (``util``, 1.0 = all of it).  The defaults follow the method (DESIGN.md section 1):
+    level (``util``, 1.0 = all of it).  The defaults follow the method (docs/design.md §1):
 
     - ``moderate = 0.1``: below a tenth of what it can reach, a job is one of the light,
       bursty jobs the method groups on shared lanes and favours with weight.  Ten of them

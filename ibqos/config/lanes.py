@@ -41,7 +41,7 @@ VL15 = 15
 MTUS = (256, 512, 1024, 2048, 4096)
 
 
-#: Routing engines whose ``path_sl`` or ``update_sl2vl`` hooks own the SLs (reference A.4).
+#: Routing engines whose ``path_sl`` or ``update_sl2vl`` hooks own the SLs (docs/design.md §6.4).
 SL_OWNING_ENGINES = ("lash", "dfsssp", "torus-2qos", "nue")
 
 
@@ -108,6 +108,6 @@ class LaneConfig:
 
     @property
     def sl_owning_engines(self) -> tuple[str, ...]:
-        """The engines in *routing_engine* that own SLs (reference A.4)."""
+        """The engines in *routing_engine* that own SLs (docs/design.md §6.4)."""
         names = re.split(r"[,\s]+", self.routing_engine.strip().lower())
         return tuple(name for name in names if name in SL_OWNING_ENGINES)

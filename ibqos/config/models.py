@@ -50,7 +50,7 @@ BACKENDS = ("native", "perfquery", "replay")
 #: on a production fabric before an admin has read what it would do (docs/deploy.md).
 MODES = ("observe", "enforce")
 DEFAULT_MODE = "observe"
-#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (reference A.2; ``sw2sw``
+#: OpenSM port types whose ``qos_<type>_*`` keys ibqos may manage (docs/design.md §6.2; ``sw2sw``
 #: exists in NVIDIA's OpenSM only)
 PORT_TYPES = ("ca", "swe", "sw2sw", "sw0", "rtr")
 #: ``opensm.flavour``: which OpenSM reads the files; auto tells it from its log and opensm.conf

@@ -3,7 +3,7 @@
 A :class:`Fabric` is built from a :class:`~ibqos.fabric.topology.Topology` (ibnetdiscover text).
 It gives every switch its fat-tree level (leaf = 1, upward), every linked port a role
 ("host", "down" or "up") and a capacity in bytes per second, the per-level uplink capacity
-the method needs (``avail[j, l]`` in DESIGN.md), and the PMA targets the collectors read.
+the method needs (``avail[j, l]`` in docs/design.md §3), and the PMA targets the collectors read.
 
 Where the topology comes from (one function each):
 

@@ -1,7 +1,7 @@
 """Fabric topology: nodes, ports and links, read from and written as ibnetdiscover text.
 
 The ibnetdiscover format is what ``ibnetdiscover`` prints and what ibsim loads as its net
-file (reference sections B.5 and C.2), so one parser serves recorded real fabrics, files an
+file (docs/design.md §7.5 and §8.2), so one parser serves recorded real fabrics, files an
 admin hands us and the fabrics the lab generates.  A record looks like::
 
     switchguid=0x200003(200003)

@@ -1,6 +1,6 @@
 """Extended generalized fat trees (XGFT) for the lab.
 
-``XGFT(h; m1..mh; w1..wh)`` (Öhring et al. 1995, the notation of DESIGN.md): level-i
+``XGFT(h; m1..mh; w1..wh)`` (Öhring et al. 1995; docs/design.md §2): level-i
 switches have ``m_i`` children and every level-(i-1) element has ``w_i`` parents, so
 ``2;8,4;1,2`` is 4 leaf switches of 8 nodes under 2 spines.  A node at level *i* is named by
 the digits ``(a_{i+1}..a_h; b_1..b_i)``; it is child number ``a_i`` of each of its ``w_i``

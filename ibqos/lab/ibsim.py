@@ -1,7 +1,7 @@
 """ibsim, the simulated management plane, driven through its console on a pipe.
 
 ibsim prints ``sim> `` before reading each console line and answers every command in
-between (reference C.1, C.4), so a batch of N commands is done when N more prompts have
+between (docs/design.md §8.1, §8.4), so a batch of N commands is done when N more prompts have
 arrived; a reply that starts with ``#`` is an error.  The console must stay open: at EOF
 ibsim spins at 100 % CPU.
 """

@@ -28,7 +28,7 @@ DEFAULT_OPTIONS: dict[str, str] = {
     "log_flags": "0x03",
 }
 
-#: A policy OpenSM accepts: the only mandatory part is a DEFAULT qos-level (reference A.1).
+#: A policy OpenSM accepts: the only mandatory part is a DEFAULT qos-level (docs/design.md §6.1).
 MINIMAL_POLICY = """\
 # qos-policy.conf of an ibqos lab; the agent rewrites it.
 qos-levels

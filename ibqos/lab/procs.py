@@ -92,7 +92,7 @@ def spawn(
 
     ``setpriv --pdeathsig`` sets the parent-death signal before exec, without a
     ``preexec_fn`` (unsafe once threads run).  An orphaned ibsim would otherwise read EOF
-    on its console and spin at 100 % CPU (reference C.1).
+    on its console and spin at 100 % CPU (docs/design.md §8.1).
     """
     tool = find_tool(argv[0], env)
     if tool is None:

@@ -6,16 +6,16 @@ from ibqos's files: what ibqos wrote only counts once OpenSM has programmed it.
 
 - ``saquery SL2VL LID/IN/OUT``: the SL2VL table of one switch port pair;
 - ``saquery VLAR LID/PORT/1`` and ``LID/PORT/3``: the low and the high VLArb tables
-  (blocks 1 and 3: entries 0-31; ibsim's ports take 8, reference C.5) of one switch port;
+  (blocks 1 and 3: entries 0-31; ibsim's ports take 8, docs/design.md §8.5) of one switch port;
 - ``smpquery portinfo LID PORT``, from the switch itself (so the SMP crosses no link):
   VLHighLimit and NeighborMTU of that port.  (ibsim ignores a Set of VLHighLimit, so it
-  reads 0 whatever opensm.conf says, reference C.5: 0 is what the simulated port does.)
+  reads 0 whatever opensm.conf says, docs/design.md §8.5: 0 is what the simulated port does.)
 - ``saquery PR --slid A --dlid B`` between the first two hosts of each job: the SL its MPI
   gets from the SA.  The lab re-asks at every read, as a job opening new connections would;
   ibqos keeps a job's SL for the job's life, so this differs from a job that caches its
   first PathRecord only in the seconds before ibqos gave the job its SL.
 
-The port read is a leaf switch's uplink, where jobs meet (DESIGN.md section 1): SL2VL from
+The port read is a leaf switch's uplink, where jobs meet (docs/design.md §1): SL2VL from
 one of its host ports to that uplink, VLArb of the uplink.  ibqos and OpenSM program one
 table for all switch external ports (``qos_swe_*``), so one port stands for all of them.
 
@@ -23,7 +23,7 @@ A reply is parsed with :mod:`ibqos.opensm.verify`'s parsers.  Reads are spaced (
 every ``interval_s``, default 2 s); a read that fails keeps the last setup and is logged
 once.  A setup that differs from the one in force is taken only when the next read (at the
 next poll, not an interval later) gives it again: the SA answers from OpenSM's cached
-tables, which OpenSM zeroes while it reprograms a port (reference A.2, "Diff-based"), and
+tables, which OpenSM zeroes while it reprograms a port (docs/design.md §6.2, "Diff-based"), and
 the policy is re-parsed from scratch, so a read in the middle of a heavy sweep can see
 all-zero SL2VL or VLArb tables, or SL 0 for every path, for a moment.  (Seen in the demo: a
 read of ``SL2VL 0,0,..,0`` between two plans.)  Before the first read, OpenSM's built-in
@@ -115,7 +115,7 @@ class QosSetup:
         )
 
 
-#: OpenSM's built-in tables (reference A.2: sl2vl 0..14,7, vlarb_high 0:4, vlarb_low
+#: OpenSM's built-in tables (docs/design.md §6.2: sl2vl 0..14,7, vlarb_high 0:4, vlarb_low
 #: 0:0,1:4..14:4, high_limit 0) as programmed on ibsim's VL0-7 ports (VLs masked with 7,
 #: 8 VLArb entries), every job on SL 0.
 OPENSM_DEFAULT = QosSetup(

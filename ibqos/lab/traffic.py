@@ -15,7 +15,7 @@ simulator models sharing properly; the lab only has to stay physically possible.
 
 Ground truth is kept per job and per fat-tree level: level 0 is every byte the job's hosts
 inject; level *l* >= 1 the bytes whose destination lies outside the source's level-*l*
-subtree, i.e. that cross the uplinks of level-*l* switches (DESIGN.md section 1).
+subtree, i.e. that cross the uplinks of level-*l* switches (docs/design.md §1).
 
 Transmit wait (PortCounters.PortXmitWait) is modelled too, by one rule: a port whose offered
 load *L* over a tick (the same average the throttling uses) exceeds its capacity *C* adds
@@ -99,7 +99,7 @@ log = logging.getLogger(__name__)
 
 CONTENTION_MODELS = ("crude", "fluid")
 
-MTU_BYTES = 2048  # ibsim ports report an MTU of 2048 (reference C.5)
+MTU_BYTES = 2048  # ibsim ports report an MTU of 2048 (docs/design.md §8.5)
 #: PortXmitWait ticks per second of full stall, in this model (see the module docstring):
 #: one tick per 10 ns, the order of magnitude real PMAs count in.
 XMIT_WAIT_TICKS_PER_S = 1e8
@@ -108,7 +108,7 @@ XMIT_WAIT_MAX = 2**32 - 1
 #: PortVLXmitWaitCounters.PortVLXmitWait<n> are 16 bits wide (IBA 16.1.4).
 VL_XMIT_WAIT_MAX = 2**16 - 1
 VL_COUNT = 16
-#: ibsim PerformanceSet names (reference C.4) of the wait counters the model drives
+#: ibsim PerformanceSet names (docs/design.md §8.4) of the wait counters the model drives
 XMIT_WAIT_FIELD = "PortCounters.PortXmitWait"
 VL_XMIT_WAIT_FIELDS = tuple(
     f"PortVLXmitWaitCounters.PortVLXmitWaitCounters{vl}" for vl in range(VL_COUNT)

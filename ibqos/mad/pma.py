@@ -7,7 +7,8 @@ scapy layers in :mod:`ibqos.mad.layers` describe the same bytes field by field (
 dissection, tests and debugging); a test checks that both decoders agree.
 
 Layouts: IBA vol. 1 rel. 1.3, 13.4.3 (MAD common header), 16.1.3 (PerfMgt attributes);
-byte offsets as in the reference, section B.3.  Data counters are in units of 4 octets.
+byte offsets as in libibmad's fields.c (docs/design.md §7.3).  Data counters are in units
+of 4 octets.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Applying OpenSM files safely: write, signal, check the log, verify, roll back.
 
-The one path by which ibqos changes what OpenSM reads (reference D.1-D.3):
+The one path by which ibqos changes what OpenSM reads (docs/design.md §9):
 
 1. take the apply lock (``flock`` on ``<state_dir>/apply.lock``) so two ibqos processes
    never write at once;
@@ -18,7 +18,7 @@ The one path by which ibqos changes what OpenSM reads (reference D.1-D.3):
    rename each, the current files kept under a second name beside them so that a
    rollback is a rename too and needs no free space;
 6. note the size of OpenSM's log, signal OpenSM (SIGHUP re-reads opensm.conf and the policy
-   in a heavy sweep, reference A.3) and wait for the ``SUBNET UP`` line that ends that
+   in a heavy sweep, docs/design.md §6.3) and wait for the ``SUBNET UP`` line that ends that
    sweep, looking every second whether OpenSM still runs;
 7. read what OpenSM logged since (:mod:`ibqos.opensm.osmlog`): a fatal policy error fails
    the apply, a non-fatal one is reported once; then run the verifier (SA records of the

@@ -7,7 +7,7 @@ was meant (OpenSM keeps the policy, and perhaps drops or never matches one rule)
 finding is one line, ``FILE:LINE: message`` (a whole-file finding names line 1).  Each
 check cites the reference section or the OpenSM source it mirrors.
 
-qos-policy.conf (reference A.1; osm_qos_parser_l.l, osm_qos_parser_y.y, osm_qos_policy.c):
+qos-policy.conf (docs/design.md §6.1; osm_qos_parser_l.l, osm_qos_parser_y.y, osm_qos_policy.c):
 the parse of :func:`ibqos.opensm.policy.parse_policy` (syntax errors, reserved keywords
 inside names, a last comment without newline, CRLF, a byte order mark, the grammar's own
 checks), then what ``osm_qos_policy_validate`` rejects (no DEFAULT: AC10; an undefined
@@ -37,7 +37,7 @@ ibqos's own block must be delimited by exactly one begin and one end marker; any
 (a marker deleted or edited by hand, two blocks) is a warning here (OpenSM ignores comments)
 and a :class:`~ibqos.errors.RenderError` when ibqos renders (:func:`ibqos.opensm.conf.find_block`).
 
-opensm.conf (reference A.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
+opensm.conf (docs/design.md §6.2; ``osm_subn_parse_conf_file``, ``subn_verify_*`` in
 osm_subnet.c, ``qos_build_config`` in osm_qos.c): lines past fgets' buffer, ``qos`` not
 exactly ``TRUE``, SL2VL tables that are not 16 VLs or use VLs beyond the data VLs (OpenSM
 masks them), VLArb entries with VL 15 (read as VL 0), beyond the data VLs, weights above
@@ -395,8 +395,8 @@ def check_conf(
         owners = [e for e in re.split(r"[,\s]+", engine.value.lower()) if e in SL_OWNING_ENGINES]
         sl2vl = [e for k, e in last.items() if k.endswith("sl2vl") and e.value != "(null)"]
         if owners and sl2vl:
-            add(sl2vl[0].line, f"routing engine {owners[0]} owns SLs and SL2VL (reference"
-                " A.4): it ignores qos_*_sl2vl or loses its deadlock freedom under it",
+            add(sl2vl[0].line, f"routing engine {owners[0]} owns SLs and SL2VL (docs/design.md"
+                " §6.4): it ignores qos_*_sl2vl or loses its deadlock freedom under it",
                 "warning")  # fmt: skip
     return out.sorted()
 

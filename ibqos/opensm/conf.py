@@ -1,6 +1,6 @@
 """opensm.conf: the QoS keys ibqos owns, rendered into the admin's own file.
 
-ibqos owns only the keys it manages (reference A.2): ``qos`` and, for each port type it
+ibqos owns only the keys it manages (docs/design.md §6.2): ``qos`` and, for each port type it
 manages, ``qos_<type>_sl2vl``, ``qos_<type>_vlarb_high``, ``qos_<type>_vlarb_low`` and
 ``qos_<type>_high_limit`` (on NVIDIA's OpenSM ``sw2sw`` joins ``swe``:
 :func:`ibqos.opensm.flavour.managed_types`).  :func:`render_conf` removes the
@@ -18,7 +18,7 @@ Fallback (``qos_build_config`` in osm_qos.c): OpenSM reads each field from
 generic line such as ``qos_sl2vl`` is not ibqos's and is kept: it still applies to the port
 types ibqos does not manage (e.g. routers), and to none of those it does.
 
-When the routing engine owns SLs (lash, dfsssp, torus-2QoS, nue; reference A.4) the plan has
+When the routing engine owns SLs (lash, dfsssp, torus-2QoS, nue; docs/design.md §6.4) the plan has
 no tables: ibqos then owns only ``qos TRUE``, the block says why, and the admin's (or
 OpenSM's default) SL2VL and VLArb stay in force.
 
@@ -63,15 +63,16 @@ PORT_TYPES = ("ca", "swe", "sw2sw", "sw0", "rtr")
 #: The per-type fields ibqos manages, in the order the block lists them.
 FIELDS = ("sl2vl", "vlarb_high", "vlarb_low", "high_limit")
 #: An explicitly empty VLArb table: one entry of weight 0, which arbitration skips.  An
-#: absent key would fall back to OpenSM's default high table ``0:4,1:0,...`` (reference
-#: A.2), which gives VL 0 high priority.
+#: absent key would fall back to OpenSM's default high table ``0:4,1:0,...`` (docs/design.md
+#: §6.2), which gives VL 0 high priority.
 EMPTY_VLARB = "0:0"
 BEGIN_MARK = "# BEGIN ibqos managed keys"
 END_MARK = "# END ibqos managed keys"
 _BEGIN_LINE = f"{BEGIN_MARK}: ibqos rewrites them on every plan change; edit outside the block\n"
 _END_LINE = f"{END_MARK}\n"
 _NO_TABLES_NOTE = (
-    "# no qos_<type>_sl2vl/vlarb/high_limit keys: the routing engine owns SLs (reference A.4)\n"
+    "# no qos_<type>_sl2vl/vlarb/high_limit keys: the routing engine owns SLs"
+    " (docs/design.md §6.4)\n"
     "# or no port type is managed; OpenSM uses the admin's or its default tables\n"
 )
 _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale

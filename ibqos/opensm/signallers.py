@@ -3,7 +3,7 @@
 - :class:`PidFileSignaller`: SIGHUP to the pid in OpenSM's pid file, once that pid is
   known to be OpenSM's (:mod:`ibqos.opensm.pidcheck`); it runs while that pid does;
 - :class:`UnitSignaller`: ``systemctl kill --signal=SIGHUP --kill-whom=main <unit>``
-  (Debian's unit has no ExecReload; reference C.6); it runs while ``systemctl is-active``
+  (Debian's unit has no ExecReload; docs/design.md §8.6); it runs while ``systemctl is-active``
   says so;
 - :class:`CommandSignaller`: the admin's ``opensm.reload_command``; whether OpenSM runs
   cannot be told.
@@ -125,7 +125,7 @@ class CommandSignaller:
 @dataclass(frozen=True)
 class UnitSignaller:
     """SIGHUP to the main process of a systemd unit (Debian's unit has no ExecReload;
-    reference C.6); ``systemctl is-active`` says whether it runs."""
+    docs/design.md §8.6); ``systemctl is-active`` says whether it runs."""
 
     unit: str
     timeout_s: float = 10.0  # systemctl kill returns at once; a hung one is cut short

@@ -1,6 +1,6 @@
 """After OpenSM re-read its files: check through SA that it serves what ibqos wrote.
 
-OpenSM answers SA queries from what it computed in the heavy sweep (reference A.5), so
+OpenSM answers SA queries from what it computed in the heavy sweep (docs/design.md §6.5), so
 three small ``saquery`` calls show whether the new files took effect:
 
 - ``saquery SL2VL LID/IN/OUT``: the SL2VL table of one switch port pair;
@@ -9,7 +9,7 @@ three small ``saquery`` calls show whether the new files took effect:
   must be the job's SL (the policy's match rule for its port-group).
 
 Each query names one record, so the reply fits one MAD (umad2sim cuts RMPP replies to the
-first segment, reference B.6).  A few jobs are checked per apply, not all: each query is a
+first segment, docs/design.md §7.6).  A few jobs are checked per apply, not all: each query is a
 process and a few tens of milliseconds.
 """
 

@@ -1,6 +1,6 @@
 """Planning: the lane plan of the running jobs, and one decision cycle end to end.
 
-Pipeline stage 4 of ibqos (DESIGN.md, section 3)::
+Pipeline stage 4 of ibqos (docs/design.md §5)::
 
     classified jobs ──► plan() ──► Plan (job->SL, SL->VL, VLArb weights) ──► Decision
 

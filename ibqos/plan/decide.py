@@ -1,6 +1,6 @@
 """One decision cycle: a rates table and the running jobs in, a lane plan out.
 
-The stages, in the order DESIGN.md section 3 draws them, each entered once a cycle::
+The stages, in the order docs/design.md §5 draws them, each entered once a cycle::
 
     jobs --JobProfiles--> jobs with their profiles' patterns (classify.prior)
          --JobMapper--> ports --Attributor--> bytes/s per level (attribute)

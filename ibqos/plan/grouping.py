@@ -1,7 +1,7 @@
 """SL -> VL grouping: what sharing a lane costs, and the exact least-cost grouping.
 
 **The cost.**  When SLs *i* and *j* share a lane, the lighter one queues behind the heavier
-one's congestion (DESIGN.md section 1), so the pair costs the intensity of the heavier one.
+one's congestion (docs/design.md §1), so the pair costs the intensity of the heavier one.
 A grouping costs the sum over lanes of the sum over pairs of SLs sharing it of
 ``max(x_i, x_j)``; a lane holding intensities ``y_0 >= y_1 >= ... >= y_(m-1)`` costs
 ``sum_k y_k * (m - 1 - k)`` (:func:`lane_cost`).  Lanes alone cost 0, so with no more active

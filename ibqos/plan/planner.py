@@ -1,6 +1,6 @@
 """The plan: job -> SL, SL -> VL and VL arbitration weights (the "assign" stage).
 
-DESIGN.md sections 1-2: an SL identifies a job (or a few jobs of the same class); the SL->VL
+docs/design.md §1 and §4: an SL identifies a job (or a few jobs of the same class); the SL->VL
 map groups SLs onto the fabric's data VLs so that the most intense ones get lanes of their
 own and light ones share; VL arbitration weights favour the *light* lanes.  Everything here
 is pure: no I/O, no clock (``now_s`` is passed in), and :func:`plan` returns a new
@@ -33,7 +33,7 @@ has passed since the last change of the plan; until then the plan uses the job's
 accepted class and intensity.  Intensity noise alone never regroups.  ``replace`` is True
 only when what OpenSM sees differs: job -> SL, SL2VL, the VLArb tables or the high limit.
 
-**Routing engines that own SLs** (lash, dfsssp, torus-2QoS, nue; reference A.4): any of them
+**Routing engines that own SLs** (lash, dfsssp, torus-2QoS, nue; docs/design.md §6.4): any of them
 in ``routing_engine`` (a list is tried in order, so any counts) makes :attr:`Plan.tables`
 None, with a warning: nothing of SL2VL/VLArb may be rendered, while job -> SL (the policy
 file side) still works.  This is a plan, not an error, so the daemon keeps running there.
@@ -513,7 +513,7 @@ def plan(
     if engines:
         tables = None
         warnings.append(
-            f"routing engine {'/'.join(engines)} owns SLs and SL2VL (reference A.4): ibqos"
+            f"routing engine {'/'.join(engines)} owns SLs and SL2VL (docs/design.md §6.4): ibqos"
             " leaves qos_*_sl2vl and VLArb alone and only writes the policy; the engine's"
             " path SL may override a job's SL"
         )

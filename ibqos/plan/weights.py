@@ -4,7 +4,7 @@
 rank, 0 = most intense); the target weight of rank *r* is ``ratio ** r`` ("geometric", the
 default, ratio 2), ``1 + r * (ratio - 1)`` ("linear") or 1 ("equal").  A VLArb weight is in
 64-byte credits and an entry sends whole packets until its credit is spent, so a weight
-below one MTU still sends one packet (reference A.2): weights are whole MTUs
+below one MTU still sends one packet (docs/design.md §6.2): weights are whole MTUs
 (``k * mtu / 64``), at most ``255 // (mtu / 64)`` packets per entry, larger weights split
 over several entries of the same VL.  Packet counts are the whole numbers closest to the
 targets in worst-case log ratio among all that fit in ``vlarb_low_cap`` entries, or once

@@ -2,10 +2,10 @@
 
 The files are rendered from a real plan, checked, written atomically, and OpenSM is sent a
 SIGHUP (only the lab's own OpenSM, by the pid in its pid file), which forces a heavy sweep
-that re-reads opensm.conf and re-parses the policy (reference A.3).  The sweep is over when
-OpenSM logs ``SUBNET UP`` again.  Then the SA serves the new PathRecord SLs (reference A.5)
+that re-reads opensm.conf and re-parses the policy (docs/design.md §6.3).  The sweep is over when
+OpenSM logs ``SUBNET UP`` again.  Then the SA serves the new PathRecord SLs (docs/design.md §6.5)
 and smpquery shows the SL2VL and VLArb tables OpenSM programmed (ibsim keeps what was Set,
-reference C.5).
+docs/design.md §8.5).
 
 The second test proves the checker mirrors a real trap: a policy it rejects is rejected by
 OpenSM too, which drops the whole policy (every path back to SL 0).  The log lines OpenSM
@@ -100,7 +100,7 @@ def sighup(lab) -> tuple[list[str], list[str], float]:
 
 
 def path_sl(lab, src: FabricPort, dst: FabricPort) -> int:
-    """The SL of the PathRecord the SA answers from *src* to *dst* (reference A.5)."""
+    """The SL of the PathRecord the SA answers from *src* to *dst* (docs/design.md §6.5)."""
     out = lab.run(["saquery", "PR", "--slid", str(src.lid), "--dlid", str(dst.lid)], check=True)
     m = re.search(r"^\s*sl\.+(0x[0-9a-fA-F]+)\s*$", out.stdout, re.M)
     assert m is not None, out.stdout
@@ -205,7 +205,7 @@ def lines_kept(old: str, new: str) -> bool:
 
 
 CASES = {
-    # a reserved keyword inside a name (reference A.1, lexer 2): a syntax error
+    # a reserved keyword inside a name (docs/design.md §6.1, lexer 2): a syntax error
     "keyword-in-name": lambda good: good.replace("ibqos_job_A", "job-port-groups-A"),
     # no DEFAULT qos-level: OpenSM's validation rejects it (ERR AC10)
     "no-default": lambda good: good.replace("name: DEFAULT", "name: fallback"),

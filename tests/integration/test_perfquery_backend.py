@@ -2,7 +2,7 @@
 
 The lab writes PortCountersExtended values with ibsim's PerformanceSet (``lab.written``,
 in 4-octet words).  ibsim also counts every MAD that crosses a simulated link: 1 packet
-and 72 words (288 bytes) on each port it crosses (reference C.3).  Our queries go from the
+and 72 words (288 bytes) on each port it crosses (docs/design.md §8.3).  Our queries go from the
 OpenSM host, so they perturb what they read.  The bound used below: a PMA Get and its
 reply cross any one port at most once in each direction (fat-tree routes are minimal), so
 each data counter of each port is at most 288 bytes, and each packet counter at most 1

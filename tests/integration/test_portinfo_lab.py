@@ -1,7 +1,7 @@
 """Lane capabilities read with smpquery from a real lab (ibsim + OpenSM + infiniband-diags).
 
-ibsim simulates VLCap and OperVLs VL0-7 and both VLArb caps 8 on every port (reference
-C.5).  The MTU is checked against what OpenSM itself reports for a path: the SA's
+ibsim simulates VLCap and OperVLs VL0-7 and both VLArb caps 8 on every port (docs/design.md
+§8.5).  The MTU is checked against what OpenSM itself reports for a path: the SA's
 PathRecord MTU, the smallest NeighborMTU OpenSM found along the route.
 """
 

@@ -1,4 +1,4 @@
-"""Tests for ibqos.opensm.check: every trap of reference A.1/A.2 gets a case, and everything
+"""Tests for ibqos.opensm.check: every trap of docs/design.md §6.1-6.2 gets a case, and everything
 ibqos renders passes the checker."""
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def test_a_syntax_error_stops_the_check_as_it_stops_opensm() -> None:
     "text",
     [
         D,
-        "qos-ulps\n  default : 0\nend-qos-ulps\n",  # the shortest legal files (reference A.1)
+        "qos-ulps\n  default : 0\nend-qos-ulps\n",  # the shortest legal files (docs/design.md §6.1)
         (DATA / "reference-example.conf").read_text(),
         (DATA / "golden" / "qos-policy.conf").read_text(),
         D
@@ -211,7 +211,7 @@ CONF_TRAPS = [
     ("high_limit 256", Q + "qos_ca_high_limit 256\n", "error", 2, "expected 0-255"),
     ("high_limit text", Q + "qos_ca_high_limit four\n", "error", 2, "is not a number"),
     ("high_limit -2", Q + "qos_ca_high_limit -2\n", "warning", 2, "means unset"),
-    # routing engines that own SLs (reference A.4)
+    # routing engines that own SLs (docs/design.md §6.4)
     ("lash owns SL2VL", Q + "routing_engine lash,minhop\n" + f"qos_sl2vl {SL2VL}\n", "warning",
      3, "routing engine lash"),
     ("a damaged ibqos block", Q + "# BEGIN ibqos managed keys\nqos_ca_high_limit 1\n",

@@ -85,7 +85,7 @@ def test_recorded_outputs_parse_as_recorded(name):
     info = parse_portinfo(str(c["stdout"]), name, node_guid=0x1234)
     assert (info.lid, info.port) == (int(c["argv"][2]), int(c["argv"][3]))
     assert info.node_guid == 0x1234
-    # ibsim simulates the same lanes on every port (reference C.5)
+    # ibsim simulates the same lanes on every port (docs/design.md §8.5)
     assert raw["VLCap"] == raw["OperVLs"] == "VL0-7"
     assert (info.vl_cap, info.oper_vls, info.data_vls) == (8, 8, 8)
     assert raw["VLArbHighCap"] == raw["VLArbLowCap"] == "8"

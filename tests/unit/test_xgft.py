@@ -1,6 +1,6 @@
 """Tests for ibqos.fabric.xgft: the XGFT spec parser and the lab's fat-tree generator.
 
-Expectations are computed from the XGFT definition (DESIGN.md section 1, Öhring et al.):
+Expectations are computed from the XGFT definition (docs/design.md §2, Öhring et al.):
 level-i switches have m_i children, every level-(i-1) element has w_i parents; the
 structure is checked through the names the generator gives (``sw-L<level>-<index>``,
 ``cnNNNN mlx5_R``) with the test's own graph walks, not through ibqos.fabric.topology helpers.

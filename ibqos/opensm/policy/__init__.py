@@ -9,7 +9,7 @@ and a parser that reads the file as OpenSM does.
 - :mod:`~ibqos.opensm.policy.render`: ibqos's block between its marker comments, always
   the last part of the file, and :func:`job_sls` to read it back.
 
-Reference: /work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf".
+Reference: docs/design.md §6.1, "qos-policy.conf".
 """
 
 from ibqos.opensm.policy.lexer import Token, tokenize

@@ -7,8 +7,8 @@ and group lists numbers and punctuation are text, and each line end or comment r
 states.  Unquoted blanks outside ``use:`` text are dropped, so ``name: Job A`` names
 ``JobA``; a double-quoted string is one token.
 
-Reference: /work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf",
-"Lexer and parser details that matter to a generator".
+Reference: docs/design.md §6.1, "qos-policy.conf",
+"Lexer and parser details".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ qos-ulps lines, and what the parse noticed on the way.
 The objects keep what the file says, as written (group and level names in their own case,
 numbers before OpenSM masks them); lookups by name follow OpenSM, which compares names with
 ``strcasecmp`` and takes the first match in file order (``osm_qos_policy.c``).  Reference:
-/work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf" (its parts
+docs/design.md §6.1, "qos-policy.conf" (its parts
 "Sections", "port-group members", "qos-levels", "qos-match-rules" and "qos-ulps").
 """
 

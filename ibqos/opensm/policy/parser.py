@@ -8,7 +8,7 @@ whole policy; :mod:`ibqos.opensm.check` adds the validation OpenSM does afterwar
 (``osm_qos_policy_validate``) and the silent misreadings.  ``qos-setup`` is parsed and
 checked, then ignored, as by OpenSM.
 
-Reference: /work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf"
+Reference: docs/design.md §6.1, "qos-policy.conf"
 ("Sections", "port-group members", "qos-levels", "qos-match-rules", "qos-ulps" and
 "Error reporting").
 """

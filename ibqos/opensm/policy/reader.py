@@ -9,8 +9,8 @@ leading 0 means octal.  Where OpenSM silently reads something other than what th
 likely meant (blanks dropped from a name, text joined across lines, a name that runs into a
 keyword, a port-guid range it walks one GUID at a time), the reader notes it.
 
-Reference: /work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf",
-"Lexer and parser details that matter to a generator" and "Error reporting".
+Reference: docs/design.md §6.1, "qos-policy.conf",
+"Lexer and parser details" and "Error reporting".
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ibqos.opensm.policy.model import Issue, Range, Severity
 
 __all__ = ["HUGE_RANGE", "MAX_STRING", "WIDE_RANGE", "Reader", "Stop"]
 
-#: port-guid ranges are walked GUID by GUID at every parse (reference A.1): measured with
+#: port-guid ranges are walked GUID by GUID at every parse (docs/design.md §6.1): measured with
 #: OpenSM 3.3.23 in a lab, 2^24 GUIDs took 0.2 s per heavy sweep and 2^64 hung it
 WIDE_RANGE, HUGE_RANGE = 1 << 20, 1 << 28
 #: OSM_QOS_POLICY_MAX_LINE_LEN: the parser's buffer for one string value, in bytes

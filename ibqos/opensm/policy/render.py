@@ -12,7 +12,7 @@ so the block carries its own ``port-groups``, ``qos-levels`` and ``qos-match-rul
 **What it holds.**
 
 - One port-group per job, ``ibqos_job_<id>``, listing the job's ports by exact port GUID, one
-  ``port-guid:`` line each (a range would be walked one GUID at a time, reference A.1).
+  ``port-guid:`` line each (a range would be walked one GUID at a time, docs/design.md §6.1).
 - One qos-level per SL in use, ``ibqos_sl_<sl>``.
 - A job without a known port GUID gets only a comment (a group without members matches
   nothing, and the checker warns about it).
@@ -37,9 +37,8 @@ lexer reads as plain text: no ``"`` (which would open a quoted string spanning l
 **Reading it back.**  :func:`job_sls` finds which SL the block binds each job to, from the
 ``use:`` text of its port-groups and the match rules that name them.
 
-Reference: /work/shared/reference/opensm-pma-ibsim.md, section A.1 "qos-policy.conf"
-("Sections", "Lexer and parser details that matter to a generator" and "Complete minimal
-example for the agent's purpose").
+Reference: docs/design.md §6.1, "qos-policy.conf"
+("Sections", "Lexer and parser details" and "A minimal policy").
 """
 
 from __future__ import annotations
