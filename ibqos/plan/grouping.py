@@ -17,7 +17,7 @@ inside a set of ``|B|`` members are at most what filling the largest lanes first
 (``sum C(c_g, 2)`` is Schur-convex and that filling majorizes every other).  The contiguous
 grouping that puts the lightest ``m_1`` SLs in one lane, the next ``m_2`` in the next, and so
 on, reaches that bound for every *s* at once, so it is optimal for those sizes; the DP tries
-every size.  ``tests/unit/test_grouping.py`` checks the DP against all set partitions.
+every size.  ``tests/unit/plan/test_grouping.py`` checks the DP against all set partitions.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_a_job_without_rates_is_named(tmp_path: Path) -> None:
 
 def test_senders_option(mix: Path) -> None:
     # Per job a job's hosts all wait for its slowest one, so no job comes out faster than
-    # per host (the difference itself: tests/unit/test_sim_fluid.py), on the same model
+    # per host (the difference itself: tests/unit/sim/test_fluid.py), on the same model
     # (without buffers: per job the default has none, per host it has 8, and the buffered
     # model also counts the last packet's trip); auto is per host for 24 sending hosts.
     def times(senders: str, *more: str) -> dict[str, float]:

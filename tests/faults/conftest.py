@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentrun import QUIET, write_jobs
-from faultcheck import XGFT, Guard
+
+from tests.faults.faultcheck import XGFT, Guard
+from tests.support.agentrun import QUIET, write_jobs
 
 
 @pytest.fixture

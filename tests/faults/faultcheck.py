@@ -25,12 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from agentrun import agent_config, drive, lids, metrics_url, path_sl, start_agent, state, stop_agent
 from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.agent.handoff import ask_sl
 from ibqos.errors import HandoffError
 from ibqos.jobs.hosts import expand_hosts
+from tests.support.agentrun import (
+    agent_config,
+    drive,
+    lids,
+    metrics_url,
+    path_sl,
+    start_agent,
+    state,
+    stop_agent,
+)
 
 #: a lab of 8 hosts on 4 leaves and 2 spines (``2;4,2;1,2``)
 XGFT = "2;4,2;1,2"

@@ -6,7 +6,8 @@ import signal
 import subprocess
 
 import yaml
-from faultcheck import Guard, job
+
+from tests.faults.faultcheck import Guard, job
 
 A = job("A", "cn[0001-0002]")
 B = job("B", "cn[0003,0007]")

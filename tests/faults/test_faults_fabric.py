@@ -6,12 +6,11 @@ import os
 import signal
 import time
 
-from agentrun import write_jobs
-from faultcheck import job
-from systemdunit import Systemd
-
 from ibqos.fabric.topology import Port
 from ibqos.lab.counters import EXT, perfset
+from tests.faults.faultcheck import job
+from tests.support.agentrun import write_jobs
+from tests.support.systemdunit import Systemd
 
 A = job("A", "cn[0001-0002]")
 B = job("B", "cn[0003,0007]")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrun import write_jobs
-from faultcheck import Guard, job
+from tests.faults.faultcheck import Guard, job
+from tests.support.agentrun import write_jobs
 
 A = job("A", "cn[0001-0002]")
 B = job("B", "cn[0003,0007]")

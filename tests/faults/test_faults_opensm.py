@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import time
 
-from agentrun import write_jobs
-from faultcheck import job
-
 from ibqos.lab.faults import hidden_log, stale_pid
+from tests.faults.faultcheck import job
+from tests.support.agentrun import write_jobs
 
 A = job("A", "cn[0001-0002]")
 B = job("B", "cn[0003,0007]")

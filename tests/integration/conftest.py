@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from labcheck import JOBS
+
+from tests.integration.labcheck import JOBS
 
 
 @pytest.fixture

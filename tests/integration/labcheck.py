@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
-from agentrun import QUIET
 
 from ibqos.fabric.targets import Target
 from ibqos.fabric.topology import Port, Topology
+from tests.support.agentrun import QUIET
 
 __all__ = [
     "HOLD_SLOT",

@@ -10,7 +10,9 @@ import signal
 import subprocess
 import time
 
-from agentrun import (
+from ibqos.opensm.conf import parse_conf
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import (
     ADMIN,
     JOB_B,
     JOB_C,
@@ -27,9 +29,6 @@ from agentrun import (
     vlarb_low,
     write_jobs,
 )
-from labcheck import QUIET
-
-from ibqos.opensm.conf import parse_conf
 
 
 def test_the_agent_plans_applies_and_follows_jobs(make_lab, tmp_path):

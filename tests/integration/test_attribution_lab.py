@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from labcheck import QUIET
+
+from tests.integration.labcheck import QUIET
 
 ROOT = Path(__file__).parents[2]
 

@@ -18,12 +18,20 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from agentrun import agent_config, drive, metrics_url, start_agent, state, stop_agent, write_jobs
-from labcheck import QUIET
 
 from ibqos.characterize import history
 from ibqos.classify.profiles import Profile, ProfileStore
 from ibqos.lab.prometheus import PrometheusServer
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import (
+    agent_config,
+    drive,
+    metrics_url,
+    start_agent,
+    state,
+    stop_agent,
+    write_jobs,
+)
 
 # a light job (1e8 B/s a node: low) and a job of an application profiled as high
 JOB_A = {"id": "A", "name": "ft", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import yaml
-from labcheck import QUIET
 from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
+from tests.integration.labcheck import QUIET
 
 # 2;4,2;1,2: cn0001-0004 on leaf 1, cn0005-0008 on leaf 2, two 12.5 GB/s uplinks per leaf.
 # Each job sends 2 x 8 GB/s out of its leaf while communicating; routes spread the

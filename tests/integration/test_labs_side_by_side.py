@@ -9,9 +9,8 @@ import subprocess
 import time
 import urllib.request
 
-from agentrun import start_agent, stop_agent
-
 from ibqos.lab.files import agent_socket
+from tests.support.agentrun import start_agent, stop_agent
 
 
 def fabric_of(address: str) -> str | None:

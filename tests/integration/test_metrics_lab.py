@@ -8,7 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from agentrun import (
+from ibqos.lab.prometheus import PrometheusServer
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import (
     JOB_B,
     LIGHT_A,
     agent_config,
@@ -19,10 +21,7 @@ from agentrun import (
     stop_agent,
     write_jobs,
 )
-from dashqueries import panel_queries
-from labcheck import QUIET
-
-from ibqos.lab.prometheus import PrometheusServer
+from tests.support.dashqueries import panel_queries
 
 #: panels with data only once something happened: tuning's scores come with a prediction
 #: or a trial

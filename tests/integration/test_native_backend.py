@@ -14,13 +14,20 @@ import sys
 
 import pandas as pd
 import pytest
-from labcheck import MAD_BYTES, QUIET, check_against_lab, lab_values, port_of, targets_from_topology
 
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
 from ibqos.collect.replay import ReplayBackend
 from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
 from ibqos.lab.fabric import fabric_from_lab
+from tests.integration.labcheck import (
+    MAD_BYTES,
+    QUIET,
+    check_against_lab,
+    lab_values,
+    port_of,
+    targets_from_topology,
+)
 
 JSON_KEYS = {
     "node_guid",

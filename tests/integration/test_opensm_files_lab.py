@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-from labcheck import QUIET
 
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import OpenSMConfig
@@ -36,6 +35,7 @@ from ibqos.opensm.flavour import Detected
 from ibqos.opensm.policy import PolicyJob, render_policy
 from ibqos.opensm.render import render_checked
 from ibqos.plan.planner import JobState, Tables, plan
+from tests.integration.labcheck import QUIET
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "opensm"
 RECORD = os.environ.get("IBQOS_RECORD_OPENSM") == "1"

@@ -18,7 +18,13 @@ import sys
 
 import pandas as pd
 import pytest
-from labcheck import (
+
+from ibqos.collect.perfquery import PerfqueryBackend
+from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
+from ibqos.collect.replay import ReplayBackend, SweepRecorder
+from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
+from ibqos.fabric.targets import Target
+from tests.integration.labcheck import (
     HOLD_SLOT,
     MAD_BYTES,
     QUIET,
@@ -27,12 +33,6 @@ from labcheck import (
     port_of,
     targets_from_topology,
 )
-
-from ibqos.collect.perfquery import PerfqueryBackend
-from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS, RateTracker
-from ibqos.collect.replay import ReplayBackend, SweepRecorder
-from ibqos.collect.sweep import SWEEP_DTYPES, VL_WAIT_COLUMNS, sweep_dtypes
-from ibqos.fabric.targets import Target
 
 
 def test_both_modes_read_what_the_lab_wrote(make_lab, jobs, tmp_path):

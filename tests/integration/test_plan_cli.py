@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import numpy as np
 from click.testing import CliRunner
-from labcheck import QUIET
 
 from ibqos.cli import cli
 from ibqos.collect.perfquery import PerfqueryBackend
 from ibqos.collect.replay import SweepRecorder
 from ibqos.lab.fabric import fabric_from_lab
+from tests.integration.labcheck import QUIET
 
 # 2 leaves of 4 hosts under 2 spines; both jobs on both leaves, so the uplinks are shared.
 # heavy: each host sends 2/3 of 10 GB/s off its leaf -> 13.3 GB/s of a leaf's 25 GB/s up

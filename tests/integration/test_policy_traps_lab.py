@@ -19,15 +19,21 @@ import re
 import signal
 import time
 
-from labcheck import QUIET
-from test_opensm_files_lab import JOB_HOSTS, SWEEP_TIMEOUT_S, errors, host_ports, path_sl, sighup
-
 from ibqos.fsio import atomic_write
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.opensm import MINIMAL_POLICY
 from ibqos.opensm.check import check_policy
 from ibqos.opensm.partitions import Partitions, parse_partitions
 from ibqos.opensm.policy import PolicyJob, render_policy
+from tests.integration.labcheck import QUIET
+from tests.integration.test_opensm_files_lab import (
+    JOB_HOSTS,
+    SWEEP_TIMEOUT_S,
+    errors,
+    host_ports,
+    path_sl,
+    sighup,
+)
 
 JOB_SL = 3
 

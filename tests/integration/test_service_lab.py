@@ -3,7 +3,7 @@ played by the test.
 
 There is no systemd as PID 1 here, so the test does what it would: installs the unit with
 ``ibqos install``, reads ExecStart, Environment= and the EnvironmentFile from the installed
-files (tests/systemdunit.py), starts that argv with a NOTIFY_SOCKET it listens on and the
+files (tests/support/systemdunit.py), starts that argv with a NOTIFY_SOCKET it listens on and the
 WATCHDOG_USEC of the unit's WatchdogSec= (both only as the unit asks for them: a unit that
 lost Type=notify or its watchdog fails here), runs ExecReload's command with $MAINPID, and
 stops the service as ``KillMode=control-group`` does: SIGTERM to every process of the
@@ -21,9 +21,12 @@ import time
 from pathlib import Path
 
 import yaml
-from agentrun import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
-from labcheck import QUIET
-from systemdunit import (
+
+from ibqos.agent.state import load_state
+from ibqos.opensm.check import check_file
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import JOB_B, JOB_C, LIGHT_A, lids, path_sl, write_jobs
+from tests.support.systemdunit import (
     Systemd,
     Unit,
     exec_argv,
@@ -32,9 +35,6 @@ from systemdunit import (
     seconds,
     unit_environment,
 )
-
-from ibqos.agent.state import load_state
-from ibqos.opensm.check import check_file
 
 IBQOS = Path(sys.executable).parent / "ibqos"
 ROOT = Path(__file__).parents[2]

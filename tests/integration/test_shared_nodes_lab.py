@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import re
 
-from agentrun import QUIET, agent_config, drive, lids, path_sl, start_agent, state, stop_agent
-from agentrun import write_jobs as write
-
 from ibqos.lab.fabric import fabric_from_lab
+from tests.support.agentrun import (
+    QUIET,
+    agent_config,
+    drive,
+    lids,
+    path_sl,
+    start_agent,
+    state,
+    stop_agent,
+)
+from tests.support.agentrun import write_jobs as write
 
 # cn0002 and cn0003 run both jobs; A sends three times what B sends per node
 JOB_A = {"id": "A", "name": "big", "nodes": "cn[0001-0003,0005]", "pattern": "all-to-all"}

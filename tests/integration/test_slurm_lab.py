@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentrun import drive, lids, path_sl, start_agent, state, stop_agent
-from labcheck import QUIET
 
 from ibqos.lab.slurm import SlurmCluster
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import drive, lids, path_sl, start_agent, state, stop_agent
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "slurm"
 IBQOS = str(Path(sys.executable).parent / "ibqos")

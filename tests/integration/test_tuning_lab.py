@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 import yaml
-from agentrun import QUIET, agent_config, metrics_url, scrape, start_agent, stop_agent
 from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
 from ibqos.plan.setups import LAW
 from ibqos.plan.tuner import score
+from tests.support.agentrun import QUIET, agent_config, metrics_url, scrape, start_agent, stop_agent
 
 # 2;8,4;1,2: leaves of 8 hosts, 2 uplinks of 12.5 GB/s each.  H and L each have 4 nodes
 # on leaf 1 and 4 on leaf 2, all-to-all at 10 GB/s: either alone offers its leaves'

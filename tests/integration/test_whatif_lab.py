@@ -6,8 +6,9 @@ import re
 import subprocess
 
 import yaml
-from agentrun import JOB_B, agent_config, drive, write_jobs
-from labcheck import QUIET
+
+from tests.integration.labcheck import QUIET
+from tests.support.agentrun import JOB_B, agent_config, drive, write_jobs
 
 HEAVY = {"id": "H", "name": "a2a", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}
 HEAVY |= {"rate_bytes_per_s": 1.2e10, "duty": 0.8, "period_s": 0.01}

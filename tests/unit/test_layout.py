@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "ibqos"
+from tests.support.paths import ROOT
+
+PACKAGE = ROOT / "ibqos"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_LINES = 600
 

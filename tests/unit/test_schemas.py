@@ -10,8 +10,7 @@ import pytest
 
 from ibqos.config import load_config
 from ibqos.jobs import load_jobs
-
-ROOT = Path(__file__).parents[2]
+from tests.support.paths import ROOT
 
 
 def _gen_schemas() -> object:

@@ -1,0 +1,108 @@
+"""The tuning driver on real decisions: pool, prediction (inline and in a thread), the
+decider following the tuner's setup."""
+
+from __future__ import annotations
+
+import threading
+
+from ibqos.config.classes import Thresholds
+from ibqos.config.lanes import LaneConfig
+from ibqos.config.tuning import TuningConfig
+from ibqos.jobs.model import Job
+from ibqos.plan.decide import Decider
+from ibqos.plan.setups import LAW
+from ibqos.plan.tuning import Predicted, TuningDriver
+from tests.support.fabric_rates import leaf_up_ports, rates, setup
+
+LANES = LaneConfig(reserved_sls=(0,), min_hold_s=0.0, min_interval_s=0.0)
+LINK = 12.5e9
+JOBS = [
+    Job("h", ("cn0001", "cn0002", "cn0009", "cn0010"), name="ft"),
+    Job("m", ("cn0003", "cn0004", "cn0011", "cn0012"), name="halo"),
+    Job("l", ("cn0017", "cn0018", "cn0025", "cn0026"), name="pairs"),
+]
+CFG = TuningConfig(shortlist=2, trial_sweeps=2, settle_s=0.0)
+
+
+def table(speed: dict[str, float]):
+    """Rates: each job injects *speed* x its base rate from its hosts."""
+    fabric, hp = setup()
+    base = {"h": 0.8, "m": 0.3, "l": 0.02}
+    xmit = {}
+    for job in JOBS:
+        for host in job.nodes:
+            xmit[hp[host]] = 2 * LINK * base[job.id] * speed.get(job.id, 1.0)
+    for leaf in (1, 2, 3, 4):
+        for key in leaf_up_ports(fabric, f"sw-L1-000{leaf}"):
+            xmit.setdefault(key, LINK * 0.5)
+    return fabric, rates(fabric, xmit)
+
+
+def run(driver: TuningDriver, cycles: int, speeds: dict[str, dict[str, float]]) -> list[str]:
+    """Cycles of decide + tuning, the fabric serving the last plan's setup from the next
+    sweep on; returns the setup in force at each sweep."""
+    fabric, _ = table({})
+    decider = Decider(fabric, LANES, Thresholds(tau_s=0.0))
+    served, reloaded, seen = LAW, False, []
+    for k in range(cycles):
+        _, rates_ = table(speeds.get(served, {}))
+        decider.setup = driver.wanted
+        d = decider.decide(rates_, JOBS, 10.0 * k)
+        driver.after_cycle(d, fresh=True, in_force=served, reloaded=reloaded, now_s=10.0 * k)
+        assert d.plan.tables is not None
+        now = d.plan.tables.setup
+        reloaded, served = now != served, now
+        seen.append(served)
+    return seen
+
+
+def test_the_pool_follows_the_plan_and_an_inline_prediction_orders_the_trials() -> None:
+    calls = []
+
+    def predictor(decision, plan, pool):
+        calls.append([s.name for s in pool])
+        names = [s.name for s in pool]
+        scores = {n: 1.0 + 0.001 * i for i, n in enumerate(names)}  # all within the slack
+        return Predicted(tuple(reversed(names)), scores, "t")
+
+    driver = TuningDriver(CFG, enforce=True, predictor=predictor, background=False)
+    seen = run(driver, 20, {})
+    assert calls and calls[0][0] == LAW and len(calls[0]) == CFG.candidates
+    first_trial = next(n for n in seen if n != LAW)
+    assert first_trial == calls[0][-1]  # the best predicted goes first
+    status = driver.status(200.0)
+    assert status.predicted[LAW] == 1.0 and status.rounds == 1
+
+
+def test_the_tuner_keeps_what_the_counters_show_best() -> None:
+    driver = TuningDriver(CFG, enforce=True, predictor=None, background=False)
+    # the pool's order: equal, favour-heavy next; favour-heavy speeds the heavy job up
+    seen = run(driver, 25, {"favour-heavy": {"h": 1.3}, "equal": {"l": 0.2}})
+    assert "equal" in seen and "favour-heavy" in seen
+    assert seen[-1] == "favour-heavy" and driver.status(250.0).state == "settled"
+    assert driver.status(250.0).measured["equal"] == float("inf")  # below the floor
+
+
+def test_a_prediction_in_a_thread_never_holds_the_cycle() -> None:
+    release = threading.Event()
+
+    def slow(decision, plan, pool):
+        release.wait(5.0)
+        return Predicted(tuple(s.name for s in pool), {})
+
+    driver = TuningDriver(CFG, enforce=True, predictor=slow)
+    seen = run(driver, 4, {})
+    assert set(seen) == {LAW} and driver.status(40.0).state == "waiting"
+    release.set()
+    assert driver.wait_prediction(5.0)
+    assert driver.predicted is not None
+
+
+def test_predict_now_and_no_predictor() -> None:
+    fabric, rates_ = table({})
+    d = Decider(fabric, LANES, Thresholds(tau_s=0.0)).decide(rates_, JOBS, 0.0)
+    assert TuningDriver(CFG, enforce=False).predict_now(d) is None
+    got = TuningDriver(
+        CFG, enforce=False, predictor=lambda d, p, pool: Predicted(("x",), {}, "table")
+    ).predict_now(d)
+    assert got is not None and got.text == "table"
