@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import time
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import pytest
 
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import OpenSMConfig
-from ibqos.fabric.model import Fabric, FabricPort
 from ibqos.fsio import atomic_write
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.opensm import MINIMAL_POLICY
@@ -36,13 +34,18 @@ from ibqos.opensm.policy import PolicyJob, render_policy
 from ibqos.opensm.render import render_checked
 from ibqos.plan.planner import JobState, Tables, plan
 from tests.integration.labcheck import QUIET
+from tests.integration.opensm_lab import (
+    JOB_HOSTS,
+    errors,
+    host_ports,
+    path_sl,
+    sighup,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "opensm"
 RECORD = os.environ.get("IBQOS_RECORD_OPENSM") == "1"
 LANES = LaneConfig(data_vls=8, vlarb_low_cap=8, vlarb_high_cap=8, reserved_sls=(0, 5))
 CAPS = {"data_vls": 8, "vlarb_low_cap": 8, "vlarb_high_cap": 8}
-SWEEP_TIMEOUT_S = 30.0
-JOB_HOSTS = {"A": ("cn0001", "cn0005"), "B": ("cn0002", "cn0006")}  # across both leaves
 STORAGE_HOST = "cn0008"
 #: the site's own part: a storage group whose paths get SL 5, and the DEFAULT level
 ADMIN_POLICY = (
@@ -70,43 +73,6 @@ end-qos-match-rules
 )
 
 
-def host_ports(fabric: Fabric) -> dict[str, FabricPort]:
-    """The CA ports of *fabric* by host name."""
-    return {fp.node_desc.split()[0]: fp for fp in fabric.ports.values() if not fp.is_switch}
-
-
-def sighup(lab) -> tuple[list[str], list[str], float]:
-    """SIGHUP the lab's OpenSM and wait for the heavy sweep it forces (the next
-    ``SUBNET UP``).  Returns the log lines and stdout lines written meanwhile, and the
-    seconds from the signal to the end of the sweep."""
-    files = lab.paths.opensm
-    log = files.log.read_text(errors="replace")
-    out_offset = files.stdout.stat().st_size
-    pid = int(files.pid.read_text())
-    assert lab.opensm is not None and lab.opensm.proc.pid == pid  # ours, and only ours
-    t0 = time.monotonic()
-    os.kill(pid, signal.SIGHUP)
-    while True:
-        text = files.log.read_text(errors="replace")
-        if text.count("SUBNET UP") > log.count("SUBNET UP"):
-            seconds = time.monotonic() - t0
-            break
-        assert time.monotonic() - t0 < SWEEP_TIMEOUT_S, "no heavy sweep after SIGHUP"
-        time.sleep(0.02)
-    with files.stdout.open("rb") as fh:
-        fh.seek(out_offset)
-        stdout = fh.read().decode(errors="replace")
-    return text[len(log) :].splitlines(), stdout.splitlines(), seconds
-
-
-def path_sl(lab, src: FabricPort, dst: FabricPort) -> int:
-    """The SL of the PathRecord the SA answers from *src* to *dst* (docs/design.md §6.5)."""
-    out = lab.run(["saquery", "PR", "--slid", str(src.lid), "--dlid", str(dst.lid)], check=True)
-    m = re.search(r"^\s*sl\.+(0x[0-9a-fA-F]+)\s*$", out.stdout, re.M)
-    assert m is not None, out.stdout
-    return int(m.group(1), 16)
-
-
 def sl2vl_rows(lab, lid: int, port: int | None = None) -> dict[tuple[int, int], list[int]]:
     """``smpquery sl2vl``: (in port, out port) -> VL of SL 0..15."""
     argv = ["smpquery", "sl2vl", str(lid), *([str(port)] if port is not None else [])]
@@ -129,10 +95,6 @@ def vlarb(lab, lid: int, port: int | None = None) -> tuple[list[tuple[int, int]]
 
 def padded(entries: tuple[tuple[int, int], ...], cap: int = 8) -> list[tuple[int, int]]:
     return [*entries, *[(0, 0)] * (cap - len(entries))]
-
-
-def errors(lines: list[str]) -> list[str]:
-    return [line for line in lines if " ERR " in line]
 
 
 def test_rendered_files_take_effect(make_lab) -> None:

@@ -26,7 +26,7 @@ from ibqos.opensm.check import check_policy
 from ibqos.opensm.partitions import Partitions, parse_partitions
 from ibqos.opensm.policy import PolicyJob, render_policy
 from tests.integration.labcheck import QUIET
-from tests.integration.test_opensm_files_lab import (
+from tests.integration.opensm_lab import (
     JOB_HOSTS,
     SWEEP_TIMEOUT_S,
     errors,

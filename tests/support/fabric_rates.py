@@ -81,3 +81,19 @@ def random_rates(fabric: Fabric, rng: np.random.Generator, nan_share: float = 0.
     xmit[rng.random(len(cap)) < nan_share] = np.nan
     table["xmit_bytes_per_s"] = xmit
     return table
+
+
+WAIT = 1000.0  # XmitWait ticks/s of every up port
+INTERVAL = 10.0  # seconds between two sweeps
+
+
+def full_rates(fabric: Fabric, xmit: dict) -> pd.DataFrame:
+    """A rates table with the columns the snapshot reads, XmitWait on every up port."""
+    table = rates(fabric, xmit)
+    ports = list(fabric.ports.values())
+    table["level"] = np.array([fp.level for fp in ports], dtype=np.uint8)
+    table["role"] = pd.Series([fp.role for fp in ports], dtype=object)
+    table["rcv_bytes_per_s"] = table["xmit_bytes_per_s"]
+    table["xmit_wait_per_s"] = [WAIT if fp.role == "up" else 0.0 for fp in ports]
+    table["interval_s"] = INTERVAL
+    return table

@@ -24,7 +24,7 @@ from ibqos.errors import AgentLockError, ConfigError
 from ibqos.fabric.model import fabric_from_file
 from ibqos.metrics.server import _Server
 from tests.support.paths import TESTS
-from tests.unit.collect.test_loop import recorded
+from tests.support.recordings import recorded
 
 TOPOLOGY = TESTS / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
 JOBS = {"jobs": [{"id": "A", "nodes": "cn[0001-0002]"}, {"id": "B", "nodes": "cn[0003-0004]"}]}

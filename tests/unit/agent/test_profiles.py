@@ -15,8 +15,8 @@ from ibqos.agent.state import load_state
 from ibqos.attribute.jobmap import host_ports
 from ibqos.collect.replay import CSV_COLUMNS, FORMAT, INDEX, VERSION
 from ibqos.config.load import load_config
+from tests.support.fabric_rates import full_rates
 from tests.support.paths import TESTS
-from tests.unit.metrics.test_metrics import full_rates
 
 TOPOLOGY = TESTS / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
 JOB = {"id": "7", "name": "ft", "nodes": "cn[0001-0002,0009-0010]"}

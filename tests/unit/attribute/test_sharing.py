@@ -12,8 +12,8 @@ from ibqos.fabric.hostnames import HostMatcher
 from ibqos.jobs.model import Job
 from ibqos.metrics import build_snapshot, level_capacities
 from ibqos.plan.decide import Decider
-from tests.support.fabric_rates import setup
-from tests.unit.metrics.test_metrics import full_rates, metrics
+from tests.support.exporter import metrics
+from tests.support.fabric_rates import full_rates, setup
 
 SHARED = [
     Job("A", ("cn0001", "cn0002", "cn0009"), name="a"),  # leaves 1, 2

@@ -27,7 +27,7 @@ from ibqos.metrics.snapshot import Snapshot
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import to_json
 from ibqos.sim.network import dmodk_lfts, xgft_network
-from tests.unit.collect.test_per_sl import reply as per_sl_reply
+from tests.support.scripted_pma import reply as per_sl_reply
 
 
 def hosts(*numbers: int) -> tuple[str, ...]:

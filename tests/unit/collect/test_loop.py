@@ -19,23 +19,10 @@ from ibqos.config.models import CollectConfig
 from ibqos.errors import TopologyError
 from ibqos.fabric.model import Fabric, fabric_from_text
 from tests.support.paths import TESTS
+from tests.support.recordings import recorded
 
 DATA = TESTS / "data" / "lab-xgft-2_8.4_1.2" / "ibnetdiscover.txt"
 CN0001_LINK = '"H-0c42a10301000000"'
-
-
-def recorded(path: Path, fabric: Fabric, sweeps: int) -> None:
-    """A recording of *sweeps* sweeps, one second apart, every port moving 1 MB/s."""
-    targets = fabric.targets()
-    rec = SweepRecorder(path)
-    for k in range(sweeps):
-        table = empty_table(targets)
-        for col in ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait"):
-            table[col] = pd.array([k * 1_000_000] * len(targets), dtype="UInt64")
-        table["time_s"] = 1000.0 + k
-        table["counter_bits"] = pd.Series([64] * len(targets), dtype="uint8")
-        table["error"] = ""
-        rec.record(Sweep(targets, table, "native", 1000.0 + k, 0.01))
 
 
 def test_rates_come_from_the_second_sweep_on(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Per-SL data counters: the MAD bytes, the probe, clears, and per-SL rates.
 
 The end-to-end tests drive the native backend over ``ScriptedFabric`` (the transport
-boundary, from test_native.py), answering PortXmitDataSL/PortRcvDataSL Gets and Sets with
+boundary, tests/support/scripted_pma.py), answering PortXmitDataSL/PortRcvDataSL Gets and Sets with
 constructed replies, with the wall clock fixed so that every rate is exact.
 """
 
@@ -18,25 +18,11 @@ from ibqos.collect.per_sl import SL_RATES_DTYPES, SlRateTracker, SlReadings, cle
 from ibqos.fabric.targets import Target
 from ibqos.mad import pma
 from ibqos.mad.layers import PortRcvDataSL, PortXmitDataSL, counters, dissect
+from tests.support.scripted_pma import SWITCH_CAPS, ScriptedFabric, backend, ca, reply, switch
 from tests.unit.agent.test_faults import config  # noqa: F401 (a fixture)
-from tests.unit.collect.test_native import SWITCH_CAPS, ScriptedFabric, backend, ca, switch
 
 XMIT, RCV = pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL
 SL_ATTRS = (XMIT, RCV)
-
-
-def reply(attr: int, port: int, words: list[int], status: int = 0) -> bytes:
-    """A GetResp of a per-SL attribute, byte by byte as IBA annex A13.6.4 lays it out."""
-    mad = bytearray(256)
-    mad[0:4] = bytes([1, 0x04, 1, 0x81])  # BaseVersion, PerfMgt, ClassVersion, GetResp
-    mad[4:6] = status.to_bytes(2, "big")
-    mad[12:16] = (0x1234).to_bytes(4, "big")  # TransactionID, low 32 bits
-    mad[16:18] = attr.to_bytes(2, "big")
-    mad[64 + 1] = port  # PortSelect
-    mad[64 + 2 : 64 + 4] = b"\x00\x00"  # CounterSelect
-    for sl, w in enumerate(words):
-        mad[64 + 4 + 4 * sl : 64 + 8 + 4 * sl] = w.to_bytes(4, "big")
-    return bytes(mad)
 
 
 # -- the bytes ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import subprocess
 import urllib.request
 
 import numpy as np
-import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -17,32 +16,18 @@ from ibqos.collect.rates import VL_WAIT_RATE_COLUMNS
 from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import MetricsConfig
-from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.metrics.families import SnapshotCollector
 from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import lane_weights
-from tests.support.fabric_rates import leaf_up_ports, rates, setup
+from tests.support.exporter import metrics
+from tests.support.fabric_rates import INTERVAL, WAIT, full_rates, leaf_up_ports, setup
 
 LINK = 12.5e9  # 4x EDR, bytes/s per direction
 HEAVY = Job("h", ("cn0001", "cn0002", "cn0009", "cn0010"), name="ft", user="ann")
 LIGHT = Job("l", ("cn0017", "cn0018", "cn0025", "cn0026"), name="pairs")
-WAIT = 1000.0  # XmitWait ticks/s of every up port
-INTERVAL = 10.0  # seconds between two sweeps
-
-
-def full_rates(fabric: Fabric, xmit: dict) -> pd.DataFrame:
-    """A rates table with the columns the snapshot reads, XmitWait on every up port."""
-    table = rates(fabric, xmit)
-    ports = list(fabric.ports.values())
-    table["level"] = np.array([fp.level for fp in ports], dtype=np.uint8)
-    table["role"] = pd.Series([fp.role for fp in ports], dtype=object)
-    table["rcv_bytes_per_s"] = table["xmit_bytes_per_s"]
-    table["xmit_wait_per_s"] = [WAIT if fp.role == "up" else 0.0 for fp in ports]
-    table["interval_s"] = INTERVAL
-    return table
 
 
 def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=False, fresh=True):
@@ -66,16 +51,6 @@ def cycle(jobs=(HEAVY, LIGHT), heavy=0.8, light=0.01, vl_wait=False, per_port=Fa
     capacity = level_capacities(fabric)
     snap = build_snapshot(decision, table, capacity, 1.7e9, per_port=per_port, fresh=fresh)
     return fabric, decision, snap
-
-
-def metrics(counters: Counters | None = None) -> AgentMetrics:
-    return AgentMetrics(
-        counters or Counters(),
-        fabric="lab",
-        routing_engine="ftree",
-        dry_run=False,
-        registry=CollectorRegistry(),
-    )
 
 
 def test_jobs_lanes_and_levels_of_a_cycle() -> None:
