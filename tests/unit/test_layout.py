@@ -119,3 +119,14 @@ def test_faces_do_not_hide_their_modules(init: Path) -> None:
             continue
         found = getattr(face, name, None)
         assert found is None or inspect.ismodule(found), f"{package}.{name} is a {found!r}"
+
+
+def test_unit_tests_mirror_the_package() -> None:
+    """``tests/unit/<package>/`` for each package's tests: a folder there names a package
+    of ibqos, and only the top-level modules' tests sit in ``tests/unit`` itself."""
+    unit = ROOT / "tests" / "unit"
+    for folder in sorted(p for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert (PACKAGE / folder.name / "__init__.py").exists(), f"tests/unit/{folder.name}/"
+    top_level = {p.stem for p in PACKAGE.glob("*.py")}
+    for test in sorted(unit.glob("test_*.py")):
+        assert test.stem.removeprefix("test_") in top_level | {"layout", "schemas"}, test.name
