@@ -5,7 +5,7 @@ The objects keep what the file says, as written (group and level names in their 
 numbers before OpenSM masks them); lookups by name follow OpenSM, which compares names with
 ``strcasecmp`` and takes the first match in file order (``osm_qos_policy.c``).  Reference:
 docs/design.md §6.1, "qos-policy.conf" (its parts
-"Sections", "port-group members", "qos-levels", "qos-match-rules" and "qos-ulps").
+"Sections", "Port-group members", "qos-levels", "qos-match-rules" and "qos-ulps").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ whole policy; :mod:`ibqos.opensm.check` adds the validation OpenSM does afterwar
 checked, then ignored, as by OpenSM.
 
 Reference: docs/design.md §6.1, "qos-policy.conf"
-("Sections", "port-group members", "qos-levels", "qos-match-rules", "qos-ulps" and
+("Sections", "Port-group members", "qos-levels", "qos-match-rules", "qos-ulps" and
 "Error reporting").
 """
 
