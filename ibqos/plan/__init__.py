@@ -10,7 +10,8 @@ Pipeline stage 4 of ibqos (docs/design.md §5)::
 - :mod:`~ibqos.plan.setups`: the favour-light law's setup and the candidates beside it;
   :mod:`~ibqos.plan.tuner`: trying them on the fabric (rounds of trials, the score);
   :mod:`~ibqos.plan.tuning`: the two as a cycle drives them (:class:`TuningDriver`);
-- :mod:`~ibqos.plan.report`: what a cycle hands out (:class:`Decision`, :class:`JobReport`);
+- :mod:`~ibqos.plan.report`: what a cycle hands out (:class:`Decision`, :class:`JobReport`),
+  built from what its stages produced (:class:`CycleOutputs`);
 - :mod:`~ibqos.plan.output`: ``ibqos plan`` output, as tables or the documented JSON.
 """
 
@@ -18,7 +19,7 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.grouping import lane_cost, optimal_grouping
 from ibqos.plan.output import align, lane_weights, pct_text, rate_text, render, to_json
 from ibqos.plan.planner import JobState, Lane, Plan, PlanResult, Tables, plan
-from ibqos.plan.report import Decision, JobReport, LevelFigures, build_decision
+from ibqos.plan.report import CycleOutputs, Decision, JobReport, LevelFigures, build_decision
 from ibqos.plan.setups import LAW, Setup, candidates
 from ibqos.plan.tuner import Tuner, TuningStatus
 from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
@@ -26,6 +27,7 @@ from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
 
 __all__ = [
     "LAW",
+    "CycleOutputs",
     "Decider",
     "Decision",
     "JobReport",
