@@ -6,7 +6,8 @@ Pipeline stage 4 of ibqos (docs/design.md §5)::
 
 - :mod:`~ibqos.plan.decide`: :class:`Decider`, one decision cycle through every stage;
 - :mod:`~ibqos.plan.planner`: SLs, lanes and weights (stable, constrained), with
-  :mod:`~ibqos.plan.grouping` (jobs to lanes) and :mod:`~ibqos.plan.weights` (VLArb);
+  :mod:`~ibqos.plan.tables` (SL2VL and VLArb of the active SLs), :mod:`~ibqos.plan.grouping`
+  (jobs to lanes) and :mod:`~ibqos.plan.weights` (VLArb);
 - :mod:`~ibqos.plan.setups`: the favour-light law's setup and the candidates beside it;
   :mod:`~ibqos.plan.tuner`: trying them on the fabric (rounds of trials, the score);
   :mod:`~ibqos.plan.tuning`: the two as a cycle drives them (:class:`TuningDriver`);
