@@ -108,6 +108,7 @@ class ProfileError(IbqosError):
     """A job profile file is invalid, or the profile store cannot be read or written."""
 
     category = "profile"
+    multiline = True
 
 
 class StateError(IbqosError):

@@ -3,7 +3,8 @@
 Usage: python scripts/gen_schemas.py [--check]
 
 - ``schemas/ibqos.schema.json``: the configuration (``ibqos.config``);
-- ``schemas/jobs.schema.json``: job files (``ibqos.jobs``).
+- ``schemas/jobs.schema.json``: job files (``ibqos.jobs``);
+- ``schemas/profile.schema.json``: job profiles (``ibqos.classify.profile_schema``).
 
 Editors read them (``# yaml-language-server: $schema=...`` at the top of a file).  The
 files are checked in; ``--check`` exits 1 if one differs from what the models give (a unit
@@ -17,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ibqos.classify.profile_schema import json_schema as profile_schema
 from ibqos.config import json_schema as config_schema
 from ibqos.jobs import json_schema as jobs_schema
 
@@ -30,6 +32,7 @@ def render() -> dict[str, str]:
         for name, schema in (
             ("ibqos.schema.json", config_schema()),
             ("jobs.schema.json", jobs_schema()),
+            ("profile.schema.json", profile_schema()),
         )
     }
 

@@ -8,7 +8,8 @@ Pipeline stage 3 of ibqos (docs/design.md §3, "Per-level utilization")::
 
 - :mod:`~ibqos.classify.classifier`: available bandwidth, utilization, intensity, and the
   classifier (EWMA, hysteresis);
-- :mod:`~ibqos.classify.profiles`: job profiles (the YAML store) and their traffic models;
+- :mod:`~ibqos.classify.profiles`: job profiles (the YAML store) and their traffic models,
+  in the format :mod:`~ibqos.classify.profile_schema` validates;
 - :mod:`~ibqos.classify.prior`: profiles as priors (matching, patterns, learning);
 - :mod:`~ibqos.classify.traffic`, :mod:`~ibqos.classify.levels`: a job's traffic and its
   per-level figures on a placement (the characterization);

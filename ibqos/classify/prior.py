@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ibqos.classify.levels import Characterizer
 from ibqos.classify.predict import Prior, predict
-from ibqos.classify.profiles import NAME_PATTERN, Observation, Profile, ProfileStore
+from ibqos.classify.profile_schema import NAME_PATTERN
+from ibqos.classify.profiles import Observation, Profile, ProfileStore
 from ibqos.config.classes import Class
 from ibqos.errors import ProfileError
 from ibqos.jobs.model import Job

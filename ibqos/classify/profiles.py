@@ -22,14 +22,14 @@ application name (a job's ``name``) and, optionally, a user and a node count::
 (ties: the latest), and the share that saw it, shrunk towards 0 by one pseudo-observation
 (``agree / (n + 1)``: one observation gives 0.5, three that agree 0.75), so a lone
 measurement counts for less than a consistent record.  An admin may edit both; the next
-observation recomputes them.  Every file of the directory is checked on load; a bad one
-is an error naming the file and key, and nothing is written half-way (atomic writes).
+observation recomputes them.  Every file of the directory is checked on load
+(:mod:`ibqos.classify.profile_schema`, ``schemas/profile.schema.json``); a bad one is an
+error naming the file and the key path of each of its problems, all at once, and nothing
+is written half-way (atomic writes).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,37 +39,22 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ibqos.classify.profile_schema import NAME_PATTERN, VERSION, describes, validate_profile
 from ibqos.classify.traffic import NodeTraffic
-from ibqos.config.classes import CLASSES, Class, as_class
-from ibqos.config.load import check_mapping
-from ibqos.errors import ConfigError, ProfileError
+from ibqos.config.classes import Class
+from ibqos.errors import ProfileError
 from ibqos.fsio import atomic_write
-from ibqos.jobs.model import PATTERNS, Job
+from ibqos.jobs.model import Job
 
-VERSION = 1
 #: observations kept per profile (the oldest go first)
 MAX_OBSERVATIONS = 50
 #: a traced matrix is kept only up to this many nodes (a bigger one is no longer readable)
 MAX_MATRIX_NODES = 64
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 #: sources of observations measured on the fabric (the agent's learning, ``characterize
 #: learn``, ``characterize history``), as opposed to characterized from a trace or job file
 MEASURED_SOURCES = ("job ", "history of job ")
 #: measured observations needed before they may overrule a profile's model
 MIN_MEASURED = 2
-_KEYS = (
-    "version",
-    "application",
-    "user",
-    "nodes",
-    "expected_class",
-    "confidence",
-    "model",
-    "characterized",
-    "observations",
-)
-_MODEL_KEYS = ("pattern", "halo_dims", "matrix", "rate_bytes_per_s", "duty", "period_s")
-_OBS_KEYS = ("source", "class", "intensity", "time_s")
 
 
 @dataclass(frozen=True)
@@ -98,11 +83,7 @@ class Model:
 
     def fits(self, nodes: int) -> bool:
         """The model describes a job of *nodes* nodes (a matrix or halo grid has a size)."""
-        if self.matrix is not None:
-            return len(self.matrix) == nodes
-        if self.halo_dims is not None:
-            return math.prod(self.halo_dims) == nodes
-        return True
+        return describes(nodes, self.halo_dims, self.matrix)
 
     def job(self, job: Job) -> Job:
         """*job* with this model's pattern (and rate, as a mean: always communicating)."""
@@ -278,64 +259,26 @@ _Dumper.add_representer(list, _represent_list)
 
 
 def parse_profile(doc: object, source: str) -> Profile:
-    """Validate a loaded profile document.
+    """Validate a loaded profile document (:mod:`ibqos.classify.profile_schema`).
 
     Raises:
-        ProfileError: ``<source>: <key>: <what is wrong>``.
+        ProfileError: ``<source>: <key path>: <what is wrong>``, one line per problem.
     """
-    top = _mapping(doc, source, "", _KEYS)
-    if top.get("version") != VERSION:
-        raise ProfileError(f"{source}: version: expected {VERSION}, got {top.get('version')!r}")
-    app = top.get("application")
-    if not isinstance(app, str) or not NAME_PATTERN.match(app):
-        raise ProfileError(
-            f"{source}: application: expected a name of letters, digits and _.+-, got {app!r}"
-        )
-    user = top.get("user")
-    if user is not None and (not isinstance(user, str) or not NAME_PATTERN.match(user)):
-        raise ProfileError(f"{source}: user: expected a user name or null, got {user!r}")
-    nodes = top.get("nodes")
-    if nodes is not None and (type(nodes) is not int or nodes < 1):
-        raise ProfileError(f"{source}: nodes: expected an integer >= 1 or null, got {nodes!r}")
-    cls = _class(top.get("expected_class"), source, "expected_class")
-    confidence = _number(top.get("confidence"), source, "confidence")
-    if confidence > 1:
-        raise ProfileError(f"{source}: confidence: expected a number in [0, 1], got {confidence}")
-    model = _model(top["model"], source) if top.get("model") is not None else None
-    if model is not None and nodes is not None and not model.fits(nodes):
-        raise ProfileError(f"{source}: model: does not describe a job of nodes: {nodes}")
-    rows = top.get("characterized") or []
-    if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
-        raise ProfileError(f"{source}: characterized: expected a list of mappings")
-    obs_list = top.get("observations") or []
-    if not isinstance(obs_list, list):
-        raise ProfileError(f"{source}: observations: expected a list")
-    observations = []
-    for i, raw in enumerate(obs_list):
-        key = f"observations[{i}]"
-        o = _mapping(raw, source, key, _OBS_KEYS)
-        src = o.get("source")
-        if not isinstance(src, str) or not src:
-            raise ProfileError(f"{source}: {key}.source: expected a non-empty string")
-        value = o.get("intensity")
-        when = o.get("time_s")
-        observations.append(
-            Observation(
-                src,
-                _class(o.get("class"), source, f"{key}.class"),
-                None if value is None else _number(value, source, f"{key}.intensity"),
-                None if when is None else _number(when, source, f"{key}.time_s"),
-            )
-        )
+    entry = validate_profile(doc, source)
+    m = entry.model
     return Profile(
-        application=app,
-        user=user,
-        nodes=nodes,
-        expected_class=cls,
-        confidence=confidence,
-        model=model,
-        characterized=tuple(dict(r) for r in rows),
-        observations=tuple(observations),
+        application=entry.application,
+        user=entry.user,
+        nodes=entry.nodes,
+        expected_class=entry.expected_class,
+        confidence=entry.confidence,
+        model=None
+        if m is None
+        else Model(m.pattern, m.rate_bytes_per_s, m.halo_dims, m.matrix, m.duty, m.period_s),
+        characterized=entry.characterized,
+        observations=tuple(
+            Observation(o.source, o.cls, o.intensity, o.time_s) for o in entry.observations or ()
+        ),
     )
 
 
@@ -470,86 +413,3 @@ def check_name(name: str, what: str) -> str:
     if not NAME_PATTERN.match(name):
         raise ProfileError(f"{what} {name!r}: expected letters, digits and _.+- only")
     return name
-
-
-def _model(value: object, source: str) -> Model:
-    raw = _mapping(value, source, "model", _MODEL_KEYS)
-    pattern = raw.get("pattern")
-    if pattern not in PATTERNS:
-        raise ProfileError(
-            f"{source}: model.pattern: expected one of {', '.join(PATTERNS)}, got {pattern!r}"
-        )
-    rate = raw.get("rate_bytes_per_s")
-    dims = raw.get("halo_dims")
-    matrix = raw.get("matrix")
-    if dims is not None and (
-        pattern != "halo"
-        or not isinstance(dims, list)
-        or not dims
-        or not all(type(d) is int and d > 0 for d in dims)
-    ):
-        raise ProfileError(f"{source}: model.halo_dims: expected a list of integers > 0 (halo)")
-    if (pattern == "matrix") != (matrix is not None):
-        raise ProfileError(
-            f"{source}: model.matrix: required with pattern matrix, else not allowed"
-        )
-    rows: tuple[tuple[float, ...], ...] | None = None
-    if matrix is not None:
-        if (
-            not isinstance(matrix, list)
-            or not matrix
-            or not all(isinstance(r, list) and len(r) == len(matrix) for r in matrix)
-        ):
-            raise ProfileError(f"{source}: model.matrix: expected an n x n list of numbers")
-        rows = tuple(
-            tuple(_number(x, source, f"model.matrix[{i}][{j}]") for j, x in enumerate(r))
-            for i, r in enumerate(matrix)
-        )
-        if any(rows[i][i] for i in range(len(rows))) or not any(any(r) for r in rows):
-            raise ProfileError(
-                f"{source}: model.matrix: the diagonal must be 0 and some weight non-zero"
-            )
-    duty, period = raw.get("duty"), raw.get("period_s")
-    if duty is not None and not 0 < _number(duty, source, "model.duty") <= 1:
-        raise ProfileError(f"{source}: model.duty: expected a share of the iteration in (0, 1]")
-    if period is not None and not _number(period, source, "model.period_s") > 0:
-        raise ProfileError(f"{source}: model.period_s: expected seconds > 0")
-    return Model(
-        pattern=pattern,
-        rate_bytes_per_s=0.0 if rate is None else _number(rate, source, "model.rate_bytes_per_s"),
-        halo_dims=None if dims is None else tuple(dims),
-        matrix=rows,
-        duty=None if duty is None else float(duty),
-        period_s=None if period is None else float(period),
-    )
-
-
-def _mapping(value: object, source: str, key: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
-    """A mapping with only *allowed* keys, checked as the config's sections are."""
-    try:
-        return check_mapping(value, source, key, allowed)
-    except ConfigError as err:
-        raise ProfileError(str(err)) from None
-
-
-def _class(value: object, source: str, key: str) -> Class:
-    try:
-        return as_class(value)
-    except ValueError:
-        raise ProfileError(
-            f"{source}: {key}: expected one of {', '.join(CLASSES)}, got {value!r}"
-        ) from None
-
-
-def _number(value: object, source: str, key: str) -> float:
-    # PyYAML reads 4.5e8 (no sign in the exponent) as a string: take numeric strings too
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ProfileError(f"{source}: {key}: expected a number, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ProfileError(f"{source}: {key}: expected a finite number >= 0, got {value!r}")
-    return float(value)

@@ -10,7 +10,6 @@ from ibqos.config.classes import CLASSES, Class, Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.load import (
     DEFAULT_PATH,
-    check_mapping,
     find_config,
     json_schema,
     load_config,
@@ -71,7 +70,6 @@ __all__ = [
     "SlurmConfig",
     "Thresholds",
     "TlsConfig",
-    "check_mapping",
     "find_config",
     "json_schema",
     "load_config",

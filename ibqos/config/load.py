@@ -156,20 +156,3 @@ def _schema() -> dict[str, Any]:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of ``ibqos.yaml``, as shipped in ``schemas/ibqos.schema.json``."""
     return {"$schema": JSON_SCHEMA_DIALECT, "title": "ibqos.yaml"} | copy.deepcopy(_schema())
-
-
-def check_mapping(
-    value: object, source: str, key: str, allowed: tuple[str, ...]
-) -> Mapping[str, Any]:
-    """*value* if it is a mapping with only *allowed* keys, else ConfigError naming the key
-    (``source: key.k: unknown key ...``); other files in YAML (profiles) check theirs so."""
-    where = f"{source}: {key or 'top level'}"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
-    for k in value:
-        if k not in allowed:
-            prefix = f"{key}." if key else ""
-            raise ConfigError(
-                f"{source}: {prefix}{k}: unknown key (expected one of {', '.join(allowed)})"
-            )
-    return value

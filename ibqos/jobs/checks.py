@@ -3,7 +3,9 @@
 Each takes the value and pydantic's validation info (the keys checked before it, in
 ``info.data``: a job's nodes for its matrix), returns what :class:`~ibqos.jobs.model.Job`
 holds, and raises :class:`Invalid` with every problem it finds.  The models that apply
-them are in :mod:`ibqos.jobs.schema`.
+them are in :mod:`ibqos.jobs.schema`; the traffic keys' checks (pattern, rate, duty,
+period, halo dims, matrix) are also those of a job profile's model
+(:mod:`ibqos.classify.profile_schema`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Invalid(Exception):
         return cls([((), message, None)])
 
 
-def _number(value: object) -> float | None:
+def number(value: object) -> float | None:
     """Return value as a finite float, or None if it is not a number.
 
     bool is an int subclass but never a number here; numeric strings are accepted
@@ -55,7 +57,7 @@ def _number(value: object) -> float | None:
 
 def _timestamp(value: object) -> float | None:
     """Return seconds since the epoch for a number, ISO 8601 string, date or datetime."""
-    if isinstance(value, str) and _number(value) is None:
+    if isinstance(value, str) and number(value) is None:
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
@@ -65,7 +67,7 @@ def _timestamp(value: object) -> float | None:
     if isinstance(value, datetime):
         # Job files speak UTC; a time without an offset is not local time.
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    return _number(value)
+    return number(value)
 
 
 def job_id(value: Any, info: ValidationInfo) -> str:
@@ -92,12 +94,20 @@ def positive(key: str) -> Callable[[Any, ValidationInfo], float]:
     want = "a number in (0, 1]" if key == "duty" else "a number > 0"
 
     def check(value: Any, info: ValidationInfo) -> float:
-        got = _number(value)
+        got = number(value)
         if got is None or got <= 0 or (key == "duty" and got > 1):
             raise Invalid.one(f"expected {want}, got {shown(value)}")
         return got
 
     return check
+
+
+def non_negative(value: Any, info: ValidationInfo) -> float:
+    """A number >= 0 (a profile's mean rate: 0 is not known)."""
+    got = number(value)
+    if got is None or got < 0:
+        raise Invalid.one(f"expected a number >= 0, got {shown(value)}")
+    return got
 
 
 def string(value: Any, info: ValidationInfo) -> str:
@@ -133,28 +143,41 @@ def seed(value: Any, info: ValidationInfo) -> int:
 
 def matrix(value: Any, info: ValidationInfo) -> tuple[tuple[float, ...], ...] | None:
     """An n x n weight matrix (n nodes) with a zero diagonal and at least one weight > 0."""
-    problems: list[Problem] = []
     size = len(info.data.get("nodes", ()))  # 0: the nodes are bad, their problem is told
-    rows: list[tuple[float, ...]] = []
-    if size and (not isinstance(value, list) or len(value) != size):
+    if not size:
+        return None
+    if not isinstance(value, list) or len(value) != size:
         want = f"expected a {size} x {size} list of lists (one row per node)"
-        problems.append(((), f"{want}, got {shown(value)}", None))
-    elif size:
-        for i, row in enumerate(value):
-            nums = [_number(x) for x in row] if isinstance(row, list) else []
-            bad = next((j for j, x in enumerate(nums) if x is None or x < 0), None)
-            if len(nums) != size:
-                problems.append(
-                    ((i,), f"expected a list of {size} numbers, got {shown(row)}", None)
-                )
-            elif bad is not None:
-                problems.append(((i, bad), f"expected a number >= 0, got {shown(row[bad])}", None))
-            elif nums[i] != 0:
-                problems.append(((i, i), f"expected 0 on the diagonal, got {shown(row[i])}", None))
-            else:
-                rows.append(tuple(x for x in nums if x is not None))
-        if len(rows) == size and not any(any(row) for row in rows):
-            problems.append(((), "all weights are 0; at least one node must send", None))
+        raise Invalid.one(f"{want}, got {shown(value)}")
+    return _weights(value, size)
+
+
+def square_matrix(value: Any, info: ValidationInfo) -> tuple[tuple[float, ...], ...]:
+    """An n x n weight matrix of any n >= 1 (a profile's model is keyed to its size), with
+    a zero diagonal and at least one weight > 0."""
+    if not isinstance(value, list) or not value:
+        want = "expected an n x n list of lists (one row per node)"
+        raise Invalid.one(f"{want}, got {shown(value)}")
+    return _weights(value, len(value))
+
+
+def _weights(value: list[Any], size: int) -> tuple[tuple[float, ...], ...]:
+    """*size* rows of *size* numbers >= 0, 0 on the diagonal, some weight > 0."""
+    problems: list[Problem] = []
+    rows: list[tuple[float, ...]] = []
+    for i, row in enumerate(value):
+        nums = [number(x) for x in row] if isinstance(row, list) else []
+        bad = next((j for j, x in enumerate(nums) if x is None or x < 0), None)
+        if len(nums) != size:
+            problems.append(((i,), f"expected a list of {size} numbers, got {shown(row)}", None))
+        elif bad is not None:
+            problems.append(((i, bad), f"expected a number >= 0, got {shown(row[bad])}", None))
+        elif nums[i] != 0:
+            problems.append(((i, i), f"expected 0 on the diagonal, got {shown(row[i])}", None))
+        else:
+            rows.append(tuple(x for x in nums if x is not None))
+    if len(rows) == size and not any(any(row) for row in rows):
+        problems.append(((), "all weights are 0; at least one node must send", None))
     if problems:
         raise Invalid(problems)
-    return tuple(rows) if size else None
+    return tuple(rows)

@@ -23,7 +23,7 @@ from pydantic_core import ErrorDetails
 from ibqos.errors import JobsError
 from ibqos.jobs.hosts import shown
 from ibqos.jobs.model import Job
-from ibqos.jobs.schema import PROBLEM, JobEntry, JobFile
+from ibqos.jobs.schema import PROBLEM, JobEntry, JobFile, key_path
 
 # the names other modules import from here, with those defined here
 __all__ = [
@@ -59,20 +59,12 @@ class _Problems:
         raise JobsError("\n".join(self.lines)) from self.cause
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    """``("jobs", 0, "nodes", 1)`` -> ``jobs[0].nodes[1]``."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
-    return out
-
-
 def _problem(error: ErrorDetails, source: str, data: object) -> tuple[str, BaseException | None]:
     """One of pydantic's errors as a line of the message, and its cause."""
     loc, kind = tuple(error["loc"]), error["type"]
     ctx: dict[str, Any] = error.get("ctx") or {}
     if kind == PROBLEM:
-        return f"{source}: {_where(loc)}: {ctx['message']}", ctx.get("cause")
+        return f"{source}: {key_path(loc)}: {ctx['message']}", ctx.get("cause")
     if (kind == "model_type" and not loc) or (kind == "missing" and loc == ("jobs",)):
         return f"{source}: expected a mapping with the key 'jobs', got {shown(data)}", None
     if kind == "model_type":
@@ -83,7 +75,7 @@ def _problem(error: ErrorDetails, source: str, data: object) -> tuple[str, BaseE
         message = "required key is missing"
     else:
         message = error["msg"]
-    return f"{source}: {_where(loc)}: {message}", None
+    return f"{source}: {key_path(loc)}: {message}", None
 
 
 def _document(

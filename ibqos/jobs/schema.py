@@ -1,15 +1,19 @@
-"""The job file format (``docs/jobs.md``) as frozen pydantic models.
+"""The job file format (``docs/jobs.md``) as frozen pydantic models, and the machinery they
+share with the other YAML files of jobs (job profiles, :mod:`ibqos.classify.profile_schema`).
 
 :class:`JobFile` is a document, :class:`JobEntry` one job of it; each key's check reports
 every problem it finds, with the key path, and the JSON Schema of the format
 (``schemas/jobs.schema.json``) comes from the same models.  Validation takes a context
 ``{"traffic": True}`` when the lab's traffic model needs the traffic keys of every job.
+
+The traffic keys (pattern, rate, duty, period, halo dims, matrix) are checked by the same
+functions (:mod:`ibqos.jobs.checks`), with the same JSON Schemas, wherever they appear.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -36,12 +40,13 @@ PROBLEM = "ibqos"
 
 _REQUIRED = ("id", "nodes")
 _RATE_KEYS = TRAFFIC_KEYS[1:]
-# Which pattern each pattern-specific key belongs to.
-_PATTERN_KEYS = {"halo_dims": "halo", "seed": "random-pairs", "matrix": "matrix"}
+#: which pattern each pattern-specific key belongs to
+PATTERN_KEYS = {"halo_dims": "halo", "seed": "random-pairs", "matrix": "matrix"}
 
 
-def _error(problems: list[Problem], value: object) -> ValidationError:
-    """One pydantic error per problem, each at its place below the checked key."""
+def problem_error(problems: list[Problem], value: object) -> ValidationError:
+    """One pydantic error per problem, each at its place below the checked key (raised by
+    a check, pydantic puts them under the key's own path)."""
     return ValidationError.from_exception_data(
         "job",
         [
@@ -57,23 +62,31 @@ def _error(problems: list[Problem], value: object) -> ValidationError:
     )
 
 
+def key_path(loc: tuple[int | str, ...]) -> str:
+    """``("jobs", 0, "nodes", 1)`` -> ``jobs[0].nodes[1]``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
 #: the value of a key that is not there
-_ABSENT = object()
+ABSENT = object()
 
 
-class _Noted:
-    """A key's value with problems found before its check (by :meth:`JobEntry._prepare`):
-    a key that must be there and is not (*value* :data:`_ABSENT`), or a key that does not
-    go with the job's pattern."""
+class Noted:
+    """A key's value with problems found before its check (by a model's before-validator,
+    :meth:`JobEntry._prepare`): a key that must be there and is not (*value*
+    :data:`ABSENT`), or a key that does not go with the pattern (:func:`mark_pattern_keys`)."""
 
     __slots__ = ("note", "value")
 
-    def __init__(self, note: str, value: object = _ABSENT) -> None:
+    def __init__(self, note: str, value: object = ABSENT) -> None:
         self.note = note
         self.value = value
 
 
-class _Check:
+class Check:
     """One key's check as field metadata.
 
     Attributes:
@@ -94,17 +107,17 @@ class _Check:
     ) -> core_schema.CoreSchema:
         def check(value: Any, info: ValidationInfo) -> Any:
             problems: list[Problem] = []
-            if isinstance(value, _Noted):
+            if isinstance(value, Noted):
                 problems = [((), value.note, None)]
-                if value.value is _ABSENT:  # nothing more to check
-                    raise _error(problems, None)
+                if value.value is ABSENT:  # nothing more to check
+                    raise problem_error(problems, None)
                 value = value.value
             try:
                 result = self.func(value, info)
             except Invalid as err:
                 problems += err.problems
             if problems:
-                raise _error(problems, value)
+                raise problem_error(problems, value)
             return result
 
         return core_schema.with_info_plain_validator_function(check)
@@ -115,27 +128,54 @@ class _Check:
         return copy.deepcopy(self.schema)
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
     """Null for an optional key means its default."""
     return {"anyOf": [schema, {"type": "null"}]}
 
 
 #: PyYAML reads a number without a dot (2e9) as a string
-_NUMERIC = {
+NUMERIC = {
     "type": "string",
     "pattern": r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$",
 }
 _HOSTS = {"type": "string", "minLength": 1}
 
 
-def _positive_schema(maximum: float | None = None) -> dict[str, Any]:
+def positive_schema(maximum: float | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0}
     if maximum is not None:
         schema["maximum"] = maximum
-    return _nullable({"anyOf": [schema, _NUMERIC]})
+    return nullable({"anyOf": [schema, NUMERIC]})
 
 
-def _untitled(schema: dict[str, Any]) -> None:
+#: the JSON Schemas of the traffic keys' values (null, where a key may be, is not in them)
+PATTERN_SCHEMA: dict[str, Any] = {"enum": list(PATTERNS)}
+HALO_DIMS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 1},
+    "minItems": 1,
+}
+MATRIX_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "array", "items": {"anyOf": [{"type": "number", "minimum": 0}, NUMERIC]}},
+}
+
+
+def mark_pattern_keys(raw: dict[str, Any], keys: Iterable[str]) -> None:
+    """Mark in *raw* (a mapping with traffic keys) the pattern-specific *keys* (of
+    :data:`PATTERN_KEYS`) that do not go with its pattern, and the matrix a matrix pattern
+    needs when it has none.  A pattern that is no pattern is its own problem: nothing is
+    marked against it."""
+    pattern = raw.get("pattern")
+    for key in keys:
+        owner = PATTERN_KEYS[key]
+        if key in raw and pattern != owner and (pattern in PATTERNS or pattern is None):
+            raw[key] = Noted(f"only allowed with pattern {owner}, not {pattern}", raw[key])
+    if pattern == "matrix":
+        raw.setdefault("matrix", Noted("required with pattern matrix"))
+
+
+def untitled(schema: dict[str, Any]) -> None:
     """Leave out pydantic's titles made from the key names; the docstring on one line."""
     schema.pop("title", None)
     schema["description"] = " ".join(schema.get("description", "").split())
@@ -147,74 +187,59 @@ class JobEntry(BaseModel):
     """One job: its id and hosts, and how it communicates (the traffic keys: pattern,
     rate_bytes_per_s, duty, period_s, all four or none; the lab needs them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_untitled)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=untitled)
 
-    id: Annotated[str, _Check(checks.job_id, {"type": ["string", "integer"], "minLength": 1})] = (
+    id: Annotated[str, Check(checks.job_id, {"type": ["string", "integer"], "minLength": 1})] = (
         Field(description="scheduler job id, unique in the file (or directory); quote it")
     )
     nodes: Annotated[
         tuple[str, ...],
-        _Check(checks.nodes, {"anyOf": [_HOSTS, {"type": "array", "items": _HOSTS}]}),
+        Check(checks.nodes, {"anyOf": [_HOSTS, {"type": "array", "items": _HOSTS}]}),
     ] = Field(
         description="the job's hosts: a ClusterShell host list (cn[0001-0004],gpu01) "
         "or a list of them; no node groups, no host twice"
     )
-    pattern: Annotated[str | None, _Check(checks.pattern, _nullable({"enum": list(PATTERNS)}))] = (
-        Field(default=None, description="communication pattern (docs/jobs.md)")
+    pattern: Annotated[str | None, Check(checks.pattern, nullable(PATTERN_SCHEMA))] = Field(
+        default=None, description="communication pattern (docs/jobs.md)"
     )
     rate_bytes_per_s: Annotated[
-        float, _Check(checks.positive("rate_bytes_per_s"), _positive_schema())
+        float, Check(checks.positive("rate_bytes_per_s"), positive_schema())
     ] = Field(default=0.0, description="bytes per second each node sends while communicating")
-    duty: Annotated[float, _Check(checks.positive("duty"), _positive_schema(1))] = Field(
+    duty: Annotated[float, Check(checks.positive("duty"), positive_schema(1))] = Field(
         default=1.0, description="share of each iteration spent communicating, in (0, 1]"
     )
-    period_s: Annotated[float, _Check(checks.positive("period_s"), _positive_schema())] = Field(
+    period_s: Annotated[float, Check(checks.positive("period_s"), positive_schema())] = Field(
         default=1.0, description="length of one iteration (compute + communicate), seconds"
     )
-    name: Annotated[str, _Check(checks.string, _nullable({"type": "string"}))] = Field(
+    name: Annotated[str, Check(checks.string, nullable({"type": "string"}))] = Field(
         default="", description="application name"
     )
-    user: Annotated[str | None, _Check(checks.string, _nullable({"type": "string"}))] = Field(
+    user: Annotated[str | None, Check(checks.string, nullable({"type": "string"}))] = Field(
         default=None, description="user who runs the job"
     )
     start_time: Annotated[
-        float | None, _Check(checks.start_time, _nullable({"type": ["number", "string"]}))
+        float | None, Check(checks.start_time, nullable({"type": ["number", "string"]}))
     ] = Field(
         default=None,
         description="when the job started: seconds since the epoch, or an ISO 8601 date or "
         "time (UTC unless it gives an offset)",
     )
     halo_dims: Annotated[
-        tuple[int, ...] | None,
-        _Check(
-            checks.halo_dims,
-            _nullable({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}),
-        ),
+        tuple[int, ...] | None, Check(checks.halo_dims, nullable(HALO_DIMS_SCHEMA))
     ] = Field(
         default=None,
         description="pattern halo: grid dimensions, their product the node count "
         "(default: one dimension)",
     )
-    seed: Annotated[
-        int | None, _Check(checks.seed, _nullable({"type": "integer", "minimum": 0}))
-    ] = Field(
-        default=None,
-        description="pattern random-pairs: seed of the pairing (default: derived from the id)",
+    seed: Annotated[int | None, Check(checks.seed, nullable({"type": "integer", "minimum": 0}))] = (
+        Field(
+            default=None,
+            description="pattern random-pairs: seed of the pairing (default: derived from the id)",
+        )
     )
     matrix: Annotated[
         tuple[tuple[float, ...], ...] | None,
-        _Check(
-            checks.matrix,
-            _nullable(
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "array",
-                        "items": {"anyOf": [{"type": "number", "minimum": 0}, _NUMERIC]},
-                    },
-                }
-            ),
-        ),
+        Check(checks.matrix, nullable(MATRIX_SCHEMA)),
     ] = Field(
         default=None,
         description="pattern matrix (required with it): weights from node i (row) to node j "
@@ -236,18 +261,13 @@ class JobEntry(BaseModel):
         required = _REQUIRED + (TRAFFIC_KEYS if traffic else ())
         # An optional key set to null means "use the default".
         raw: dict[str, Any] = {str(k): v for k, v in data.items() if v is not None or k in required}
-        pattern = raw.get("pattern")
-        for key, owner in _PATTERN_KEYS.items():
-            if key in raw and pattern != owner and (pattern in PATTERNS or pattern is None):
-                raw[key] = _Noted(f"only allowed with pattern {owner}, not {pattern}", raw[key])
+        mark_pattern_keys(raw, PATTERN_KEYS)
         given = [key for key in _RATE_KEYS if key in raw]
         for key in required:
-            raw.setdefault(key, _Noted("required key is missing"))
+            raw.setdefault(key, Noted("required key is missing"))
         if not traffic and given:
             for key in TRAFFIC_KEYS:
-                raw.setdefault(key, _Noted(f"required with {given[0]}"))
-        if pattern == "matrix":
-            raw.setdefault("matrix", _Noted("required with pattern matrix"))
+                raw.setdefault(key, Noted(f"required with {given[0]}"))
         return raw
 
     def job(self) -> Job:
@@ -270,14 +290,14 @@ class JobEntry(BaseModel):
 
 def _a_list(value: Any) -> Any:
     if not isinstance(value, list):
-        raise _error([((), f"expected a list (or []), got {shown(value)}", None)], value)
+        raise problem_error([((), f"expected a list (or []), got {shown(value)}", None)], value)
     return value
 
 
 class JobFile(BaseModel):
     """A job file: a mapping with one key, jobs, a list of jobs (may be empty)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_untitled)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=untitled)
 
     jobs: Annotated[tuple[JobEntry, ...], BeforeValidator(_a_list)] = Field(
         description="the jobs; ids unique in the file (or directory)"

@@ -44,7 +44,7 @@ from ibqos.fabric.lfts import Tables
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import JobState, Plan, plan
-from ibqos.plan.report import Decision, build_decision
+from ibqos.plan.report import CycleOutputs, Decision, build_decision
 from ibqos.plan.setups import Setup
 
 if TYPE_CHECKING:
@@ -262,17 +262,19 @@ class Decider:
                 log.warning("%s", w)
         self._warned = frozenset(warnings) | frozenset(result.warnings)
         decision = build_decision(
-            now_s,
-            mapped,
-            attribution,
-            figures,
-            samples,
-            expected.classes,
-            result,
-            expected.running.priors,
-            (*warnings, *result.warnings),
-            finished,
-            self.sharing_tables,
+            CycleOutputs(
+                now_s=now_s,
+                mapped=mapped,
+                attribution=attribution,
+                figures=figures,
+                samples=samples,
+                expected=expected.classes,
+                result=result,
+                priors=expected.running.priors,
+                warnings=(*warnings, *result.warnings),
+                finished=finished,
+                sharing=self.sharing_tables,
+            )
         )
         t5 = clock()
         self.timings = {

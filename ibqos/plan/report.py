@@ -144,26 +144,18 @@ class Decision:
         return self.result.plan
 
 
-def build_decision(
-    now_s: float,
-    mapped: Sequence[MappedJob],
-    attribution: Attribution,
-    figures: Utilizations,
-    samples: Sequence[JobClass | None],
-    expected: Sequence[Class],
-    result: PlanResult,
-    priors: Mapping[str, Prior],
-    warnings: Sequence[str],
-    finished: tuple[FinishedJob, ...],
-    sharing: SharingTables,
-) -> Decision:
-    """The decision of one cycle.
+@dataclass(frozen=True, slots=True)
+class CycleOutputs:
+    """What the stages of one decision cycle produced: what :func:`build_decision` reads.
 
-    Args:
+    Every sequence, and every array's rows, are in job source order (row i is job i of
+    *mapped*).
+
+    Attributes:
         now_s: the cycle's time, seconds.
-        mapped: the planned jobs, in job source order.
-        attribution: their attributed rates (rows in job order).
-        figures: their utilization (rows in job order).
+        mapped: the planned jobs.
+        attribution: their attributed rates, bytes/s.
+        figures: their utilization (fractions) and the capacities it is of (bytes/s).
         samples: their classifications (None: never sampled).
         expected: their expected classes.
         result: the planner's result.
@@ -172,22 +164,40 @@ def build_decision(
         finished: jobs that ended since the previous cycle and had been measured.
         sharing: the fabric's sharing tables (the sharing is computed when first asked).
     """
+
+    now_s: float
+    mapped: Sequence[MappedJob]
+    attribution: Attribution
+    figures: Utilizations
+    samples: Sequence[JobClass | None]
+    expected: Sequence[Class]
+    result: PlanResult
+    priors: Mapping[str, Prior]
+    warnings: Sequence[str]
+    finished: tuple[FinishedJob, ...]
+    sharing: SharingTables
+
+
+def build_decision(cycle: CycleOutputs) -> Decision:
+    """The decision of one cycle, from what its stages produced."""
+    figures, result = cycle.figures, cycle.result
     columns = _columns(figures.rate, figures.avail, figures.util, figures.known)
+    shares = cycle.attribution.measured_share.tolist()
     reports = tuple(
-        _report(mj, share, _Levels(columns, i), sample, exp, result.plan, priors)
+        _report(mj, share, _Levels(columns, i), sample, exp, result.plan, cycle.priors)
         for i, (mj, share, sample, exp) in enumerate(
-            zip(mapped, attribution.measured_share.tolist(), samples, expected, strict=True)
+            zip(cycle.mapped, shares, cycle.samples, cycle.expected, strict=True)
         )
     )
     return Decision(
-        now_s,
+        cycle.now_s,
         reports,
         result,
-        attribution.unattributed,
-        tuple(warnings),
-        finished,
-        LazySharing(sharing, mapped),
-        attribution.residual,
+        cycle.attribution.unattributed,
+        tuple(cycle.warnings),
+        cycle.finished,
+        LazySharing(cycle.sharing, cycle.mapped),
+        cycle.attribution.residual,
     )
 
 

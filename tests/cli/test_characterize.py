@@ -167,9 +167,22 @@ def test_a_malformed_trace_is_one_line_and_writes_nothing(run, tmp_path, text, n
 
 def test_a_bad_profile_directory_is_one_line(run, tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "x.yaml").write_text("version: 1\napplication: x\nexpected_class: big\n")
+    bad = "version: 1\napplication: x\nexpected_class: big\nconfidence: 0.5\n"
+    (tmp_path / "p" / "x.yaml").write_text(bad)
     result = run("characterize", "profiles", "--profiles", str(tmp_path / "p"))
     one_line_error(result, "ibqos: profile: ", "x.yaml: expected_class: expected one of")
+
+
+def test_every_problem_of_a_bad_profile_is_a_line(run, tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    path = tmp_path / "p" / "x.yaml"
+    path.write_text("version: 1\napplication: x\nexpected_class: big\n")
+    result = run("characterize", "profiles", "--profiles", str(tmp_path / "p"))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"ibqos: profile: {path}: expected_class: expected one of low, moderate, high, got 'big'",
+        f"{path}: confidence: expected a number in [0, 1], got None",
+    ]
 
 
 def test_a_placement_that_does_not_fit(run, tmp_path: Path) -> None:

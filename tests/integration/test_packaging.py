@@ -117,6 +117,7 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
         "docs/deploy.md",
         "schemas/ibqos.schema.json",
         "schemas/jobs.schema.json",
+        "schemas/profile.schema.json",
     ):
         assert f"{data_dir}/{data}" in names, data
     # the characterization workflow, whole: README, example traces and profiles

@@ -9,7 +9,7 @@ SIGHUP and reads the ``ERR`` lines of the heavy sweep and the job's PathRecord S
   the rule; the checker must not call it an error.
 
 The verdicts (OpenSM 3.3.23, Debian 12) are noted beside each case; they are what
-``ibqos.opensm.check`` documents.
+``ibqos.opensm.check.qos_policy`` documents.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ibqos.classify.profiles import load_profile
 from ibqos.config import load_config
 from ibqos.jobs import load_jobs
 from tests.support.paths import ROOT
@@ -34,6 +35,11 @@ def test_the_checked_in_schemas_are_what_the_models_give() -> None:
     [
         ("ibqos.schema.json", {"mode", "opensm", "jobs", "collect", "lanes", "lab"}, None),
         ("jobs.schema.json", {"jobs"}, ["jobs"]),
+        (
+            "profile.schema.json",
+            {"version", "application", "expected_class", "confidence", "model", "observations"},
+            ["version", "application", "expected_class", "confidence"],
+        ),
     ],
 )
 def test_the_schemas_are_json_schemas_of_closed_mappings(
@@ -60,3 +66,10 @@ def test_the_shipped_config_names_its_schema_and_fits_it() -> None:
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=str)
 def test_the_shipped_job_files_fit_the_schema(example: Path) -> None:
     assert load_jobs(example, traffic=True)
+
+
+@pytest.mark.parametrize(
+    "example", sorted((ROOT / "characterize/profiles").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_the_shipped_profiles_fit_the_schema(example: Path) -> None:
+    assert load_profile(example).application

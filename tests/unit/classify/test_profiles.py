@@ -14,10 +14,18 @@ from ibqos.characterize.command import characterize, fabric_of, model_of_trace, 
 from ibqos.characterize.trace import parse_csv_trace
 from ibqos.classify.levels import Characterizer
 from ibqos.classify.prior import FinishedJob, Priors, learn
-from ibqos.classify.profiles import Model, Observation, Profile, ProfileStore, parse_profile
+from ibqos.classify.profiles import (
+    Model,
+    Observation,
+    Profile,
+    ProfileStore,
+    load_profile,
+    parse_profile,
+)
 from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
-from ibqos.errors import ProfileError
+from ibqos.errors import JobsError, ProfileError
+from ibqos.jobs.jobfile import parse_jobs
 from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import render, to_json
@@ -90,7 +98,7 @@ GOOD = {"version": 1, "application": "ft", "expected_class": "high", "confidence
         ({"model": {"pattern": "ring", "speed": 1}}, "p.yaml: model.speed: unknown key"),
         (
             {"model": {"pattern": "matrix", "matrix": [[1, 0], [0, 0]]}},
-            "p.yaml: model.matrix: the diagonal must be 0",
+            "p.yaml: model.matrix[0][0]: expected 0 on the diagonal, got 1",
         ),
         (
             {"nodes": 5, "model": {"pattern": "halo", "halo_dims": [2, 2]}},
@@ -103,6 +111,41 @@ def test_bad_profiles_name_the_key(change: dict[str, object], message: str) -> N
     with pytest.raises(ProfileError) as info:
         parse_profile(GOOD | change, "p.yaml")
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_every_problem_of_a_profile_file_is_told_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "ft.yaml"
+    model = {"pattern": "halo", "halo_dims": [2, 0], "duty": 2}
+    doc = GOOD | {"confidence": 1.5, "model": model, "observations": [{"source": "", "class": 1}]}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(info.value).splitlines() == [
+        f"{path}: confidence: expected a number in [0, 1], got 1.5",
+        f"{path}: model.halo_dims: expected a list of integers > 0, got [2, 0]",
+        f"{path}: model.duty: expected a number in (0, 1], got 2",
+        f"{path}: observations[0].source: expected a non-empty string, got ''",
+        f"{path}: observations[0].class: expected one of low, moderate, high, got 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("pattern", "star"), ("duty", 2), ("period_s", 0), ("halo_dims", [2, 0]), ("seed", 1)],
+)
+def test_a_model_s_traffic_keys_are_checked_as_a_job_file_s(key: str, value: object) -> None:
+    with pytest.raises(ProfileError) as profile:
+        parse_profile(GOOD | {"model": {"pattern": "halo", key: value}}, "p.yaml")
+    traffic = {"pattern": "halo", "rate_bytes_per_s": 1, "duty": 1, "period_s": 1}
+    with pytest.raises(JobsError) as jobs:
+        parse_jobs({"jobs": [{"id": "1", "nodes": "cn[1-4]"} | traffic | {key: value}]}, "j.yaml")
+    # the same problem after the key path: p.yaml: model.duty: ... / j.yaml: jobs[0].duty: ...
+    said = str(profile.value).split(": ", 2)
+    assert said[1] == f"model.{key}"
+    if key == "seed":  # a job's pattern option, no key of a profile's model
+        assert said[2].startswith("unknown key (expected one of pattern, halo_dims, matrix,")
+    else:
+        assert [str(jobs.value).split(": ", 2)[1:]] == [[f"jobs[0].{key}", said[2]]]
 
 
 def test_a_bad_file_in_the_store_is_an_error_naming_it(tmp_path: Path) -> None:
