@@ -10,28 +10,61 @@
 - :mod:`~ibqos.fabric.xgft`: extended generalized fat trees (XGFT) generated from a shape.
 """
 
-from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
-from ibqos.fabric.hostnames import HostMatcher
-from ibqos.fabric.lfts import Tables, missing_switches, parse_ibroute, read_lft_dump
-from ibqos.fabric.model import (
-    Fabric,
-    FabricPort,
-    PortKey,
-    fabric_from_file,
-    fabric_from_ibnetdiscover,
-    fabric_from_text,
-)
-from ibqos.fabric.routes import Router, parse_lft_dump
-from ibqos.fabric.targets import Role, Target
-from ibqos.fabric.topology import (
-    Link,
-    Node,
-    Port,
-    Topology,
-    format_ibnetdiscover,
-    parse_ibnetdiscover,
-)
-from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics
+    from ibqos.fabric.hostnames import HostMatcher
+    from ibqos.fabric.lfts import Tables, missing_switches, parse_ibroute, read_lft_dump
+    from ibqos.fabric.model import (
+        Fabric,
+        FabricPort,
+        PortKey,
+        fabric_from_file,
+        fabric_from_ibnetdiscover,
+        fabric_from_text,
+    )
+    from ibqos.fabric.routes import Router, parse_lft_dump
+    from ibqos.fabric.targets import Role, Target
+    from ibqos.fabric.topology import (
+        Link,
+        Node,
+        Port,
+        Topology,
+        format_ibnetdiscover,
+        parse_ibnetdiscover,
+    )
+    from ibqos.fabric.xgft import XgftSpec, build_xgft, parse_xgft
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".diff": ("FabricChange", "PortChange", "diff_fabrics"),
+            ".hostnames": ("HostMatcher",),
+            ".lfts": ("Tables", "missing_switches", "parse_ibroute", "read_lft_dump"),
+            ".model": (
+                "Fabric",
+                "FabricPort",
+                "PortKey",
+                "fabric_from_file",
+                "fabric_from_ibnetdiscover",
+                "fabric_from_text",
+            ),
+            ".routes": ("Router", "parse_lft_dump"),
+            ".targets": ("Role", "Target"),
+            ".topology": (
+                "Link",
+                "Node",
+                "Port",
+                "Topology",
+                "format_ibnetdiscover",
+                "parse_ibnetdiscover",
+            ),
+            ".xgft": ("XgftSpec", "build_xgft", "parse_xgft"),
+        },
+    )
 
 __all__ = [
     "Fabric",
