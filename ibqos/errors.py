@@ -201,6 +201,14 @@ class HandoffError(IbqosError):
     category = "job-sl"
 
 
+class ExtraMissing(IbqosError):
+    """A library of the ``characterize`` extra is not installed: the agent needs neither
+    matplotlib nor otf2, ``ibqos characterize`` does for its plots and OTF2 traces.  The
+    message names the library and ``pip install 'ibqos[characterize]'``."""
+
+    category = "characterize"
+
+
 class PrometheusQueryError(LabError):
     """The Prometheus HTTP API answered ``"status": "error"`` (or not at all).
 

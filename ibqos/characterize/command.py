@@ -112,9 +112,10 @@ def characterize(
     )
 
 
-def outputs(run: Run, plot_format: str = "png") -> dict[str, bytes]:
+def outputs(run: Run, plot_format: str | None = "png") -> dict[str, bytes]:
     """The files of a run, rendered in memory: ``levels.csv``, ``levels.json``,
-    ``levels.<fmt>`` and ``spread.<fmt>``."""
+    ``levels.<fmt>`` and ``spread.<fmt>`` (no plots for *plot_format* None: the plots
+    need matplotlib, of the ``characterize`` extra, and only files hold them)."""
     table = report.rows(run.placements)
     doc = {
         "title": run.title,
@@ -122,12 +123,14 @@ def outputs(run: Run, plot_format: str = "png") -> dict[str, bytes]:
         "placements": report.summary(run.placements),
         "spread": report.summary(run.spread),
     }
-    return {
+    files = {
         "levels.csv": report.to_csv(table).encode(),
         "levels.json": report.to_json(doc).encode(),
-        f"levels.{plot_format}": report.plot_levels(run.placements, run.title, plot_format),
-        f"spread.{plot_format}": report.plot_spread(run.spread, run.title, plot_format),
     }
+    if plot_format is not None:
+        files[f"levels.{plot_format}"] = report.plot_levels(run.placements, run.title, plot_format)
+        files[f"spread.{plot_format}"] = report.plot_spread(run.spread, run.title, plot_format)
+    return files
 
 
 def model_of_trace(traffic: NodeTraffic) -> Model:
