@@ -10,7 +10,10 @@ traceback only under ``--debug``.  ``--debug`` and ``-v`` go before or after the
 A command's module is imported when the command runs or shows its help, not before:
 :data:`COMMANDS` names each command's module and the first sentence of its help, which
 ``ibqos --help`` lists.  ``ibqos job-sl`` (Slurm's prolog runs it for every job) thus does
-not import the planner, pandas or the simulator that other commands use.
+not import the planner, pandas or the simulator that other commands use.  A command's
+module, in turn, imports at its top what its options need, and the modules of its work
+(pydantic's config models, numpy, the checkers) where it runs them: its ``--help`` then
+costs about what Python takes to import click (``python -m bench.cli.startup``).
 """
 
 from __future__ import annotations

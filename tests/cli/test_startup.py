@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -92,3 +93,23 @@ def test_an_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["jobsl"])
     assert result.exit_code == 2
     assert "No such command 'jobsl'" in result.stderr
+
+
+def test_the_benchmark_runs() -> None:
+    """``python -m bench.cli.startup`` (docs/slurm.md holds a run): one round, one table."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cli.startup", "--rounds", "1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [
+        "python -c 'import click, yaml'",
+        "ibqos job-sl --help",
+        "ibqos status --help",
+        "ibqos check-config --help",
+    ]
