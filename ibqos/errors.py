@@ -55,6 +55,20 @@ class TopologyError(IbqosError):
     category = "topology"
 
 
+class FabricChoiceError(TopologyError):
+    """A command that takes its fabric as ``--xgft`` or ``--topology`` got neither or both
+    (:func:`ibqos.fabric.given.given_fabric`).
+
+    Attributes:
+        category: as the command's other input errors say it (``topology``, or
+            ``simulate`` for ``ibqos simulate``).
+    """
+
+    def __init__(self, message: str, *, category: str = TopologyError.category) -> None:
+        super().__init__(message)
+        self.category = category
+
+
 class JobsError(IbqosError):
     """A job file is invalid or names hosts the fabric does not have."""
 
@@ -200,6 +214,14 @@ class HandoffError(IbqosError):
     """A job's SL cannot be had: ibqos not running, the job unknown, no answer in time."""
 
     category = "job-sl"
+
+
+class ExtraMissing(IbqosError):
+    """A library of the ``characterize`` extra is not installed: the agent needs neither
+    matplotlib nor otf2, ``ibqos characterize`` does for its plots and OTF2 traces.  The
+    message names the library and ``pip install 'ibqos[characterize]'``."""
+
+    category = "characterize"
 
 
 class PrometheusQueryError(LabError):

@@ -56,7 +56,7 @@ ibqos_ask() {
       *) why=$reply; return 1 ;;
     esac
   else
-    # ibqos's own start (~1 s of Python imports) is not part of the answer's bound
+    # ibqos's own start (its Python imports, docs/slurm.md) is not part of the answer's bound
     whole=${bound%.*}
     if ! reply=$(timeout $(( ${whole:-0} + 5 )) "$ibqos" job-sl --timeout "$bound" \
       ${IBQOS_SOCKET:+--socket "$IBQOS_SOCKET"} "$job" 2>&1); then

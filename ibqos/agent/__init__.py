@@ -13,14 +13,33 @@
   parts as the config says.
 """
 
-from ibqos.agent.daemon import Agent, next_tick
-from ibqos.agent.handoff import Answer, SlBoard, SlServer, ask_sl, check_job_id
-from ibqos.agent.lanes import opensm_routing_engine, resolve_lanes
-from ibqos.agent.lock import AgentLock, holder
-from ibqos.agent.sdnotify import Notifier
-from ibqos.agent.state import AgentState, load_state, save_state
-from ibqos.agent.status import render_status
-from ibqos.agent.wiring import fabric_from_config, make_job_source
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.agent.daemon import Agent, next_tick
+    from ibqos.agent.handoff import Answer, SlBoard, SlServer, ask_sl, check_job_id
+    from ibqos.agent.lanes import opensm_routing_engine, resolve_lanes
+    from ibqos.agent.lock import AgentLock, holder
+    from ibqos.agent.sdnotify import Notifier
+    from ibqos.agent.state import AgentState, load_state, save_state
+    from ibqos.agent.status import render_status
+    from ibqos.agent.wiring import fabric_from_config, make_job_source
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".daemon": ("Agent", "next_tick"),
+            ".handoff": ("Answer", "SlBoard", "SlServer", "ask_sl", "check_job_id"),
+            ".lanes": ("opensm_routing_engine", "resolve_lanes"),
+            ".lock": ("AgentLock", "holder"),
+            ".sdnotify": ("Notifier",),
+            ".state": ("AgentState", "load_state", "save_state"),
+            ".status": ("render_status",),
+            ".wiring": ("fabric_from_config", "make_job_source"),
+        },
+    )
 
 __all__ = [
     "Agent",

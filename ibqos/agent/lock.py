@@ -20,9 +20,12 @@ import fcntl
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ibqos.config.models import Config
 from ibqos.errors import AgentLockError
+
+if TYPE_CHECKING:
+    from ibqos.config.models import Config
 
 LOCK_FILE = "agent.lock"
 

@@ -16,13 +16,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ibqos.classify.prior import FinishedJob
 from ibqos.config.classes import Class, as_class
 from ibqos.errors import StateError
 from ibqos.fsio import atomic_write
-from ibqos.plan.tuner import TuningStatus
+
+if TYPE_CHECKING:
+    from ibqos.classify.prior import FinishedJob
+    from ibqos.plan.tuner import TuningStatus
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,8 @@ def save_state(state_dir: Path, state: AgentState) -> None:
 
 
 def _finished(name: str, doc: Any) -> FinishedJob:
+    from ibqos.classify.prior import FinishedJob  # numpy: not for ibqos status --help
+
     end = doc["end_s"]
     user = doc["user"]
     return FinishedJob(

@@ -13,19 +13,43 @@ Pipeline stage 2 of ibqos (docs/design.md §5.1, "Per-job per-level attribution"
 - :mod:`~ibqos.attribute.sharing`: how the running jobs share the tree.
 """
 
-from ibqos.attribute.attribution import Attribution, Attributor, JobTraffic
-from ibqos.attribute.jobmap import (
-    FileJobSource,
-    JobMapper,
-    JobSource,
-    MappedJob,
-    host_ports,
-    log_warnings,
-    map_jobs,
-    natural_key,
-)
-from ibqos.attribute.patterns import traffic_matrix
-from ibqos.attribute.sharing import JobSharing, SharingTables
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.attribute.attribution import Attribution, Attributor, JobTraffic
+    from ibqos.attribute.jobmap import (
+        FileJobSource,
+        JobMapper,
+        JobSource,
+        MappedJob,
+        host_ports,
+        log_warnings,
+        map_jobs,
+        natural_key,
+    )
+    from ibqos.attribute.patterns import traffic_matrix
+    from ibqos.attribute.sharing import JobSharing, SharingTables
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".attribution": ("Attribution", "Attributor", "JobTraffic"),
+            ".jobmap": (
+                "FileJobSource",
+                "JobMapper",
+                "JobSource",
+                "MappedJob",
+                "host_ports",
+                "log_warnings",
+                "map_jobs",
+                "natural_key",
+            ),
+            ".patterns": ("traffic_matrix",),
+            ".sharing": ("JobSharing", "SharingTables"),
+        },
+    )
 
 __all__ = [
     "Attribution",

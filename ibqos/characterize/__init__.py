@@ -14,4 +14,4 @@ The profile store and the per-cycle priors the agent uses live in :mod:`ibqos.cl
 matplotlib, which nothing else needs.
 """
 
-__all__ = ["command", "history", "otf2trace", "report", "trace"]
+__all__ = ["command", "extra", "history", "otf2trace", "report", "trace"]

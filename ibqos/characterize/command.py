@@ -24,10 +24,11 @@ from ibqos.classify.profiles import (
 )
 from ibqos.classify.traffic import NodeTraffic
 from ibqos.errors import TopologyError
+from ibqos.fabric.given import given_fabric
 from ibqos.fabric.hostnames import LAB_SM_HOSTNAME
 from ibqos.fabric.model import Fabric, fabric_from_file
 from ibqos.fabric.topology import Port
-from ibqos.fabric.xgft import SM_HOSTNAME, build_xgft, parse_xgft
+from ibqos.fabric.xgft import SM_HOSTNAME, XgftSpec, build_xgft
 from ibqos.jobs.model import Job
 
 #: placements characterized when none are asked for: compact, every other fragmentation
@@ -66,22 +67,22 @@ def fabric_of(
     (``jobs.exclude_hosts``): no rank is placed on the subnet manager's host.
 
     Raises:
-        TopologyError: neither or both given, or a bad spec or file.
+        FabricChoiceError: neither or both given.
+        TopologyError: a bad spec or file.
     """
-    if (xgft is None) == (topology is None):
-        raise TopologyError("give the fabric as --xgft SPEC or --topology FILE (one of them)")
+    given = given_fabric(
+        xgft, topology, "the fabric as --xgft SPEC or --topology FILE (one of them)"
+    )
     exclude = tuple(exclude_hosts)
-    if xgft is not None:
-        spec = parse_xgft(xgft)
-        topo = build_xgft(spec, width, speed)
+    if isinstance(given, XgftSpec):
+        topo = build_xgft(given, width, speed)
         # LIDs only matter to PMA targets; numbering the ports keeps the fabric from
         # warning that none can be swept (no routes are needed: levels suffice)
         ports = [p for ca in topo.cas() for p in topo.ports(ca.id)]
         ports += [Port(sw.id, 0) for sw in topo.switches()]
         topo.lids.update({p: lid for lid, p in enumerate(ports, start=1)})
-        return Fabric(topo, source=f"xgft {spec}"), str(spec), (*exclude, SM_HOSTNAME)
-    assert topology is not None
-    return fabric_from_file(topology), topology.name, exclude
+        return Fabric(topo, source=f"xgft {given}"), str(given), (*exclude, SM_HOSTNAME)
+    return fabric_from_file(given), given.name, exclude
 
 
 def characterize(
@@ -112,9 +113,10 @@ def characterize(
     )
 
 
-def outputs(run: Run, plot_format: str = "png") -> dict[str, bytes]:
+def outputs(run: Run, plot_format: str | None = "png") -> dict[str, bytes]:
     """The files of a run, rendered in memory: ``levels.csv``, ``levels.json``,
-    ``levels.<fmt>`` and ``spread.<fmt>``."""
+    ``levels.<fmt>`` and ``spread.<fmt>`` (no plots for *plot_format* None: the plots
+    need matplotlib, of the ``characterize`` extra, and only files hold them)."""
     table = report.rows(run.placements)
     doc = {
         "title": run.title,
@@ -122,12 +124,14 @@ def outputs(run: Run, plot_format: str = "png") -> dict[str, bytes]:
         "placements": report.summary(run.placements),
         "spread": report.summary(run.spread),
     }
-    return {
+    files = {
         "levels.csv": report.to_csv(table).encode(),
         "levels.json": report.to_json(doc).encode(),
-        f"levels.{plot_format}": report.plot_levels(run.placements, run.title, plot_format),
-        f"spread.{plot_format}": report.plot_spread(run.spread, run.title, plot_format),
     }
+    if plot_format is not None:
+        files[f"levels.{plot_format}"] = report.plot_levels(run.placements, run.title, plot_format)
+        files[f"spread.{plot_format}"] = report.plot_spread(run.spread, run.title, plot_format)
+    return files
 
 
 def model_of_trace(traffic: NodeTraffic) -> Model:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ibqos.characterize.extra import extra_module
 from ibqos.characterize.trace import CommTrace, build_trace
 from ibqos.errors import TraceError
 
@@ -51,7 +52,7 @@ def load_otf2(path: Path, interval_s: float = 1.0) -> Otf2Import:
     Raises:
         TraceError: the archive cannot be read, is not an MPI trace, or records no sends.
     """
-    import otf2  # imported here: only the OTF2 import needs the library
+    otf2 = extra_module("otf2", "OTF2 traces")  # only the OTF2 import needs the library
 
     if not (math.isfinite(interval_s) and interval_s > 0):
         raise TraceError(f"{path}: interval {interval_s!r} s: expected a number > 0")

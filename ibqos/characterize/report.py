@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ibqos.characterize.extra import extra_module
 from ibqos.classify.levels import Characterization
 from ibqos.fsio import atomic_write_bytes
 from ibqos.plan.output import align, pct_text, rate_text  # as `ibqos plan` prints them
@@ -188,8 +189,7 @@ def write_outputs(directory: Path, files: Mapping[str, bytes]) -> list[Path]:
 
 
 def _pyplot() -> Any:
-    import matplotlib as mpl
-
+    mpl = extra_module("matplotlib", "the plots")
     mpl.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 

@@ -18,32 +18,69 @@ Pipeline stage 3 of ibqos (docs/design.md §3, "Per-level utilization")::
   jobs leave for the next ones.
 """
 
-from ibqos.classify.classifier import (
-    Capacities,
-    Classifier,
-    JobClass,
-    JobUtilization,
-    Utilizations,
-    available,
-    class_of,
-    intensity,
-    next_class,
-    utilization,
-)
-from ibqos.classify.expected import Expectations, Expected, Running
-from ibqos.classify.levels import Characterization, Characterizer, LevelRow, Placement
-from ibqos.classify.predict import Prior
-from ibqos.classify.prior import FinishedJob, JobProfiles, Matched, Priors, learn, make_priors
-from ibqos.classify.profiles import (
-    Model,
-    Observation,
-    Profile,
-    ProfileStore,
-    check_name,
-    load_profile,
-    parse_profile,
-)
-from ibqos.classify.traffic import NodeTraffic
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.classify.classifier import (
+        Capacities,
+        Classifier,
+        JobClass,
+        JobUtilization,
+        Utilizations,
+        available,
+        class_of,
+        intensity,
+        next_class,
+        utilization,
+    )
+    from ibqos.classify.expected import Expectations, Expected, Running
+    from ibqos.classify.levels import Characterization, Characterizer, LevelRow, Placement
+    from ibqos.classify.predict import Prior
+    from ibqos.classify.prior import FinishedJob, JobProfiles, Matched, Priors, learn, make_priors
+    from ibqos.classify.profiles import (
+        Model,
+        Observation,
+        Profile,
+        ProfileStore,
+        check_name,
+        load_profile,
+        parse_profile,
+    )
+    from ibqos.classify.traffic import NodeTraffic
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".classifier": (
+                "Capacities",
+                "Classifier",
+                "JobClass",
+                "JobUtilization",
+                "Utilizations",
+                "available",
+                "class_of",
+                "intensity",
+                "next_class",
+                "utilization",
+            ),
+            ".expected": ("Expectations", "Expected", "Running"),
+            ".levels": ("Characterization", "Characterizer", "LevelRow", "Placement"),
+            ".predict": ("Prior",),
+            ".prior": ("FinishedJob", "JobProfiles", "Matched", "Priors", "learn", "make_priors"),
+            ".profiles": (
+                "Model",
+                "Observation",
+                "Profile",
+                "ProfileStore",
+                "check_name",
+                "load_profile",
+                "parse_profile",
+            ),
+            ".traffic": ("NodeTraffic",),
+        },
+    )
 
 __all__ = [
     "Capacities",

@@ -85,9 +85,10 @@ def _fabric_options(f: FC) -> FC:
 
 def _emit(runs: Sequence[command.Run], fmt: str, out: Path | None, plot_format: str) -> None:
     files: dict[str, bytes] = {}
+    plots = plot_format if out is not None else None  # plots are for files only
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.title.split()[-1]}-"
-        files |= {prefix + name: data for name, data in command.outputs(run, plot_format).items()}
+        files |= {prefix + name: data for name, data in command.outputs(run, plots).items()}
     if fmt == "json":
         docs = [json.loads(files[name]) for name in files if name.endswith("levels.json")]
         click.echo(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))

@@ -1,15 +1,13 @@
-"""``ibqos check-config`` and ``ibqos check-opensm``: validate files without running."""
+"""``ibqos check-config`` and ``ibqos check-opensm``: validate files without running.
+
+The checkers are imported when a command runs: its ``--help`` needs none of them.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
-
-from ibqos.config.load import load_config
-from ibqos.deploy.preflight import preflight
-from ibqos.opensm.check import check_file, partitions_file
-from ibqos.opensm.partitions import read_partitions
 
 
 @click.command("check-opensm")
@@ -30,6 +28,9 @@ def check_opensm_command(
     One line per finding (FILE:LINE: message); exit 1 if any is an error, i.e. something
     OpenSM would drop or misread.
     """
+    from ibqos.opensm.check import check_file, partitions_file
+    from ibqos.opensm.partitions import read_partitions
+
     parts = read_partitions(partitions or partitions_file(files))
     errors = 0
     for file in files:
@@ -62,6 +63,9 @@ def check_config_command(file: Path, syntax_only: bool) -> None:
 
     One line per problem (error, warning or note); exit 1 if any is an error.
     """
+    from ibqos.config.load import load_config
+    from ibqos.deploy.preflight import preflight
+
     config = load_config(file)
     errors = 0
     if not syntax_only:

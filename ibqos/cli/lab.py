@@ -20,9 +20,10 @@ from ibqos.cli.options import (
     width_option,
     xgft_option,
 )
-from ibqos.errors import LabError, TopologyError
+from ibqos.errors import FabricChoiceError, LabError, TopologyError
+from ibqos.fabric.given import given_fabric
 from ibqos.fabric.topology import parse_ibnetdiscover
-from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.fabric.xgft import XgftSpec, build_xgft
 from ibqos.lab import manage
 from ibqos.lab.files import LabPaths, default_root, normalize_for_ibsim
 from ibqos.lab.lab import READBACK_S, Lab
@@ -98,18 +99,18 @@ def lab_up(
     root: Path | None,
 ) -> None:
     """Build a fabric, start ibsim and OpenSM, and run the job mix in the background."""
-    if (xgft is None) == (topology is None):
-        raise click.UsageError("give exactly one of --xgft and --topology")
-    if xgft is not None:
-        topo = build_xgft(parse_xgft(xgft), int(width), speed)
+    try:
+        given = given_fabric(xgft, topology, "exactly one of --xgft and --topology")
+    except FabricChoiceError as err:  # here a usage error: click shows the usage, exit 2
+        raise click.UsageError(str(err)) from None
+    if isinstance(given, XgftSpec):
+        topo = build_xgft(given, int(width), speed)
     else:
-        assert topology is not None
         try:
-            text = topology.read_text()
+            text = given.read_text()
         except OSError as err:
-            raise TopologyError(f"--topology {topology}: cannot read: {err.strerror}") from err
-        topo = parse_ibnetdiscover(text, str(topology))
-        topo = normalize_for_ibsim(topo)
+            raise TopologyError(f"--topology {given}: cannot read: {err.strerror}") from err
+        topo = normalize_for_ibsim(parse_ibnetdiscover(text, str(given)))
     options = dict(_key_value(o) for o in osm_opts)
     lab_ = manage.up(
         name,

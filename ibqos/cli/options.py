@@ -11,13 +11,14 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ibqos.config.load import find_config, load_config, parse_config
-from ibqos.config.models import Config
 from ibqos.fabric.topology import LANE_DATA_BITS_PER_S, WIDTHS
+
+if TYPE_CHECKING:
+    from ibqos.config.models import Config
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ def load_or_defaults(path: Path | None) -> Config:
     Args:
         path: the ``--config`` value, if given.
     """
+    from ibqos.config.load import find_config, load_config, parse_config  # pydantic: slow
+
     found = find_config(path)
     if path is None and "IBQOS_CONFIG" not in os.environ and not found.exists():
         log.debug("no %s: using the default configuration", found)

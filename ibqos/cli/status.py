@@ -14,7 +14,6 @@ import click
 from ibqos.agent.state import load_state
 from ibqos.agent.status import render_status
 from ibqos.cli.options import config_option, format_option
-from ibqos.config.load import find_config, load_config
 from ibqos.errors import StateError
 from ibqos.plan.output import FORMATS
 
@@ -27,6 +26,8 @@ def status_command(path: Path | None, fmt: str) -> None:
 
     Exits 1 when the state directory holds no agent state (ibqos run never ran with it).
     """
+    from ibqos.config.load import find_config, load_config  # pydantic: not for --help
+
     config = load_config(find_config(path))
     state_dir = config.agent.state_dir
     state = load_state(state_dir)

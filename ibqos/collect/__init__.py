@@ -11,12 +11,29 @@ Backends: ``native`` (libibumad MADs, many in flight; the default), ``perfquery`
 
 from __future__ import annotations
 
-from ibqos.collect.backends import make_backend
-from ibqos.collect.loop import Collector
-from ibqos.collect.portinfo import LaneCaps, read_lane_caps
-from ibqos.collect.rates import RateTracker, rows_for_json
-from ibqos.collect.sweep import Backend, Sweep
-from ibqos.fabric.targets import Target
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.collect.backends import make_backend
+    from ibqos.collect.loop import Collector
+    from ibqos.collect.portinfo import LaneCaps, read_lane_caps
+    from ibqos.collect.rates import RateTracker, rows_for_json
+    from ibqos.collect.sweep import Backend, Sweep
+    from ibqos.fabric.targets import Target
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".backends": ("make_backend",),
+            ".loop": ("Collector",),
+            ".portinfo": ("LaneCaps", "read_lane_caps"),
+            ".rates": ("RateTracker", "rows_for_json"),
+            ".sweep": ("Backend", "Sweep"),
+            "ibqos.fabric.targets": ("Target",),
+        },
+    )
 
 __all__ = [
     "Backend",

@@ -6,7 +6,20 @@
   (imported by name: scapy is slow to import and the agent's hot path does not need it).
 """
 
-from ibqos.mad.pma import check_replies, decode, get_request, status_text
-from ibqos.mad.umad import UmadPort, check_mad_device
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.mad.pma import check_replies, decode, get_request, status_text
+    from ibqos.mad.umad import UmadPort, check_mad_device
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".pma": ("check_replies", "decode", "get_request", "status_text"),
+            ".umad": ("UmadPort", "check_mad_device"),
+        },
+    )
 
 __all__ = ["UmadPort", "check_mad_device", "check_replies", "decode", "get_request", "status_text"]

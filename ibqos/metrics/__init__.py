@@ -8,9 +8,23 @@
 - :mod:`~ibqos.metrics.server`: the HTTP(S) endpoint.
 """
 
-from ibqos.metrics.families import SnapshotCollector
-from ibqos.metrics.health import AgentMetrics, Counters
-from ibqos.metrics.snapshot import Snapshot, build_snapshot, level_capacities
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.metrics.families import SnapshotCollector
+    from ibqos.metrics.health import AgentMetrics, Counters
+    from ibqos.metrics.snapshot import Snapshot, build_snapshot, level_capacities
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".families": ("SnapshotCollector",),
+            ".health": ("AgentMetrics", "Counters"),
+            ".snapshot": ("Snapshot", "build_snapshot", "level_capacities"),
+        },
+    )
 
 __all__ = [
     "AgentMetrics",

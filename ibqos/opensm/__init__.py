@@ -21,21 +21,47 @@ conf, policy and check only render and check text; apply alone writes OpenSM's f
 signals OpenSM.
 """
 
-from ibqos.errors import RenderError
-from ibqos.opensm.apply import Applier, ApplyResult, make_signaller, read_file
-from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
-from ibqos.opensm.conf import (
-    PORT_TYPES,
-    managed_keys,
-    managed_values,
-    parse_conf,
-    render_conf,
-    routing_engine,
-)
-from ibqos.opensm.observe import Observer, file_diffs
-from ibqos.opensm.policy import Policy, PolicyJob, job_sls, parse_policy, render_policy
-from ibqos.opensm.signallers import Signaller
-from ibqos.opensm.verify import Expected, PathCheck, check_until, expected_after
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.errors import RenderError
+    from ibqos.opensm.apply import Applier, ApplyResult, make_signaller, read_file
+    from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
+    from ibqos.opensm.conf import (
+        PORT_TYPES,
+        managed_keys,
+        managed_values,
+        parse_conf,
+        render_conf,
+        routing_engine,
+    )
+    from ibqos.opensm.observe import Observer, file_diffs
+    from ibqos.opensm.policy import Policy, PolicyJob, job_sls, parse_policy, render_policy
+    from ibqos.opensm.signallers import Signaller
+    from ibqos.opensm.verify import Expected, PathCheck, check_until, expected_after
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            "ibqos.errors": ("RenderError",),
+            ".apply": ("Applier", "ApplyResult", "make_signaller", "read_file"),
+            ".check": ("Finding", "check_conf", "check_file", "check_policy", "detect_kind"),
+            ".conf": (
+                "PORT_TYPES",
+                "managed_keys",
+                "managed_values",
+                "parse_conf",
+                "render_conf",
+                "routing_engine",
+            ),
+            ".observe": ("Observer", "file_diffs"),
+            ".policy": ("Policy", "PolicyJob", "job_sls", "parse_policy", "render_policy"),
+            ".signallers": ("Signaller",),
+            ".verify": ("Expected", "PathCheck", "check_until", "expected_after"),
+        },
+    )
 
 __all__ = [
     "PORT_TYPES",

@@ -16,15 +16,35 @@ Pipeline stage 4 of ibqos (docs/design.md §5)::
 - :mod:`~ibqos.plan.output`: ``ibqos plan`` output, as tables or the documented JSON.
 """
 
-from ibqos.plan.decide import Decider
-from ibqos.plan.grouping import lane_cost, optimal_grouping
-from ibqos.plan.output import align, lane_weights, pct_text, rate_text, render, to_json
-from ibqos.plan.planner import JobState, Lane, Plan, PlanResult, Tables, plan
-from ibqos.plan.report import CycleOutputs, Decision, JobReport, LevelFigures, build_decision
-from ibqos.plan.setups import LAW, Setup, candidates
-from ibqos.plan.tuner import Tuner, TuningStatus
-from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
-from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.plan.decide import Decider
+    from ibqos.plan.grouping import lane_cost, optimal_grouping
+    from ibqos.plan.output import align, lane_weights, pct_text, rate_text, render, to_json
+    from ibqos.plan.planner import JobState, Lane, Plan, PlanResult, Tables, plan
+    from ibqos.plan.report import CycleOutputs, Decision, JobReport, LevelFigures, build_decision
+    from ibqos.plan.setups import LAW, Setup, candidates
+    from ibqos.plan.tuner import Tuner, TuningStatus
+    from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
+    from ibqos.plan.weights import interleave, lane_entries, quantize, weight_target
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".decide": ("Decider",),
+            ".grouping": ("lane_cost", "optimal_grouping"),
+            ".output": ("align", "lane_weights", "pct_text", "rate_text", "render", "to_json"),
+            ".planner": ("JobState", "Lane", "Plan", "PlanResult", "Tables", "plan"),
+            ".report": ("CycleOutputs", "Decision", "JobReport", "LevelFigures", "build_decision"),
+            ".setups": ("LAW", "Setup", "candidates"),
+            ".tuner": ("Tuner", "TuningStatus"),
+            ".tuning": ("Predicted", "Predictor", "TuningDriver"),
+            ".weights": ("interleave", "lane_entries", "quantize", "weight_target"),
+        },
+    )
 
 __all__ = [
     "LAW",

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from ibqos.plan.planner import Tables
-from ibqos.plan.report import Decision, JobReport
 from ibqos.plan.setups import LAW
+
+if TYPE_CHECKING:
+    from ibqos.plan.planner import Tables
+    from ibqos.plan.report import Decision, JobReport
 
 FORMATS = ("table", "json")
 #: version of the JSON layout; raised only when a key changes meaning or goes away

@@ -21,17 +21,39 @@ them, as its module has the same name: use :meth:`RunSettings.evaluate`, or impo
 never through this face.
 """
 
-from ibqos.sim.command import simulate
-from ibqos.sim.evaluate import MODELS, JobOutcome, Outcome, RunSettings, alone
-from ibqos.sim.fluid import FluidSim, JobPhase, simulate_fluid
-from ibqos.sim.network import Network, dmodk_lfts, xgft_network
-from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
-from ibqos.sim.policies import DEFAULT_LANES, POLICIES, build, one_vl
-from ibqos.sim.qos import Arbitration, from_tables
-from ibqos.sim.report import FORMATS, render
-from ibqos.sim.senders import GRANULARITIES, Granularity, auto_buffers
-from ibqos.sim.whatif import what_if
-from ibqos.sim.workload import JobRun, RunResult, SimJob, prepare
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.sim.command import simulate
+    from ibqos.sim.evaluate import MODELS, JobOutcome, Outcome, RunSettings, alone
+    from ibqos.sim.fluid import FluidSim, JobPhase, simulate_fluid
+    from ibqos.sim.network import Network, dmodk_lfts, xgft_network
+    from ibqos.sim.packet import PACKET_BUFFER, simulate_packets
+    from ibqos.sim.policies import DEFAULT_LANES, POLICIES, build, one_vl
+    from ibqos.sim.qos import Arbitration, from_tables
+    from ibqos.sim.report import FORMATS, render
+    from ibqos.sim.senders import GRANULARITIES, Granularity, auto_buffers
+    from ibqos.sim.whatif import what_if
+    from ibqos.sim.workload import JobRun, RunResult, SimJob, prepare
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            ".command": ("simulate",),
+            ".evaluate": ("MODELS", "JobOutcome", "Outcome", "RunSettings", "alone"),
+            ".fluid": ("FluidSim", "JobPhase", "simulate_fluid"),
+            ".network": ("Network", "dmodk_lfts", "xgft_network"),
+            ".packet": ("PACKET_BUFFER", "simulate_packets"),
+            ".policies": ("DEFAULT_LANES", "POLICIES", "build", "one_vl"),
+            ".qos": ("Arbitration", "from_tables"),
+            ".report": ("FORMATS", "render"),
+            ".senders": ("GRANULARITIES", "Granularity", "auto_buffers"),
+            ".whatif": ("what_if",),
+            ".workload": ("JobRun", "RunResult", "SimJob", "prepare"),
+        },
+    )
 
 __all__ = [
     "DEFAULT_LANES",

@@ -9,9 +9,10 @@ from pathlib import Path
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.tuning import TuningConfig
 from ibqos.errors import SimError
+from ibqos.fabric.given import given_fabric
 from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import parse_ibnetdiscover
-from ibqos.fabric.xgft import parse_xgft
+from ibqos.fabric.xgft import XgftSpec
 from ibqos.jobs.jobfile import check_hosts, load_jobs
 from ibqos.sim.closedloop import (
     BASE_ITERATIONS,
@@ -56,17 +57,21 @@ def network(
     OpenSM's routes (an ibnetdiscover file with LIDs plus ``opensm-lfts.dump``).
 
     Raises:
-        SimError: neither or both given, or a file that cannot be read.
+        FabricChoiceError: neither or both given.
+        SimError: a topology without --lfts, or a file that cannot be read.
     """
-    if (xgft is None) == (topology is None):
-        raise SimError("give --xgft SPEC, or --topology FILE with --lfts FILE")
-    if xgft is not None:
-        return xgft_network(parse_xgft(xgft), width, speed)
-    assert topology is not None
+    given = given_fabric(
+        xgft,
+        topology,
+        "--xgft SPEC, or --topology FILE with --lfts FILE",
+        category=SimError.category,
+    )
+    if isinstance(given, XgftSpec):
+        return xgft_network(given, width, speed)
     if lfts is None:
-        raise SimError(f"--topology {topology}: needs --lfts (OpenSM's opensm-lfts.dump)")
+        raise SimError(f"--topology {given}: needs --lfts (OpenSM's opensm-lfts.dump)")
     try:
-        topo = parse_ibnetdiscover(topology.read_text(), str(topology))
+        topo = parse_ibnetdiscover(given.read_text(), str(given))
         tables = parse_lft_dump(lfts.read_text(), str(lfts))
     except OSError as err:
         raise SimError(f"{err.filename}: {err.strerror}") from err

@@ -8,9 +8,24 @@ The hand-off of each job's SL to its tasks is :mod:`ibqos.agent.handoff` (any jo
 the scripts Slurm runs are in ``contrib/slurm/``; see ``docs/slurm.md``.
 """
 
-from ibqos.errors import SlurmError
-from ibqos.slurm.notify import NotifyDir
-from ibqos.slurm.source import SlurmJobSource
-from ibqos.slurm.squeue import parse_json, parse_text
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ibqos.errors import SlurmError
+    from ibqos.slurm.notify import NotifyDir
+    from ibqos.slurm.source import SlurmJobSource
+    from ibqos.slurm.squeue import parse_json, parse_text
+else:
+    from ibqos.lazy import attach
+
+    __getattr__, __dir__ = attach(
+        __name__,
+        {
+            "ibqos.errors": ("SlurmError",),
+            ".notify": ("NotifyDir",),
+            ".source": ("SlurmJobSource",),
+            ".squeue": ("parse_json", "parse_text"),
+        },
+    )
 
 __all__ = ["NotifyDir", "SlurmError", "SlurmJobSource", "parse_json", "parse_text"]

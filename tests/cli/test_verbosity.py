@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pandas as pd
 import pytest
 import yaml
@@ -97,9 +98,10 @@ def test_debug_after_the_command_gives_the_traceback(
 
 def test_lab_run_passes_the_options_after_its_name_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """What follows ``lab run NAME`` belongs to the command it runs, ``--debug`` too."""
-    group = cli.commands["lab"]
+    group = cli.get_command(click.Context(cli), "lab")  # loaded when asked for
+    assert isinstance(group, click.Group)
     assert "--debug" in [o for p in group.params for o in getattr(p, "opts", [])]
-    run = group.commands["run"]  # type: ignore[attr-defined]
+    run = group.commands["run"]
     assert "--debug" not in [o for p in run.params for o in getattr(p, "opts", [])]
 
 

@@ -131,6 +131,11 @@ def test_wheel_installs_the_command_and_its_files(tmp_path: Path) -> None:
     assert (prolog.external_attr >> 16) & 0o111, "the Slurm scripts stay executable"
     assert f"\nVersion: {__version__}\n" in meta and "License-Expression: MIT" in meta
     assert "Requires-Dist: cysystemd>=1.5" in meta
+    # the agent's install needs neither: they are the extra characterize
+    assert "Provides-Extra: characterize" in meta
+    for lib in ("matplotlib>=3.8", "otf2>=3.0"):
+        assert f'Requires-Dist: {lib}; extra == "characterize"' in meta
+        assert f"Requires-Dist: {lib}\n" not in meta
     assert "ibqos = ibqos.cli:main" in entry
     with tarfile.open(sdist) as tar:
         top = f"ibqos-{__version__}"
