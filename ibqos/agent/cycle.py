@@ -25,7 +25,7 @@ from ibqos.agent.state import AgentState, save_state, tuning_doc
 from ibqos.classify.prior import learn
 from ibqos.errors import IbqosError, RenderError, StateError
 from ibqos.metrics import build_snapshot, level_capacities
-from ibqos.opensm.apply import ApplyResult
+from ibqos.opensm.outcome import ApplyResult
 from ibqos.opensm.render import render_checked
 from ibqos.plan.output import to_json
 from ibqos.plan.planner import Plan
