@@ -9,8 +9,7 @@
 - :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
 - :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``), served by
   :mod:`~ibqos.agent.slserve` (one thread, one selector);
-- :mod:`~ibqos.agent.lanes`, :mod:`~ibqos.agent.wiring`: the lanes and the pipeline's
-  parts as the config says.
+- :mod:`~ibqos.agent.lanes`: the lanes as the config says, with its ``auto`` values read.
 """
 
 from ibqos.agent.daemon import Agent, next_tick
@@ -20,7 +19,6 @@ from ibqos.agent.lock import AgentLock, holder
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.state import AgentState, load_state, save_state
 from ibqos.agent.status import render_status
-from ibqos.agent.wiring import fabric_from_config, make_job_source
 
 __all__ = [
     "Agent",
@@ -32,10 +30,8 @@ __all__ = [
     "SlServer",
     "ask_sl",
     "check_job_id",
-    "fabric_from_config",
     "holder",
     "load_state",
-    "make_job_source",
     "next_tick",
     "opensm_routing_engine",
     "render_status",

@@ -45,7 +45,6 @@ from ibqos.errors import IbqosError, StopRequested
 from ibqos.slurm.source import SlurmJobSource
 from ibqos.tools import waiter
 
-# ``make_job_source`` is where the CLI has always found it
 __all__ = [
     "Agent",
     "next_tick",

@@ -26,8 +26,8 @@ from ibqos.agent.predictor import make_predictor
 from ibqos.agent.sdnotify import Notifier
 from ibqos.agent.sinks import DryRunSink
 from ibqos.agent.state import load_state
-from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
+from ibqos.collect.discover import fabric_from_config
 from ibqos.collect.loop import Collector
 from ibqos.collect.routes import RouteSource, route_source
 from ibqos.config.lanes import LaneConfig
@@ -46,6 +46,7 @@ from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.saved import plan_from_doc
 from ibqos.plan.tuning import TuningDriver
+from ibqos.slurm.jobsource import make_job_source
 from ibqos.slurm.source import SlurmJobSource
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 
 from ibqos.agent.cycle import CycleAgent
-from ibqos.agent.wiring import make_job_source
 from ibqos.classify.prior import make_priors
 from ibqos.config.load import load_config
 from ibqos.errors import IbqosError
 from ibqos.opensm.apply import read_file
+from ibqos.slurm.jobsource import make_job_source
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from ibqos.agent.lanes import resolve_lanes
-from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.cli.options import (
     config_option,
@@ -22,11 +21,13 @@ from ibqos.cli.options import (
     sweeping_text,
     topology_option,
 )
+from ibqos.collect.discover import fabric_from_config
 from ibqos.collect.loop import Collector
 from ibqos.collect.routes import route_source
 from ibqos.fabric.model import fabric_from_file
 from ibqos.plan.decide import Decider
 from ibqos.plan.output import FORMATS, render
+from ibqos.slurm.jobsource import make_job_source
 
 log = logging.getLogger(__name__)
 
