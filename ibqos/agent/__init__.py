@@ -1,9 +1,12 @@
 """The agent: ``ibqos run``, the daemon beside OpenSM, and what it keeps between runs.
 
 - :mod:`~ibqos.agent.daemon`: :class:`Agent`, the loop at a steady cadence, with signals;
-  it is built up from :mod:`~ibqos.agent.parts` (the parts the config builds),
-  :mod:`~ibqos.agent.cycle` (one cycle), :mod:`~ibqos.agent.sinks` (apply, observe or
-  dry run) and :mod:`~ibqos.agent.reload` (SIGHUP);
+  it is put together from :mod:`~ibqos.agent.parts` (the parts the config builds, the SL
+  service), :mod:`~ibqos.agent.cycle` (the cycles), :mod:`~ibqos.agent.sinks` (apply,
+  observe or dry run) and :mod:`~ibqos.agent.reload` (SIGHUP);
+- :mod:`~ibqos.agent.pipeline`: what one decision cycle runs on (fabric, lanes, decider,
+  route source, job source, collector), built the one way ``ibqos run`` and
+  ``ibqos plan`` build it;
 - :mod:`~ibqos.agent.state`: the state file; :mod:`~ibqos.agent.status`: ``ibqos status``;
 - :mod:`~ibqos.agent.lock`: one agent per state directory;
 - :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
