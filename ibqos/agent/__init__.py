@@ -1,16 +1,18 @@
 """The agent: ``ibqos run``, the daemon beside OpenSM, and what it keeps between runs.
 
 - :mod:`~ibqos.agent.daemon`: :class:`Agent`, the loop at a steady cadence, with signals;
-  it is built up from :mod:`~ibqos.agent.parts` (the parts the config builds),
-  :mod:`~ibqos.agent.cycle` (one cycle), :mod:`~ibqos.agent.sinks` (apply, observe or
-  dry run) and :mod:`~ibqos.agent.reload` (SIGHUP);
+  it is put together from :mod:`~ibqos.agent.parts` (the parts the config builds, the SL
+  service), :mod:`~ibqos.agent.cycle` (the cycles), :mod:`~ibqos.agent.sinks` (apply,
+  observe or dry run) and :mod:`~ibqos.agent.reload` (SIGHUP);
+- :mod:`~ibqos.agent.pipeline`: what one decision cycle runs on (fabric, lanes, decider,
+  route source, job source, collector), built the one way ``ibqos run`` and
+  ``ibqos plan`` build it;
 - :mod:`~ibqos.agent.state`: the state file; :mod:`~ibqos.agent.status`: ``ibqos status``;
 - :mod:`~ibqos.agent.lock`: one agent per state directory;
 - :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
 - :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``), served by
   :mod:`~ibqos.agent.slserve` (one thread, one selector);
-- :mod:`~ibqos.agent.lanes`, :mod:`~ibqos.agent.wiring`: the lanes and the pipeline's
-  parts as the config says.
+- :mod:`~ibqos.agent.lanes`: the lanes as the config says, with its ``auto`` values read.
 """
 
 from typing import TYPE_CHECKING
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from ibqos.agent.sdnotify import Notifier
     from ibqos.agent.state import AgentState, load_state, save_state
     from ibqos.agent.status import render_status
-    from ibqos.agent.wiring import fabric_from_config, make_job_source
 else:
     from ibqos.lazy import attach
 
@@ -37,7 +38,6 @@ else:
             ".sdnotify": ("Notifier",),
             ".state": ("AgentState", "load_state", "save_state"),
             ".status": ("render_status",),
-            ".wiring": ("fabric_from_config", "make_job_source"),
         },
     )
 
@@ -51,10 +51,8 @@ __all__ = [
     "SlServer",
     "ask_sl",
     "check_job_id",
-    "fabric_from_config",
     "holder",
     "load_state",
-    "make_job_source",
     "next_tick",
     "opensm_routing_engine",
     "render_status",

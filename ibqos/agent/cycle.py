@@ -1,12 +1,12 @@
 """One cycle of the daemon: sweep, decide, render, apply or show, remember.
 
-:class:`CycleAgent` runs cycles on the daemon's parts (:class:`~ibqos.agent.parts.
+:class:`CycleRunner` runs cycles on the agent's parts (:class:`~ibqos.agent.parts.
 AgentParts`): the job source's jobs and a counter sweep (or the last rates) go to the
 decider, profiles learn from the jobs that ended, the SL board publishes the jobs' SLs,
 OpenSM's files are rendered and checked (:func:`ibqos.opensm.render.render_files`), and
 the files go to the mode's sink (:mod:`ibqos.agent.sinks`); then the state file and the
 metrics' snapshot are updated.  A cycle that fails is logged once per distinct message and
-counted (:meth:`CycleAgent._soft`), and the daemon goes on.
+counted (:meth:`CycleRunner.soft`), and the daemon goes on.
 """
 
 from __future__ import annotations
@@ -19,18 +19,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from ibqos.agent.handoff import SlBoard
 from ibqos.agent.parts import AgentParts, freeze_heap
-from ibqos.agent.sinks import enforce, verifier
+from ibqos.agent.sdnotify import Notifier
+from ibqos.agent.sinks import DryRunSink, enforce, verifier
 from ibqos.agent.state import AgentState, save_state, tuning_doc
 from ibqos.classify.prior import learn
 from ibqos.errors import IbqosError, RenderError, StateError
-from ibqos.metrics import build_snapshot, level_capacities
-from ibqos.opensm.apply import ApplyResult
+from ibqos.jobs.model import Job
+from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
+from ibqos.opensm.outcome import ApplyResult
 from ibqos.opensm.render import render_checked
 from ibqos.plan.output import to_json
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
-from ibqos.plan.saved import plan_to_doc
+from ibqos.plan.saved import plan_from_doc, plan_to_doc
 from ibqos.plan.setups import LAW
 
 log = logging.getLogger(__name__)
@@ -40,12 +43,80 @@ log = logging.getLogger(__name__)
 TRIAL_TOKENS = 4.0
 
 
-class CycleAgent(AgentParts):
-    """The daemon's parts, and the cycles run on them (see the module docstring)."""
+class CycleRunner:
+    """Runs the decision cycles of one agent (see the module docstring), and keeps what a
+    cycle leaves for the next.
 
-    #: per-SL rates of the sweep whose rates are in ``rates`` (``ibqos.collect.per_sl``);
-    #: None when no port has per-SL data counters
-    sl_rates: pd.DataFrame | None = None
+    It continues from the state the agent saved before: the plan OpenSM serves is in force
+    again (its jobs keep their SLs), and the decider goes on from its jobs and classes.
+
+    Args:
+        parts: the parts the config built (the config in force among them).
+        state: the state file as the agent left it (:func:`ibqos.agent.state.load_state`).
+        board: where the jobs' SLs are published for the SL server.
+        counters: what the agent counts.
+        metrics: the agent's metrics (the snapshot and the durations are set here).
+        notifier: systemd's READY, STATUS and watchdog.
+        clock: monotonic seconds.
+        echo: where dry-run output goes (one text block per call).
+        simulate: a dry run also shows what the contention simulator predicts.
+
+    Attributes:
+        state: the state as last saved (or read at start).
+        in_force_plan: the plan OpenSM serves (None: none known).
+        in_force: job -> SL of the jobs whose SL OpenSM serves (what ``job-sl`` hands out).
+        rates: per-port rates of the last full sweep (None before the first).
+        sl_rates: per-SL rates of that sweep (``ibqos.collect.per_sl``); None when no port
+            has per-SL data counters.
+        jobs_seen: the jobs the last cycle planned for (None: no cycle yet).
+        last: the last cycle's decision.
+        reloaded_since_sweep: OpenSM reloaded since the last sweep (its interval holds one).
+        capacity: the fabric's capacity per level (for the metrics' utilization).
+        applying: an apply is under way (a stop waits for it: its waits are bounded).
+    """
+
+    def __init__(
+        self,
+        parts: AgentParts,
+        state: AgentState,
+        board: SlBoard,
+        counters: Counters,
+        metrics: AgentMetrics,
+        notifier: Notifier,
+        *,
+        clock: Callable[[], float],
+        echo: Callable[[str], None],
+        simulate: bool,
+    ) -> None:
+        self.parts = parts
+        self.board = board
+        self.counters = counters
+        self.metrics = metrics
+        self.notifier = notifier
+        self.clock = clock
+        self.echo = echo
+        self._dry_run_sink = DryRunSink(simulate)
+        self.state = state
+        pipeline = parts.pipeline
+        self.in_force_plan: Plan | None = plan_from_doc(state.in_force, pipeline.lanes)
+        # an observing agent's plan was only shown: OpenSM may serve other SLs
+        trusted = self.in_force_plan is not None and state.mode == "enforce"
+        self.in_force: dict[str, int] = (
+            dict(self.in_force_plan.job_sl) if trusted and self.in_force_plan else {}
+        )
+        # continue from the saved state: running jobs keep their SLs and classes
+        pipeline.decider.restore(
+            state.job_sl, state.job_cls, state.history, state.finished, self.in_force_plan
+        )
+        self.rates: pd.DataFrame | None = None
+        self.sl_rates: pd.DataFrame | None = None
+        self.jobs_seen: tuple[Job, ...] | None = None
+        self.last: Decision | None = None
+        self.reloaded_since_sweep = False
+        self.capacity = level_capacities(pipeline.fabric)
+        self.applying = False
+        self._last_error = ""
+        self._file_warnings: frozenset[str] = frozenset()  # the checker's, logged once each
 
     def cycle(self, *, sweep: bool) -> Decision:
         """Sweep (or reuse the last rates), decide, and apply or show the result."""
@@ -54,7 +125,9 @@ class CycleAgent(AgentParts):
             return self._cycle(sweep=sweep)
 
     def _cycle(self, *, sweep: bool) -> Decision:
-        jobs = self.source.jobs()
+        parts, pipeline = self.parts, self.parts.pipeline
+        config = parts.config
+        jobs = pipeline.source.jobs()
         # each step that returned is progress: a slow sweep or plan after a job file that
         # hung must not look like a hang to the watchdog (it pings at most every half interval)
         self.notifier.ping_if_due()
@@ -67,10 +140,11 @@ class CycleAgent(AgentParts):
         reloaded = self.reloaded_since_sweep
         if fresh or self.rates is None:
             self.reloaded_since_sweep = False
-            rates = self._sweep()
-            sl_rates = self.collector.sl_rates
+            rates = self.sweep()
+            collector = pipeline.collector
+            sl_rates = collector.sl_rates
             self.notifier.ping_if_due()
-            if not self.collector.covered:
+            if not collector.covered:
                 # a sweep that reached too few ports (links down, a PMA that stopped
                 # answering) does not change the plan: the last full sweep's rates stand,
                 # and jobs that start meanwhile begin in their expected classes
@@ -78,58 +152,59 @@ class CycleAgent(AgentParts):
                 if self.rates is not None:
                     rates, sl_rates = self.rates, self.sl_rates
             self.rates, self.sl_rates = rates, sl_rates
-        self.refresh_routes()  # after a fabric change too: the tables must cover it
-        self.decider.setup = self.tuning.wanted
-        decision = self.decider.decide(
+        pipeline.refresh_routes()  # after a fabric change too: the tables must cover it
+        decider = pipeline.decider
+        decider.setup = parts.tuning.wanted
+        decision = decider.decide(
             self.rates, jobs, self.clock(), fresh=fresh, sl_rates=self.sl_rates
         )
         # a dry run writes nothing, profiles included
-        if self.config.profiles.learn and self.decider.priors is not None and not self.dry_run:
-            learn(self.decider.priors.store, decision.finished, time.time())
+        if config.profiles.learn and decider.priors is not None and not parts.dry_run:
+            learn(decider.priors.store, decision.finished, time.time())
         running = [job.id for job in jobs]
         # before applying: jobs whose SL is already in force are answered; new ones wait
-        self._publish(decision.plan, running, in_force=self.observing)
+        self._publish(decision.plan, running, in_force=parts.observing)
         if decision.result.replace:
             self.counters.plan_changes += 1
             self.counters.plan_changed_s = time.time()
             log.info("plan: %s", "; ".join(decision.result.reasons))
         files = self.render(decision)
         result: ApplyResult | None = None
-        if self.dry_run:
+        if parts.dry_run:
             jobs_seen = self.jobs_seen or ()
-            state_dir = self.config.agent.state_dir
-            predicted = self.tuning.predict_now(decision) if self.config.tuning.enabled else None
+            state_dir = config.agent.state_dir
+            predicted = parts.tuning.predict_now(decision) if config.tuning.enabled else None
             tuning = "" if predicted is None else predicted.text
             sink = self._dry_run_sink
-            self.echo(sink.text(decision, files, self.fabric, jobs_seen, state_dir, tuning))
-        elif self.observing:
+            self.echo(sink.text(decision, files, pipeline.fabric, jobs_seen, state_dir, tuning))
+        elif parts.observing:
             try:
-                self.observer.show(files)
+                parts.observer.show(files)
             except StateError:
                 self.counters.state_write_errors += 1
                 raise
         else:
             new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
             verify = verifier(
-                self.config.opensm,
+                config.opensm,
                 decision.plan,
-                self.fabric,
-                self.decider.job_lids,
-                self.lanes,
+                pipeline.fabric,
+                decider.job_lids,
+                pipeline.lanes,
                 new_jobs,
             )
-            self._applying = True  # a stop lets the apply finish: its waits are bounded
+            self.applying = True  # a stop lets the apply finish: its waits are bounded
             try:
-                result = enforce(self.applier, files, verify, self.counters)
+                result = enforce(parts.applier, files, verify, self.counters)
             finally:
-                self._applying = False
+                self.applying = False
             if result.signalled:  # OpenSM reloaded: the next sweep has the reload in it
                 self.reloaded_since_sweep = True
             if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
-        budget = self.applier.budget
-        self.tuning.after_cycle(
+        budget = parts.applier.budget
+        parts.tuning.after_cycle(
             decision,
             fresh=fresh,
             in_force=served,
@@ -146,7 +221,7 @@ class CycleAgent(AgentParts):
                 self.rates,
                 self.capacity,
                 now,
-                per_port=self.config.metrics.per_port,
+                per_port=config.metrics.per_port,
                 fresh=fresh,  # only a fresh sweep's bytes go into the byte counters
             )
         )
@@ -172,10 +247,12 @@ class CycleAgent(AgentParts):
         planned = [j for j in plan.job_sl if j not in self.in_force]
         self.board.publish(self.in_force, running, planned)
 
-    def _sweep(self) -> pd.DataFrame:
+    def sweep(self) -> pd.DataFrame:
         """One counter sweep (and a new fabric model if the topology changed)."""
-        rates = self.collector.step()
-        sweep = self.collector.last
+        pipeline = self.parts.pipeline
+        collector = pipeline.collector
+        rates = collector.step()
+        sweep = collector.last
         if sweep is not None:
             self.metrics.sweep_seconds.observe(sweep.duration_s)
             self.counters.sweep_failed = sweep.failed
@@ -184,20 +261,20 @@ class CycleAgent(AgentParts):
             self.counters.invalid_samples += sweep.invalid
             per_sl = sweep.per_sl
             self.counters.sweep_per_sl_ports = 0 if per_sl is None else per_sl.answered
-        if self.collector.fabric is not None and self.collector.fabric is not self.fabric:
+        if pipeline.follow_fabric():  # the topology changed
             gc.unfreeze()  # the old model may go now
-            self.fabric = self.collector.fabric  # the topology changed
-            self.decider.set_fabric(self.fabric)
-            self.capacity = level_capacities(self.fabric)
+            self.capacity = level_capacities(pipeline.fabric)
             freeze_heap()
         return rates
 
     def render(self, decision: Decision) -> dict[Path, str]:
         """opensm.conf and the policy as they should be; both pass the checker or nothing
         is returned (RenderError)."""
-        jobs = self.decider.port_guids()
+        pipeline = self.parts.pipeline
+        jobs = pipeline.decider.port_guids()
+        osm = self.parts.config.opensm
         try:
-            rendered = render_checked(self.config.opensm, self.lanes, decision.plan, jobs)
+            rendered = render_checked(osm, pipeline.lanes, decision.plan, jobs)
         except RenderError:
             self.counters.render_error_now = True  # nothing is written until it is fixed
             raise
@@ -210,32 +287,32 @@ class CycleAgent(AgentParts):
         return rendered.files
 
     def _save(self, decision: Decision, result: ApplyResult | None) -> None:
+        parts = self.parts
+        config, decider = parts.config, parts.pipeline.decider
         plan = decision.plan
         state = AgentState(
             job_sl=dict(plan.job_sl),
             job_cls=dict(plan.job_cls),
-            history=dict(self.decider.history),
-            finished=dict(self.decider.last_finished),
+            history=dict(decider.history),
+            finished=dict(decider.last_finished),
             plan=to_json(decision) | {"time_s": time.time()},  # the plan's clock is monotonic
             # the last time files changed: "no change" cycles do not hide it
             last_apply=result.to_doc() if result and result.changed else self.state.last_apply,
             updated_s=time.time(),
-            mode=self.config.mode,
+            mode=config.mode,
             in_force=None if self.in_force_plan is None else plan_to_doc(self.in_force_plan),
-            tuning=tuning_doc(self.tuning.status(self.clock()))
-            if self.config.tuning.enabled
-            else None,
-            routes=self.routes.status(),
+            tuning=tuning_doc(parts.tuning.status(self.clock())) if config.tuning.enabled else None,
+            routes=parts.pipeline.routes.status(),
         )
-        if not self.dry_run:  # a dry run leaves the state as the real agent left it
+        if not parts.dry_run:  # a dry run leaves the state as the real agent left it
             try:
-                save_state(self.config.agent.state_dir, state)
+                save_state(config.agent.state_dir, state)
             except StateError:
                 self.counters.state_write_errors += 1  # the cycle fails softly, logged once
                 raise
         self.state = state
 
-    def _soft(self, work: Callable[[], object], *, report: bool = True) -> bool:
+    def soft(self, work: Callable[[], object], *, report: bool = True) -> bool:
         """Run *work*; a failure is logged once per distinct message and counted.
 
         With *report*, systemd hears of the outcome: READY after the first success (so
@@ -255,26 +332,27 @@ class CycleAgent(AgentParts):
                 log.debug("cycle failed again: %s", message)
             self._last_error = message
             if report:
-                self.notifier.status(f"{self._mode_name()}: cycle failed, retrying: {message}")
+                mode = self.parts.mode_name()
+                self.notifier.status(f"{mode}: cycle failed, retrying: {message}")
             return False
         finally:
             self.notifier.ping_if_due()
         if report:
             if self.notifier.is_ready:
-                self.notifier.status(self._status_line())
+                self.notifier.status(self.status_line())
             else:
-                self.notifier.ready(self._status_line())
+                self.notifier.ready(self.status_line())
         return True
 
-    def _status_line(self) -> str:
+    def status_line(self) -> str:
         """One line for ``systemctl status``: mode, jobs, lanes, what happened to OpenSM."""
         plan = self.last.plan if self.last is not None else None
         jobs = len(plan.job_sl) if plan is not None else 0
         lanes = "-"
         if plan is not None and plan.tables is not None:
             lanes = str(len({plan.tables.sl_to_vl[sl] for sl in plan.job_sl.values()}))
-        if self.observing:
-            pending = self.observer.pending
+        if self.parts.observing:
+            pending = self.parts.observer.pending
             what = (
                 f"would change {', '.join(p.name for p in pending)}"
                 if pending
@@ -283,4 +361,4 @@ class CycleAgent(AgentParts):
         else:
             what = f"OpenSM: {(self.state.last_apply or {}).get('summary', 'no change yet')}"
         cycle = self.counters.cycles
-        return f"{self._mode_name()}: cycle {cycle}, {jobs} jobs, {lanes} lanes; {what}"
+        return f"{self.parts.mode_name()}: cycle {cycle}, {jobs} jobs, {lanes} lanes; {what}"

@@ -30,6 +30,15 @@ exports every metric, and switches to ``mode: enforce`` with a SIGHUP.
 Under systemd (``Type=notify``, :mod:`ibqos.agent.sdnotify`) the daemon says READY after its
 first successful cycle, keeps a one-line STATUS, and pings the watchdog from this loop only,
 so a loop that hangs is noticed.
+
+Parts.  :class:`Agent` keeps the loop (cadence, signals, the job source between ticks, a
+change of mode) and is put together from named parts: the config in force and what it
+builds (:class:`~ibqos.agent.parts.AgentParts`: the decision cycle's
+:class:`~ibqos.agent.pipeline.Pipeline`, the apply path, the observer, tuning), the cycles
+(:class:`~ibqos.agent.cycle.CycleRunner`, which keep what one cycle leaves for the next),
+the SIGHUP re-read (:class:`~ibqos.agent.reload.Reloader`), the SL board and its server
+(:class:`~ibqos.agent.parts.SlService`), and the counters and metrics
+(:class:`~ibqos.agent.parts.MetricsService`).
 """
 
 from __future__ import annotations
@@ -37,15 +46,25 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
-from ibqos.agent.reload import ReloadingAgent
+from ibqos.agent.cycle import CycleRunner
+from ibqos.agent.lock import AgentLock
+from ibqos.agent.parts import AgentParts, MetricsService, SlService, freeze_heap
+from ibqos.agent.reload import Reloader
+from ibqos.agent.sdnotify import Notifier
+from ibqos.agent.state import load_state
+from ibqos.config.models import Config
 from ibqos.errors import IbqosError, StopRequested
+from ibqos.opensm.apply import read_file
+from ibqos.plan.report import Decision
 from ibqos.slurm.source import SlurmJobSource
 from ibqos.tools import waiter
 
-# ``make_job_source`` is where the CLI has always found it
 __all__ = [
     "Agent",
     "next_tick",
@@ -64,9 +83,10 @@ def next_tick(start_s: float, interval_s: float, k: int, now_s: float) -> int:
     return max(k + 1, math.floor((now_s - start_s) / interval_s) + 1)
 
 
-class Agent(ReloadingAgent):
-    """One ibqos daemon: the cycles of :class:`~ibqos.agent.cycle.CycleAgent` on the parts
-    of :class:`~ibqos.agent.parts.AgentParts`, at a steady cadence, with signals.
+class Agent:
+    """One ibqos daemon: the cycles of a :class:`~ibqos.agent.cycle.CycleRunner` on the
+    :class:`~ibqos.agent.parts.AgentParts` its config builds, at a steady cadence, with
+    signals.
 
     Args:
         config: the configuration.
@@ -78,7 +98,104 @@ class Agent(ReloadingAgent):
         clock: monotonic seconds (tests inject their own).
         notifier: how systemd is told about readiness, status and liveness (None: not
             under systemd).
+
+    Attributes:
+        parts: the config in force and what it built (the pipeline, the apply path...).
+        cycles: runs the decision cycles, and keeps what one leaves for the next.
+        reloader: re-reads the config file on SIGHUP.
+        sl: the SL board and its server.
+        telemetry: what the agent counts, its metrics and their endpoint.
+        notifier: systemd's READY, STATUS and watchdog.
+        lock: the agent lock, held for the agent's life (set by ``ibqos run``).
     """
+
+    def __init__(
+        self,
+        config: Config,
+        config_path: Path | None = None,
+        *,
+        dry_run: bool = False,
+        simulate: bool = False,
+        echo: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.clock = clock
+        self.notifier = notifier or Notifier(None)
+        self.lock: AgentLock | None = None
+        self._wake = threading.Event()
+        self._stop = False
+        self._reload = False
+        text = read_file(config_path) if config_path else None
+        state = load_state(config.agent.state_dir)
+        self.parts = AgentParts(
+            config,
+            dry_run=dry_run,
+            running=lambda: self.cycles.jobs_seen or (),
+            heartbeat=self.notifier.ping_if_due,
+            should_stop=lambda: self._stop,
+        )
+        parts = self.parts
+        self.sl = SlService(wake=self._wake.set)
+        self.telemetry = MetricsService(
+            config,
+            routing_engine=parts.pipeline.lanes.routing_engine,
+            observing=parts.observing,
+        )
+        counters = self.telemetry.counters
+        metrics = self.telemetry.metrics
+        self.cycles = CycleRunner(
+            parts,
+            state,
+            self.sl.board,
+            counters,
+            metrics,
+            self.notifier,
+            clock=clock,
+            echo=echo,
+            simulate=simulate,
+        )
+        self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
+        metrics.tuning.status = lambda: parts.tuning.status(clock())
+        metrics.health.sl_answers = self.sl.board.counts
+        metrics.health.job_source_up = parts.source_up
+        metrics.health.routes = lambda: parts.pipeline.routes.status()
+        freeze_heap()
+
+    @property
+    def config(self) -> Config:
+        """The config in force."""
+        return self.parts.config
+
+    def cycle(self, *, sweep: bool) -> Decision:
+        """One decision cycle now (:meth:`ibqos.agent.cycle.CycleRunner.cycle`)."""
+        return self.cycles.cycle(sweep=sweep)
+
+    def reload(self) -> None:
+        """Re-read the config file if it changed (:meth:`ibqos.agent.reload.Reloader.reload`)."""
+        self.reloader.reload()
+
+    def serve_metrics(self) -> None:
+        """Start the Prometheus endpoint (``metrics.listen``; nothing when it is off).
+
+        Raises:
+            ExporterError: the address is taken or the TLS files do not load.
+        """
+        self.telemetry.serve(self.config.metrics)
+
+    def serve_sl(self) -> None:
+        """Answer job SL questions on ``agent.socket`` / ``agent.sl_listen`` (if set), but
+        not while observing (:meth:`ibqos.agent.parts.SlService.serve`)."""
+        self.sl.serve(self.config.agent, observing=self.parts.observing)
+
+    def close(self) -> None:
+        """Stop serving metrics and SLs, release the collector's MAD device and the lock."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+        self.sl.close()
+        self.telemetry.close()
+        self.parts.close()
 
     def request_stop(self) -> None:
         """Finish the current cycle, then return from :meth:`run` (SIGTERM)."""
@@ -123,19 +240,20 @@ class Agent(ReloadingAgent):
     def _waiting(self) -> None:
         """Called while a tool runs or MAD replies are awaited (any thread)."""
         self.notifier.ping_if_due()
-        if self._stop and not self._applying:
+        if self._stop and not self.cycles.applying:
             raise StopRequested("stop requested")
 
     def _run(self, cycles: int | None) -> int:
         interval = self.config.collect.interval_s
         notify = self.notifier
-        notify.status(f"{self._mode_name()}: first sweep and plan")
+        soft = self.cycles.soft
+        notify.status(f"{self.parts.mode_name()}: first sweep and plan")
         notify.ping_if_due()
         # the baseline sweep; a daemon also plans at once, so running jobs get SLs now
         if cycles is None:
-            self._soft(self._baseline)
+            soft(self._baseline)
         else:
-            self._soft(self._sweep, report=False)
+            soft(self.cycles.sweep, report=False)
         start = self.clock()
         done = 0
         k = 0
@@ -144,10 +262,10 @@ class Agent(ReloadingAgent):
             self._wait_until(start + k * interval)
             if self._stop:
                 break
-            self._soft(lambda: self.cycle(sweep=True))
+            soft(lambda: self.cycles.cycle(sweep=True))
             done += 1
         notify.stopping()
-        log.info("stopping after %d cycles", self.counters.cycles)
+        log.info("stopping after %d cycles", self.telemetry.counters.cycles)
         return 0
 
     def _wait_until(self, due: float) -> None:
@@ -163,39 +281,61 @@ class Agent(ReloadingAgent):
                 return
             self._wake.wait(min(poll, left, max(0.01, self.notifier.next_ping_s())))
             self._wake.clear()
-            if not self._stop and self.board.pending():
+            if not self._stop and self.sl.board.pending():
                 self._answer_questions()
             elif not self._stop and self._jobs_changed():
-                self.counters.job_events += 1
-                self._soft(lambda: self.cycle(sweep=False))
+                self.telemetry.counters.job_events += 1
+                self.cycles.soft(lambda: self.cycles.cycle(sweep=False))
 
     def _answer_questions(self) -> None:
         """Someone asked for the SL of a job not planned yet: read the jobs now, plan if
         they changed, and tell the waiting askers that this read is done."""
         asked = time.monotonic()  # the board's clock
-        source = self.source
+        source = self.parts.pipeline.source
         if isinstance(source, SlurmJobSource):
             source.refresh()
         if self._jobs_changed():
-            self.counters.job_events += 1
-            self._soft(lambda: self.cycle(sweep=False))
+            self.telemetry.counters.job_events += 1
+            self.cycles.soft(lambda: self.cycles.cycle(sweep=False))
+        board = self.sl.board
         if isinstance(source, SlurmJobSource):
             # a forced poll may wait out MIN_FORCED_POLL_S; then this round read nothing
             # newer and the askers keep waiting for the next one
-            self.board.round_done(source.read_at)
+            board.round_done(source.read_at)
         else:
-            self.board.round_done(asked)  # a job file is re-read whenever it changed
+            board.round_done(asked)  # a job file is re-read whenever it changed
 
     def _baseline(self) -> None:
         """The first sweep (rates need two) and an immediate plan for the running jobs."""
-        self.rates = self._sweep()
-        self.cycle(sweep=False)
+        self.cycles.rates = self.cycles.sweep()
+        self.cycles.cycle(sweep=False)
 
     def _jobs_changed(self) -> bool:
-        if self.jobs_seen is None:
+        seen = self.cycles.jobs_seen
+        if seen is None:
             return False  # nothing planned yet: the next cycle plans them all
         try:
-            jobs = self.source.jobs()
+            jobs = self.parts.pipeline.source.jobs()
         except IbqosError:
             return False  # reported by the next cycle
-        return jobs != self.jobs_seen
+        return jobs != seen
+
+    def _handle_reload(self) -> None:
+        """SIGHUP: re-read the config, tell systemd, and act on a change of mode at once:
+        the SL server starts or stops, and the running jobs are planned in the new mode."""
+        ready = self.notifier.is_ready  # before the first good cycle there is no READY yet
+        if ready:
+            self.notifier.reloading()
+        parts = self.parts
+        if self.reloader.reload():  # a new mode
+            self.telemetry.metrics.health.dry_run = parts.observing
+            if self.lock is not None:
+                self.lock.set_mode(parts.config.mode)
+            if parts.observing:
+                self.sl.close()
+            elif self.sl.wanted:
+                self.serve_sl()
+            if self.cycles.jobs_seen is not None:  # plan now, in the new mode
+                self.cycles.soft(lambda: self.cycles.cycle(sweep=False), report=False)
+        if ready:
+            self.notifier.ready(self.cycles.status_line())

@@ -1,50 +1,39 @@
-"""The daemon's parts, built as the config says, and their setup and teardown.
+"""The agent's parts that the config builds, its metrics, and the SL service.
 
-:class:`AgentParts` is the ground floor of :class:`ibqos.agent.daemon.Agent`: it reads
-the saved state and the fabric, resolves the lanes, and builds the decider (continuing
-from the saved state), the job source, the SL board, the apply path, the counter
-collector and the metrics.  :mod:`ibqos.agent.cycle` runs cycles on these parts,
-:mod:`ibqos.agent.reload` re-reads the config into them, and :mod:`ibqos.agent.daemon`
-loops.
+:class:`AgentParts` holds the config in force and what is built from it: the decision
+cycle's :class:`~ibqos.agent.pipeline.Pipeline` (fabric, lanes, decider, route source,
+job source, collector), the apply path, observe mode's :class:`~ibqos.opensm.observe.
+Observer` and tuning's driver.  A SIGHUP hands it a new config (:meth:`AgentParts.take`,
+from :mod:`ibqos.agent.reload`), and it rebuilds what depends on the sections that
+changed.  :class:`MetricsService` holds what the agent counts, its metrics and their
+endpoint; :class:`SlService` the SL board the cycles publish to and the server that
+answers from it while OpenSM is enforced.  :class:`ibqos.agent.daemon.Agent` puts them
+together with the cycles' runner (:mod:`ibqos.agent.cycle`) and the SIGHUP re-read
+(:mod:`ibqos.agent.reload`).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-
-import pandas as pd
+from collections.abc import Callable, Sequence
 
 from ibqos.agent.handoff import SlBoard, SlServer
-from ibqos.agent.lanes import resolve_lanes
-from ibqos.agent.lock import AgentLock
+from ibqos.agent.pipeline import Pipeline
 from ibqos.agent.predictor import make_predictor
-from ibqos.agent.sdnotify import Notifier
-from ibqos.agent.sinks import DryRunSink
-from ibqos.agent.state import load_state
-from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource
-from ibqos.collect.loop import Collector
-from ibqos.collect.routes import RouteSource, route_source
+from ibqos.classify.prior import Priors
+from ibqos.collect.discover import fabric_from_config
 from ibqos.config.lanes import LaneConfig
-from ibqos.config.models import Config
+from ibqos.config.models import AgentConfig, Config, MetricsConfig
 from ibqos.errors import IbqosError
-from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
-from ibqos.metrics import AgentMetrics, Counters, level_capacities
+from ibqos.metrics import AgentMetrics, Counters
 from ibqos.metrics.server import Exporter, metrics_app
-from ibqos.opensm.apply import Applier, make_signaller, read_file
+from ibqos.opensm.apply import Applier, make_signaller
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import HOLD_FILE
 from ibqos.opensm.observe import Observer
-from ibqos.plan.decide import Decider
-from ibqos.plan.planner import Plan
-from ibqos.plan.report import Decision
-from ibqos.plan.saved import plan_from_doc
 from ibqos.plan.tuning import TuningDriver
 from ibqos.slurm.source import SlurmJobSource
 
@@ -52,97 +41,93 @@ log = logging.getLogger(__name__)
 
 
 class AgentParts:
-    """The parts of one ibqos daemon, built from its config (the arguments are
-    :class:`~ibqos.agent.daemon.Agent`'s)."""
+    """The config in force and the parts built from it.
+
+    Args:
+        config: the configuration.
+        dry_run: ``--dry-run``: OpenSM is left alone whatever the mode.
+        running: the jobs the last cycle saw (tuning predicts for them).
+        heartbeat: called while an apply waits for OpenSM (the systemd watchdog ping).
+        should_stop: True once a stop is asked for: an apply's waits end soon after.
+
+    Attributes:
+        config: the config in force.
+        dry_run: as given.
+        pipeline: what a decision cycle runs on.
+        applier: the apply path of the ``opensm`` section (rebuilt by every SIGHUP).
+        observer: where observe mode keeps the files it would write.
+        tuning: tuning's driver (rebuilt when its terms change).
+    """
 
     def __init__(
         self,
         config: Config,
-        config_path: Path | None = None,
         *,
-        dry_run: bool = False,
-        simulate: bool = False,
-        echo: Callable[[str], None] = print,
-        clock: Callable[[], float] = time.monotonic,
-        notifier: Notifier | None = None,
+        dry_run: bool,
+        running: Callable[[], Sequence[Job]],
+        heartbeat: Callable[[], None],
+        should_stop: Callable[[], bool],
     ) -> None:
         self.config = config
-        self.config_path = config_path
         self.dry_run = dry_run
-        self.simulate = simulate
-        self._dry_run_sink = DryRunSink(simulate)
-        self.echo = echo
-        self.clock = clock
-        self.notifier = notifier or Notifier(None)
-        self.lock: AgentLock | None = None
-        self._sl_wanted = False
-        self.counters = Counters()
-        self._wake = threading.Event()
-        self._stop = False
-        self._applying = False  # an apply is under way (a stop waits for it)
-        self._reload = False
-        self._config_text = read_file(config_path) if config_path else None
-        self._last_error = ""
-        self._file_warnings: frozenset[str] = frozenset()  # the checker's, logged once each
-        self.state = load_state(config.agent.state_dir)
-        self.fabric: Fabric = fabric_from_config(config)
-        self.lanes = self._lanes(config, self.fabric)
-        # the plan OpenSM serves, and its job -> SL (what ``job-sl`` hands out)
-        self.in_force_plan: Plan | None = plan_from_doc(self.state.in_force, self.lanes)
-        # an observing agent's plan was only shown: OpenSM may serve other SLs
-        trusted = self.in_force_plan is not None and self.state.mode == "enforce"
-        self.in_force: dict[str, int] = (
-            dict(self.in_force_plan.job_sl) if trusted and self.in_force_plan else {}
+        self._running = running
+        self._heartbeat = heartbeat
+        self._should_stop = should_stop
+        refresh = config.fabric.refresh_s
+        self.pipeline = Pipeline.build(
+            config,
+            # the fabric section in force when the re-read is due (SIGHUP may change it)
+            discover=(lambda: fabric_from_config(self.config)) if refresh > 0 else None,
+            logger=log,
         )
-        self.decider = self._decider(config, self.fabric, self.lanes)
-        # OpenSM's forwarding tables: read now from the dump, or ibroute starts reading
-        self.routes = self._route_source(config)
-        self.refresh_routes()
-        self.source = make_job_source(config)
-        self.board = SlBoard(wake=self._wake.set)
-        self.sl_server: SlServer | None = None
         self.applier = self._applier(config)
         self.observer = Observer(config.agent.state_dir)
-        refresh = config.fabric.refresh_s
-        self.collector = Collector(
-            config.collect,
-            self.fabric,
-            discover=(lambda: fabric_from_config(self.config)) if refresh > 0 else None,
-            refresh_s=refresh,
-        )
-        self.metrics = AgentMetrics(
-            self.counters,
-            fabric=config.metrics.fabric,
-            routing_engine=self.lanes.routing_engine,
-            dry_run=self.observing,
-        )
         self.tuning = self._tuning(config)
-        # OpenSM reloaded since the last sweep: the next sweep's interval holds a reload
-        self.reloaded_since_sweep = False
-        self.metrics.tuning.status = lambda: self.tuning.status(self.clock())
-        self.metrics.health.sl_answers = self.board.counts
-        self.metrics.health.job_source_up = self._source_up
-        self.metrics.health.routes = lambda: self.routes.status()
-        self.capacity = level_capacities(self.fabric)
-        self.exporter: Exporter | None = None
-        self.rates: pd.DataFrame | None = None
-        self.jobs_seen: tuple[Job, ...] | None = None
-        self.last: Decision | None = None
-        freeze_heap()
 
     @property
     def observing(self) -> bool:
         """Whether OpenSM is left alone: ``--dry-run``, or ``mode: observe``."""
         return self.dry_run or self.config.mode == "observe"
 
-    # -- setup --------------------------------------------------------------------------
+    def mode_name(self) -> str:
+        """The mode as logs and systemd's status line name it."""
+        return "dry run" if self.dry_run else self.config.mode
 
-    @staticmethod
-    def _lanes(config: Config, fabric: Fabric) -> LaneConfig:
-        lanes, notes = resolve_lanes(config, fabric, read_ports=config.collect.backend != "replay")
-        for note in notes:
-            log.info("%s", note)
-        return lanes
+    def lanes_for(self, config: Config) -> LaneConfig:
+        """*config*'s lanes on the fabric in use (:meth:`Pipeline.lanes_for`)."""
+        return Pipeline.lanes_for(config, self.pipeline.fabric, logger=log)
+
+    def take(self, config: Config, lanes: LaneConfig, priors: Priors | None) -> None:
+        """Run on a new *config* from now on (SIGHUP), with its *lanes* and *priors*
+        (resolved and read by the caller, which refuses a config whose lanes or profiles
+        are bad before anything changes).
+
+        Every ``opensm`` key (log, sweep_timeout_s, how to signal) takes effect at the next
+        apply: the applier holds nothing but them, so it is rebuilt; conf and policy_file
+        follow because each cycle renders for :attr:`config`.
+        """
+        old = self.config
+        self.config = config
+        self.pipeline.reconfigure(old, config, lanes, priors)
+        self.applier = self._applier(config)
+        if (config.tuning, config.mode, lanes.weight_ratio) != (
+            old.tuning,
+            old.mode,
+            self.tuning.ratio,
+        ):
+            self.tuning = self._tuning(config)  # a new round, from the law, in the new terms
+
+    def source_up(self) -> bool | None:
+        """Whether the job source answers (Slurm: squeue; a job file: its current version
+        is valid); None before it was read."""
+        source = self.pipeline.source
+        if isinstance(source, (SlurmJobSource, FileJobSource)):
+            return source.up
+        return None
+
+    def close(self) -> None:
+        """Release the collector's MAD device and stop the route source's reads."""
+        self.pipeline.close()
 
     def _applier(self, config: Config) -> Applier:
         """The apply path for *config*'s ``opensm`` section (built anew on SIGHUP: the
@@ -157,61 +142,91 @@ class AgentParts:
             make_signaller(osm),
             osm.log,
             sweep_timeout_s=osm.sweep_timeout_s,
-            heartbeat=self.notifier.ping_if_due,
-            should_stop=lambda: self._stop,
+            heartbeat=self._heartbeat,
+            should_stop=self._should_stop,
             budget=budget,
             hold_file=config.agent.state_dir / HOLD_FILE,
         )
 
     def _tuning(self, config: Config) -> TuningDriver:
         """The tuning of *config* (built anew when its ``tuning`` section changes)."""
+        pipeline = self.pipeline
         predictor = make_predictor(
             config.tuning,
-            lambda: self.fabric,
-            lambda: self.jobs_seen or (),
-            lambda: self.decider.priors,
-            lambda: self.routes.tables,
+            lambda: pipeline.fabric,
+            self._running,
+            lambda: pipeline.decider.priors,
+            lambda: pipeline.routes.tables,
         )
         return TuningDriver(
             config.tuning,
             enforce=not (self.dry_run or config.mode == "observe"),
             predictor=predictor,
-            ratio=self.lanes.weight_ratio,
+            ratio=pipeline.lanes.weight_ratio,
         )
 
-    @staticmethod
-    def _route_source(config: Config) -> RouteSource:
-        """The forwarding tables' source of *config*'s ``fabric`` section."""
-        return route_source(config.fabric, replay=config.collect.backend == "replay")
 
-    def refresh_routes(self) -> None:
-        """Hand the decider OpenSM's forwarding tables when they changed (cheap when not:
-        a stat of the dump, or a look at the background ibroute read)."""
-        if self.routes.poll(self.fabric):
-            self.decider.set_routes(self.routes.tables)
+class MetricsService:
+    """What the agent counts, every metric of it, and the Prometheus endpoint.
 
-    def _decider(self, config: Config, fabric: Fabric, lanes: LaneConfig) -> Decider:
-        decider = Decider.from_config(config, fabric, lanes)
-        # continue from the saved state: running jobs keep their SLs and classes
-        state = self.state
-        decider.restore(
-            state.job_sl, state.job_cls, state.history, state.finished, self.in_force_plan
+    Args:
+        config: the configuration (its ``metrics`` section names the fabric).
+        routing_engine: OpenSM's routing engine, as the lanes name it.
+        observing: OpenSM is left alone (observe mode, or a dry run).
+
+    Attributes:
+        counters: what the agent counts since it started.
+        metrics: every metric, the counters' among them.
+        exporter: the endpoint while it serves (None: not serving).
+    """
+
+    def __init__(self, config: Config, *, routing_engine: str, observing: bool) -> None:
+        self.counters = Counters()
+        self.metrics = AgentMetrics(
+            self.counters,
+            fabric=config.metrics.fabric,
+            routing_engine=routing_engine,
+            dry_run=observing,
         )
-        return decider
+        self.exporter: Exporter | None = None
 
-    def serve_metrics(self) -> None:
-        """Start the Prometheus endpoint (``metrics.listen``; nothing when it is off).
+    def serve(self, cfg: MetricsConfig) -> None:
+        """Start the endpoint on ``metrics.listen`` (nothing when it is off).
 
         Raises:
             ExporterError: the address is taken or the TLS files do not load.
         """
-        cfg = self.config.metrics
         if cfg.listen is not None and self.exporter is None:
             if cfg.basic_auth is not None and cfg.tls is None:
                 log.warning("metrics: basic auth without TLS sends the password in clear text")
             self.exporter = Exporter(metrics_app(self.metrics), cfg)
 
-    def serve_sl(self) -> None:
+    def close(self) -> None:
+        """Stop serving."""
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
+
+
+class SlService:
+    """The SL board the cycles publish to, and the server that answers job SL questions
+    from it on ``agent.socket`` / ``agent.sl_listen``.
+
+    Args:
+        wake: called when a question is for a job not planned yet (wakes the loop).
+
+    Attributes:
+        board: the SLs in force and planned, and the questions waiting.
+        server: the server while it serves (None: not serving).
+        wanted: :meth:`serve` was asked for (a SIGHUP into enforce mode then starts it).
+    """
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.board = SlBoard(wake=wake)
+        self.server: SlServer | None = None
+        self.wanted = False
+
+    def serve(self, cfg: AgentConfig, *, observing: bool) -> None:
         """Answer job SL questions on ``agent.socket`` / ``agent.sl_listen`` (if set).
 
         Not while observing: it would hand out SLs that are not in force (a SIGHUP into
@@ -220,40 +235,20 @@ class AgentParts:
         user) is one logged error, not the end of the daemon: the QoS work goes on, and
         ``ibqos job-sl`` then fails as for an agent that is not running.
         """
-        self._sl_wanted = True
-        cfg = self.config.agent
-        if self.observing:
+        self.wanted = True
+        if observing:
             return
-        if self.sl_server is None and (cfg.socket is not None or cfg.sl_listen is not None):
+        if self.server is None and (cfg.socket is not None or cfg.sl_listen is not None):
             try:
-                self.sl_server = SlServer(self.board, cfg.socket, cfg.sl_listen)
+                self.server = SlServer(self.board, cfg.socket, cfg.sl_listen)
             except IbqosError as err:
                 log.error("job SLs are not served: %s", err)
 
-    def _source_up(self) -> bool | None:
-        """Whether the job source answers (Slurm: squeue; a job file: its current version
-        is valid); None before it was read."""
-        source = self.source
-        if isinstance(source, (SlurmJobSource, FileJobSource)):
-            return source.up
-        return None
-
     def close(self) -> None:
-        """Stop serving metrics and SLs, release the collector's MAD device and the lock."""
-        if self.lock is not None:
-            self.lock.close()
-            self.lock = None
-        if self.sl_server is not None:
-            self.sl_server.close()
-            self.sl_server = None
-        if self.exporter is not None:
-            self.exporter.close()
-            self.exporter = None
-        self.collector.close()
-        self.routes.close()
-
-    def _mode_name(self) -> str:
-        return "dry run" if self.dry_run else self.config.mode
+        """Stop serving (questions then fail as for an agent that is not running)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def freeze_heap() -> None:

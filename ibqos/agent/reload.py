@@ -4,123 +4,112 @@ A new config is taken whole or not at all: a bad one is logged and counted
 (``ibqos_config_load_error``), and the old one kept; so is one that moves
 ``agent.state_dir`` (only a restart can: the lock, backups and state live there).  Keys
 that only a restart can change (``metrics``, ``agent.socket``/``sl_listen``) are logged.
-A change of mode takes effect at once: the SL server starts or stops, and the running
-jobs are planned again in the new mode.
+A change of mode is logged here; what it does at once (the SL server starts or stops, the
+running jobs are planned again in the new mode) is the daemon's
+(:class:`ibqos.agent.daemon.Agent`).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
-from ibqos.agent.cycle import CycleAgent
-from ibqos.agent.wiring import make_job_source
+from ibqos.agent.parts import AgentParts
 from ibqos.classify.prior import make_priors
 from ibqos.config.load import load_config
 from ibqos.errors import IbqosError
+from ibqos.metrics import Counters
+from ibqos.metrics.health import HealthCollector
 from ibqos.opensm.apply import read_file
 
 log = logging.getLogger(__name__)
 
 
-class ReloadingAgent(CycleAgent):
-    """The daemon's parts and cycles, and the config re-read on SIGHUP."""
+class Reloader:
+    """Re-reads the config file into the agent's parts.
 
-    def _handle_reload(self) -> None:
-        """SIGHUP: re-read the config, tell systemd, and act on a change of mode at once."""
-        ready = self.notifier.is_ready  # before the first good cycle there is no READY yet
-        if ready:
-            self.notifier.reloading()
-        old_mode = self.config.mode
-        self.reload()
-        if self.config.mode != old_mode:
-            log.warning("SIGHUP: mode %s -> %s", old_mode, self.config.mode)
-            self.metrics.health.dry_run = self.observing
-            if self.lock is not None:
-                self.lock.set_mode(self.config.mode)
-            if self.observing and self.sl_server is not None:
-                self.sl_server.close()
-                self.sl_server = None
-            elif self._sl_wanted:
-                self.serve_sl()
-            if self.jobs_seen is not None:  # plan now, in the new mode
-                self._soft(lambda: self.cycle(sweep=False), report=False)
-        if ready:
-            self.notifier.ready(self._status_line())
+    Args:
+        path: the config file (None: nothing to re-read).
+        text: its text as the config in force was read from it.
+        parts: the parts that take a new config.
+        counters: where a refused config is counted.
+        health: the health metrics that name the fabric and the routing engine.
+    """
 
-    def reload(self) -> None:
-        """Re-read the config file if it changed; keep the old one if the new one is bad."""
-        if self.config_path is None:
-            return
-        text = read_file(self.config_path)
-        if text == self._config_text:
+    def __init__(
+        self,
+        path: Path | None,
+        text: str | None,
+        parts: AgentParts,
+        counters: Counters,
+        health: HealthCollector,
+    ) -> None:
+        self.path = path
+        self._text = text
+        self.parts = parts
+        self.counters = counters
+        self.health = health
+
+    def reload(self) -> bool:
+        """Re-read the config file if it changed; keep the old one if the new one is bad.
+
+        Returns:
+            True when a new config was taken and its mode differs from the old one's.
+        """
+        if self.path is None:
+            return False
+        text = read_file(self.path)
+        if text == self._text:
             # the file is back as the config in force was read (a fix undone to the last
             # good text): nothing to load, and no rejected config is pending any more
             self.counters.config_error_now = False
-            log.info("SIGHUP: %s unchanged", self.config_path)
-            return
+            log.info("SIGHUP: %s unchanged", self.path)
+            return False
+        old = self.parts.config
         try:
-            config = load_config(self.config_path)
+            config = load_config(self.path)
         except IbqosError as err:
-            self._refuse_config()
+            self._refuse()
             log.error("SIGHUP: new config rejected, keeping the old one: %s", err)
-            return
-        if config.agent.state_dir != self.config.agent.state_dir:
+            return False
+        if config.agent.state_dir != old.agent.state_dir:
             # Refused, not followed: the agent lock, state.json, the backups (.orig is
             # kept once, ever) and observe/ all live there; moving them under a running
             # agent would split its history and let a second agent in on the old one.
-            self._refuse_config()
+            self._refuse()
             log.warning(
                 "SIGHUP: new config not taken, keeping the old one whole: agent.state_dir"
                 " changed (%s -> %s): a restart is needed (systemctl restart ibqos)",
-                self.config.agent.state_dir,
+                old.agent.state_dir,
                 config.agent.state_dir,
             )
-            return
+            return False
         try:
-            lanes = self._lanes(config, self.fabric)
+            lanes = self.parts.lanes_for(config)
             priors = make_priors(config.profiles)  # profiles are re-read on SIGHUP too
         except IbqosError as err:
-            self._refuse_config()
+            self._refuse()
             log.error("SIGHUP: new config rejected, keeping the old one: %s", err)
-            return
+            return False
         self.counters.config_error_now = False
-        if config.metrics != self.config.metrics:
+        if config.metrics != old.metrics:
             log.warning("SIGHUP: changes to the metrics section take effect when ibqos restarts")
-        self.metrics.health.fabric = config.metrics.fabric
-        self.metrics.health.routing_engine = lanes.routing_engine
-        old = self.config
+        self.health.fabric = config.metrics.fabric
+        self.health.routing_engine = lanes.routing_engine
         if (config.agent.socket, config.agent.sl_listen) != (
             old.agent.socket,
             old.agent.sl_listen,
         ):
             log.warning("SIGHUP: changes to agent.socket/sl_listen take effect at restart")
-        self._config_text = text
-        self.config = config
-        self.lanes = lanes
-        self.decider.lanes = lanes
-        self.decider.classifier.thresholds = config.classify
-        self.decider.priors = priors
-        if (config.jobs, config.slurm) != (old.jobs, old.slurm):
-            self.source = make_job_source(config)  # else keep its state (grace, last jobs)
-        # every opensm key (log, sweep_timeout_s, how to signal) takes effect at the next
-        # apply: the Applier holds nothing but them, so it is rebuilt; conf and policy_file
-        # follow because render() reads self.config each cycle
-        self.applier = self._applier(config)
-        fc, ofc = config.fabric, old.fabric
-        if (fc.routes, fc.lft_dump, fc.refresh_s) != (ofc.routes, ofc.lft_dump, ofc.refresh_s):
-            self.routes.close()
-            self.routes = self._route_source(config)
-            self.decider.set_routes(None)  # until the new source has tables
-            self.refresh_routes()
-        if (config.tuning, config.mode, lanes.weight_ratio) != (
-            old.tuning,
-            old.mode,
-            self.tuning.ratio,
-        ):
-            self.tuning = self._tuning(config)  # a new round, from the law, in the new terms
-        log.info("SIGHUP: config %s re-read", self.config_path)
+        self._text = text
+        self.parts.take(config, lanes, priors)
+        log.info("SIGHUP: config %s re-read", self.path)
+        if config.mode == old.mode:
+            return False
+        log.warning("SIGHUP: mode %s -> %s", old.mode, config.mode)
+        return True
 
-    def _refuse_config(self) -> None:
+    def _refuse(self) -> None:
         """Count a new config that was not taken (the old one stays)."""
         self.counters.config_errors += 1
         self.counters.config_error_now = True

@@ -22,8 +22,9 @@ from ibqos.errors import IbqosError
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
 from ibqos.metrics import Counters
-from ibqos.opensm.apply import Applier, ApplyResult
+from ibqos.opensm.apply import Applier
 from ibqos.opensm.observe import file_diffs
+from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
 from ibqos.opensm.verify import check_until, expected_after
 from ibqos.plan.output import render as render_plan
 from ibqos.plan.planner import Plan
@@ -106,7 +107,7 @@ def enforce(
         log.info("OpenSM: %s", result.summary())
     if result.rolled_back:
         counters.rollbacks += 1
-    if result.rejected:
+    if result.outcome is ApplyOutcome.REJECTED:  # not an OpenSM gone, nor a stop
         counters.verify_failures += 1
     return result
 

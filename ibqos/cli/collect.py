@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from ibqos.agent.wiring import fabric_from_config
 from ibqos.cli.options import (
     config_option,
     format_option,
@@ -16,6 +15,7 @@ from ibqos.cli.options import (
     replay_option,
     topology_option,
 )
+from ibqos.collect.discover import fabric_from_config
 from ibqos.collect.loop import Collector
 from ibqos.collect.output import FORMATS, render
 from ibqos.config.models import BACKENDS

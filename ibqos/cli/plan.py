@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from ibqos.agent.lanes import resolve_lanes
-from ibqos.agent.wiring import fabric_from_config, make_job_source
+from ibqos.agent.pipeline import Pipeline
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.cli.options import (
     config_option,
@@ -22,11 +21,10 @@ from ibqos.cli.options import (
     sweeping_text,
     topology_option,
 )
-from ibqos.collect.loop import Collector
-from ibqos.collect.routes import route_source
+from ibqos.collect.discover import fabric_from_config
 from ibqos.fabric.model import fabric_from_file
-from ibqos.plan.decide import Decider
 from ibqos.plan.output import FORMATS, render
+from ibqos.slurm.jobsource import make_job_source
 
 log = logging.getLogger(__name__)
 
@@ -67,27 +65,20 @@ def plan_command(
     else:
         fabric = fabric_from_config(config)
     # a bad job file (or a Slurm that does not answer) fails first
-    jobs = (FileJobSource(jobs_path) if jobs_path else make_job_source(config)).jobs()
-    lanes, notes = resolve_lanes(config, fabric, read_ports=cfg.backend != "replay")
-    for note in notes:
-        log.info("%s", note)
-    decider = Decider.from_config(config, fabric, lanes)
+    source = FileJobSource(jobs_path) if jobs_path else make_job_source(config)
+    jobs = source.jobs()
     pause = interval if interval is not None else cfg.interval_s
-    # OpenSM's routes, as the agent attributes by them (ibroute reads run meanwhile)
-    routes = route_source(config.fabric, replay=cfg.backend == "replay")
-    try:
-        routes.poll(fabric)
-        with Collector(cfg, fabric) as collector:
-            if cfg.backend != "replay":
-                click.echo(sweeping_text(pause), err=True)
-            collector.step()  # rates need two sweeps: the first is the baseline
-            if cfg.backend != "replay":
-                time.sleep(pause)
-            rates = collector.step()
-        routes.wait(config.fabric.discover_timeout_s)
-        routes.poll(fabric)
-    finally:
-        routes.close()
-    decider.set_routes(routes.tables)
-    decision = decider.decide(rates, jobs, time.time(), sl_rates=collector.sl_rates)
+    # the agent's pipeline; OpenSM's routes are read (ibroute runs) while it sweeps
+    built = Pipeline.build(config, fabric=fabric, source=source, collect=cfg, logger=log)
+    with built as pipeline:
+        collector = pipeline.collector
+        if cfg.backend != "replay":
+            click.echo(sweeping_text(pause), err=True)
+        collector.step()  # rates need two sweeps: the first is the baseline
+        if cfg.backend != "replay":
+            time.sleep(pause)
+        rates = collector.step()
+        pipeline.routes.wait(config.fabric.discover_timeout_s)
+        pipeline.refresh_routes()
+    decision = pipeline.decider.decide(rates, jobs, time.time(), sl_rates=collector.sl_rates)
     click.echo(render(decision, fmt, from_scratch=True), nl=False)

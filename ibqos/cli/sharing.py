@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from ibqos.agent.wiring import fabric_from_config, make_job_source
 from ibqos.attribute.jobmap import FileJobSource, JobMapper
 from ibqos.attribute.sharing import SharingTables
 from ibqos.cli.options import (
@@ -18,9 +17,11 @@ from ibqos.cli.options import (
     load_or_defaults,
     topology_option,
 )
+from ibqos.collect.discover import fabric_from_config
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import fabric_from_file
 from ibqos.plan.output import align
+from ibqos.slurm.jobsource import make_job_source
 
 
 @click.command("sharing")

@@ -24,7 +24,8 @@ from ibqos.agent.lock import AgentLock, holder, opensm_dirs
 from ibqos.agent.state import load_state, save_state
 from ibqos.config.models import Config
 from ibqos.errors import AgentLockError, ApplyError
-from ibqos.opensm.apply import Applier, ApplyResult, make_signaller, read_file
+from ibqos.opensm.apply import Applier, make_signaller, read_file
+from ibqos.opensm.outcome import ApplyResult
 
 #: the managed blocks' first lines (ibqos.opensm.conf and ibqos.opensm.policy)
 _MARKERS = ("# BEGIN ibqos managed keys", "# BEGIN ibqos managed block")

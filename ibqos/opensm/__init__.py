@@ -9,10 +9,10 @@ safely, and verify that OpenSM serves them.
 - :mod:`ibqos.opensm.check`: the checker both files pass before anything is written
   (``ibqos check-opensm FILE...``);
 - :mod:`ibqos.opensm.apply`: the one path that writes them (lock, backup, atomic write,
-  signal, log check, rollback, hold), with :mod:`~ibqos.opensm.signallers` (how OpenSM is
-  signalled and whether it runs), :mod:`~ibqos.opensm.pidcheck`,
-  :mod:`~ibqos.opensm.osmlog` (what its log says), :mod:`~ibqos.opensm.budget` (the
-  reload budget) and :mod:`~ibqos.opensm.hold`;
+  signal, log check, rollback, hold), with :mod:`~ibqos.opensm.outcome` (how an apply
+  ended), :mod:`~ibqos.opensm.signallers` (how OpenSM is signalled and whether it runs),
+  :mod:`~ibqos.opensm.pidcheck`, :mod:`~ibqos.opensm.osmlog` (what its log says),
+  :mod:`~ibqos.opensm.budget` (the reload budget) and :mod:`~ibqos.opensm.hold`;
 - :mod:`ibqos.opensm.verify`: SA queries that show OpenSM serves what was written;
 - :mod:`ibqos.opensm.observe`: observe mode, which keeps what would be written beside the
   state instead.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ibqos.errors import RenderError
-    from ibqos.opensm.apply import Applier, ApplyResult, make_signaller, read_file
+    from ibqos.opensm.apply import Applier, make_signaller, read_file
     from ibqos.opensm.check import Finding, check_conf, check_file, check_policy, detect_kind
     from ibqos.opensm.conf import (
         PORT_TYPES,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         routing_engine,
     )
     from ibqos.opensm.observe import Observer, file_diffs
+    from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
     from ibqos.opensm.policy import Policy, PolicyJob, job_sls, parse_policy, render_policy
     from ibqos.opensm.signallers import Signaller
     from ibqos.opensm.verify import Expected, PathCheck, check_until, expected_after
@@ -46,7 +47,7 @@ else:
         __name__,
         {
             "ibqos.errors": ("RenderError",),
-            ".apply": ("Applier", "ApplyResult", "make_signaller", "read_file"),
+            ".apply": ("Applier", "make_signaller", "read_file"),
             ".check": ("Finding", "check_conf", "check_file", "check_policy", "detect_kind"),
             ".conf": (
                 "PORT_TYPES",
@@ -57,6 +58,7 @@ else:
                 "routing_engine",
             ),
             ".observe": ("Observer", "file_diffs"),
+            ".outcome": ("ApplyOutcome", "ApplyResult"),
             ".policy": ("Policy", "PolicyJob", "job_sls", "parse_policy", "render_policy"),
             ".signallers": ("Signaller",),
             ".verify": ("Expected", "PathCheck", "check_until", "expected_after"),
@@ -66,6 +68,7 @@ else:
 __all__ = [
     "PORT_TYPES",
     "Applier",
+    "ApplyOutcome",
     "ApplyResult",
     "Expected",
     "Finding",

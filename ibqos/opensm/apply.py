@@ -33,7 +33,8 @@ and signals again, since OpenSM may have read the new ones; OpenSM gone after th
 gets its previous files back on disk, unsignalled.  Without a readable log ibqos waits
 :data:`SETTLE_S` after a signal and relies on the verifier.
 
-No OSError leaves :meth:`Applier.apply`: every failure is an :class:`ApplyError`.
+No OSError leaves :meth:`Applier.apply`: every failure is an :class:`ApplyError`, and every
+apply that returns says how it ended (:class:`~ibqos.opensm.outcome.ApplyResult`).
 OpenSM is never bypassed: SL2VL and VLArb change only through opensm.conf.
 """
 
@@ -46,7 +47,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,7 @@ from ibqos.fsio import FileSwap, atomic_write
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import Hold, load_hold, save_hold
 from ibqos.opensm.osmlog import SWEEP_DONE, LogReport, log_size, read_since, readable
+from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
 from ibqos.opensm.signallers import (
     CommandSignaller,
     Liveness,
@@ -78,8 +80,6 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 #: seconds between two looks at whether OpenSM still runs while waiting for its sweep
 PROBE_EVERY_S = 1.0
-#: seconds waited after a signal when OpenSM's log cannot be read (no sweep line to see)
-SETTLE_S = 2.0
 #: seconds a wait for OpenSM goes on once a stop is asked for (twice that bounds an apply
 #: cut short: its own wait, then the wait after it signals the previous files)
 STOP_GRACE_S = 4.0
@@ -99,100 +99,6 @@ def make_signaller(osm: OpenSMConfig) -> Signaller | None:
 
 #: Checks that OpenSM serves what was written; returns problems, one line each.
 Verifier = Callable[[], Sequence[str]]
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    """What one apply did.
-
-    Attributes:
-        changed: files whose content differed and were written.
-        signalled: OpenSM was signalled (only when a file changed).
-        ok: OpenSM took the files: no fatal error in its log, verification passed.
-        rolled_back: the previous files were put back after a failure.
-        problems: what failed (log lines, verification problems), one line each.
-        sweep_s: seconds from the signal to the end of OpenSM's heavy sweep (None if not
-            signalled or not seen).
-        verify_s: seconds the verification took.
-        started_s: UNIX time the apply started, seconds.
-        warnings: OpenSM's non-fatal errors about its files (``ERR AC14``...), one line each.
-        held: why ibqos now holds (OpenSM rejects the previous files too); None: no hold.
-        log_missing: OpenSM's log could not be read: no sweep line was waited for, only
-            :data:`SETTLE_S`.
-        unverified: taken without the verifier's check (none configured, or stopping).
-        opensm_exited: OpenSM was gone after the signal; the previous files are back on
-            disk, not signalled.
-        cut_short: a stop cut the wait before OpenSM's sweep was seen; the previous files
-            are back and OpenSM was signalled again.
-    """
-
-    changed: tuple[Path, ...] = ()
-    signalled: bool = False
-    ok: bool = True
-    rolled_back: bool = False
-    problems: tuple[str, ...] = ()
-    sweep_s: float | None = None
-    verify_s: float = 0.0
-    started_s: float = field(default_factory=time.time)
-    warnings: tuple[str, ...] = ()
-    held: str | None = None
-    log_missing: bool = False
-    unverified: bool = False
-    opensm_exited: bool = False
-    cut_short: bool = False
-
-    @property
-    def rejected(self) -> bool:
-        """OpenSM did not take the files as written (log errors, verification, no sweep),
-        as opposed to an apply cut short or an OpenSM that went away."""
-        return not self.ok and not self.opensm_exited and not self.cut_short
-
-    def summary(self) -> str:
-        """One line for the log and ``ibqos status``: what happened."""
-        if not self.changed:
-            return "no change"
-        names = ", ".join(p.name for p in self.changed)
-        first = self.problems[0] if self.problems else "unknown"
-        back = "put back" if self.rolled_back else "NOT put back"
-        if self.opensm_exited:
-            return (
-                f"OpenSM exited after the signal: {names} {back} on disk, not signalled ({first})"
-            )
-        if self.cut_short:
-            return f"stopped before OpenSM's sweep was seen: {names} {back}, OpenSM signalled again"
-        if not self.ok:
-            what = "rolled back" if self.rolled_back else "FAILED, not rolled back"
-            held = "; OpenSM rejects the previous files too: held" if self.held else ""
-            return f"{what} {names}: {first}{held}"
-        notes = []
-        if self.sweep_s is not None:
-            notes.append(f"sweep {self.sweep_s:.1f} s")
-        if self.log_missing:
-            notes.append(f"no OpenSM log: waited {SETTLE_S:g} s")
-        if self.signalled and self.unverified:
-            notes.append("not verified")
-        if self.warnings:
-            notes.append(f"OpenSM warns: {self.warnings[0]}")
-        return f"applied {names}" + "".join(f", {n}" for n in notes)
-
-    def to_doc(self) -> dict[str, Any]:
-        """The result as the state file keeps it (``last_apply``)."""
-        return {
-            "summary": self.summary(),
-            "time_s": self.started_s,
-            "changed": [str(p) for p in self.changed],
-            "signalled": self.signalled,
-            "ok": self.ok,
-            "rolled_back": self.rolled_back,
-            "problems": list(self.problems),
-            "sweep_s": self.sweep_s,
-            "verify_s": self.verify_s,
-            "warnings": list(self.warnings),
-            "held": self.held,
-            "log_missing": self.log_missing,
-            "opensm_exited": self.opensm_exited,
-            "cut_short": self.cut_short,
-        }
 
 
 @dataclass(frozen=True)
@@ -370,7 +276,7 @@ class Applier:
     ) -> ApplyResult:
         """Signal OpenSM about the files *swap* put in place, check, verify, roll back."""
         if self.signaller is None:
-            return ApplyResult(changed, False, True, unverified=True)
+            return ApplyResult(ApplyOutcome.WRITTEN, changed)
         try:
             waited = self._signal_and_wait()
         except ApplyError as err:
@@ -388,12 +294,12 @@ class Applier:
                 waited.exited,
             )
             problem = f"OpenSM exited after the signal ({waited.exited})"
-            return ApplyResult(changed, True, False, undone, (problem,), opensm_exited=True)
+            return ApplyResult(ApplyOutcome.OPENSM_EXITED, changed, (problem,), rolled_back=undone)
         if waited.cut_short:
             undone = self._undo(swap)
             self._signal_again(ApplyError("stopping before OpenSM's sweep was seen"))
             problem = "stopping before OpenSM's sweep was seen"
-            return ApplyResult(changed, True, False, undone, (problem,), cut_short=True)
+            return ApplyResult(ApplyOutcome.CUT_SHORT, changed, (problem,), rolled_back=undone)
         self._warn(waited.report.warnings)
         problems = list(waited.report.errors)
         if waited.timed_out:
@@ -415,9 +321,8 @@ class Applier:
             "verify_s": verify_s,
         }
         if not problems:
-            return ApplyResult(
-                changed, True, True, sweep_s=waited.sweep_s, unverified=unverified, **common
-            )
+            taken = ApplyOutcome.UNVERIFIED if unverified else ApplyOutcome.VERIFIED
+            return ApplyResult(taken, changed, sweep_s=waited.sweep_s, **common)
         log.error("OpenSM did not take the new files: %s", "; ".join(problems[:5]))
         rolled, after = self._roll_back(swap)
         held = None
@@ -425,7 +330,13 @@ class Applier:
             self._set_hold(Hold.after_rollback(after.report.errors, watched))
             held = self.held
         return ApplyResult(
-            changed, True, False, rolled, tuple(problems), waited.sweep_s, held=held, **common
+            ApplyOutcome.REJECTED,
+            changed,
+            tuple(problems),
+            rolled_back=rolled,
+            sweep_s=waited.sweep_s,
+            held=held,
+            **common,
         )
 
     def _set_hold(self, hold: Hold | None) -> None:

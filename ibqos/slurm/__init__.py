@@ -2,7 +2,8 @@
 
 - :mod:`~ibqos.slurm.squeue`: reads ``squeue --json`` and the text fallback;
 - :mod:`~ibqos.slurm.source`: the job source (polling, notifications, grace time);
-- :mod:`~ibqos.slurm.notify`: the PrologSlurmctld/EpilogSlurmctld spool directory.
+- :mod:`~ibqos.slurm.notify`: the PrologSlurmctld/EpilogSlurmctld spool directory;
+- :mod:`~ibqos.slurm.jobsource`: the job source the config names (a job file, or Slurm).
 
 The hand-off of each job's SL to its tasks is :mod:`ibqos.agent.handoff` (any job source);
 the scripts Slurm runs are in ``contrib/slurm/``; see ``docs/slurm.md``.

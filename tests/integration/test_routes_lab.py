@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ibqos.agent.parts import AgentParts
+from ibqos.agent.pipeline import Pipeline
 from ibqos.collect.routes import RouteSource, ibroute_runner, switch_lids
 from ibqos.config.load import load_config
 from ibqos.fabric.lfts import read_lft_dump
@@ -25,7 +25,7 @@ def test_the_agent_reads_the_dump_and_ibroute_gives_the_same(make_lab, tmp_path)
     fabric = fabric_from_file(lab.paths.discovered)
     lids = switch_lids(fabric)
 
-    src = AgentParts._route_source(config)
+    src = Pipeline.routes_for(config)
     assert src.poll(fabric) is True
     assert src.source == "dump" and sorted(src.tables or {}) == lids
     from_dump = src.tables
@@ -57,7 +57,7 @@ def test_the_dump_rewritten_after_a_link_goes_down(make_lab) -> None:
     lab = make_lab("2;4,2;1,2")
     config = load_config(lab.paths.config)
     fabric = fabric_from_file(lab.paths.discovered)
-    src = AgentParts._route_source(config)
+    src = Pipeline.routes_for(config)
     assert src.poll(fabric)
     before = src.tables
     assert before is not None

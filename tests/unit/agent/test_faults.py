@@ -60,7 +60,7 @@ def config(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
 
 def plan_now(agent: Agent) -> bool:
     """One cycle: a sweep (of the recording), a plan, an apply."""
-    return agent._soft(lambda: agent.cycle(sweep=True), report=False)
+    return agent.cycles.soft(lambda: agent.cycle(sweep=True), report=False)
 
 
 def sweep_done(tmp_path: Path) -> list[str]:
@@ -75,11 +75,11 @@ def test_an_sl_is_handed_out_only_once_opensm_serves_it(
     agent = Agent(load_config(path), path)
     try:
         assert not plan_now(agent)
-        assert "exit 1" in agent.counters.last_error  # OpenSM could not be signalled
-        planned = agent.decider.previous
+        assert "exit 1" in agent.telemetry.counters.last_error  # OpenSM could not be signalled
+        planned = agent.parts.pipeline.decider.previous
         assert planned is not None and set(planned.job_sl) == {"A", "B"}
-        assert agent.board.known("A") is None and agent.board.known("B") is None
-        assert agent.state.in_force is None  # nothing in force yet
+        assert agent.sl.board.known("A") is None and agent.sl.board.known("B") is None
+        assert agent.cycles.state.in_force is None  # nothing in force yet
     finally:
         agent.close()
     doc["opensm"]["reload_command"] = sweep_done(tmp_path)
@@ -87,9 +87,9 @@ def test_an_sl_is_handed_out_only_once_opensm_serves_it(
     agent = Agent(load_config(path), path)
     try:
         assert plan_now(agent)
-        assert agent.last is not None
-        job_sl = agent.last.plan.job_sl
-        assert agent.board.known("A") == job_sl["A"] and agent.board.known("B") == job_sl["B"]
+        assert agent.cycles.last is not None
+        job_sl = agent.cycles.last.plan.job_sl
+        assert agent.sl.board.known("A") == job_sl["A"] and agent.sl.board.known("B") == job_sl["B"]
         saved = json.loads((tmp_path / "state/state.json").read_text())
         assert saved["in_force"]["job_sl"] == job_sl
     finally:
@@ -105,10 +105,10 @@ def test_a_restarted_agent_leaves_opensm_alone(config: tuple[Path, dict], tmp_pa
         agent = Agent(load_config(path), path)
         try:
             if run:  # the restarted agent knows the SLs in force before its first cycle
-                assert agent.in_force == in_force and in_force
+                assert agent.cycles.in_force == in_force and in_force
             assert plan_now(agent)
-            in_force = dict(agent.in_force)
-            applies = agent.counters.applies
+            in_force = dict(agent.cycles.in_force)
+            applies = agent.telemetry.counters.applies
         finally:
             agent.close()
     assert applies == 0  # the second run found OpenSM's files as they should be
@@ -159,10 +159,10 @@ def test_the_config_error_clears_when_the_file_is_put_back(
         path.write_text("mode: [\n")
         with caplog.at_level(logging.ERROR):
             agent.reload()
-        assert agent.counters.config_error_now
+        assert agent.telemetry.counters.config_error_now
         path.write_text(good)  # the admin undoes the edit: the text in force again
         agent.reload()
-        assert not agent.counters.config_error_now
+        assert not agent.telemetry.counters.config_error_now
     finally:
         agent.close()
 
@@ -217,11 +217,11 @@ def test_a_state_directory_that_cannot_be_written_is_a_soft_failure(
 
         monkeypatch.setattr("ibqos.agent.state.atomic_write", full)
         assert not plan_now(agent)
-        assert agent.counters.state_write_errors == 1
-        assert "No space left on device" in agent.counters.last_error
-        assert agent.board.known("A") is not None  # OpenSM took the files all the same
+        assert agent.telemetry.counters.state_write_errors == 1
+        assert "No space left on device" in agent.telemetry.counters.last_error
+        assert agent.sl.board.known("A") is not None  # OpenSM took the files all the same
         monkeypatch.undo()
-        assert plan_now(agent) and agent.counters.state_write_errors == 1
+        assert plan_now(agent) and agent.telemetry.counters.state_write_errors == 1
         assert (tmp_path / "state/state.json").exists()
     finally:
         agent.close()

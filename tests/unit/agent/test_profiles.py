@@ -47,8 +47,9 @@ def run_one_job(tmp_path: Path, *, dry_run: bool) -> tuple[Path, list[str]]:
     printed: list[str] = []
     agent = Agent(load_config(path), path, dry_run=dry_run, echo=printed.append)
     try:
-        hp = host_ports(agent.fabric)
-        agent.rates = full_rates(agent.fabric, {hp[h][0]: 1e9 for h in ("cn0001", "cn0002")})
+        fabric = agent.parts.pipeline.fabric
+        hp = host_ports(fabric)
+        agent.cycles.rates = full_rates(fabric, {hp[h][0]: 1e9 for h in ("cn0001", "cn0002")})
         agent.cycle(sweep=False)  # started: not measured on rates from before it ran
         agent.cycle(sweep=False)  # measured
         jobs.write_text("jobs: []\n")

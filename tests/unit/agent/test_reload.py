@@ -71,10 +71,10 @@ def test_opensm_keys_reach_the_applier(setup: tuple[Agent, Path, dict], tmp_path
     }
     write_config(path, doc)
     agent.reload()
-    assert agent.applier.log_path == tmp_path / "other.log"
-    assert agent.applier.sweep_timeout_s == 7
-    assert agent.applier.signaller == CommandSignaller(("sh", "-c", ":"))
-    assert agent.applier.heartbeat is not None  # still pings the watchdog while waiting
+    assert agent.parts.applier.log_path == tmp_path / "other.log"
+    assert agent.parts.applier.sweep_timeout_s == 7
+    assert agent.parts.applier.signaller == CommandSignaller(("sh", "-c", ":"))
+    assert agent.parts.applier.heartbeat is not None  # still pings the watchdog while waiting
     # render() reads the files it rewrites from the config in force
     assert agent.config.opensm.conf == tmp_path / "etc/opensm.conf"
     assert agent.config.opensm.policy_file == tmp_path / "etc/policy.conf"
@@ -91,13 +91,13 @@ def test_a_new_state_dir_is_refused_whole(
     with caplog.at_level(logging.WARNING, "ibqos.agent"):
         agent.reload()
     assert agent.config is old
-    assert agent.applier.log_path == tmp_path / "opensm.log"
-    assert agent.applier.state_dir == tmp_path / "state"
+    assert agent.parts.applier.log_path == tmp_path / "opensm.log"
+    assert agent.parts.applier.state_dir == tmp_path / "state"
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     message = warnings[0].getMessage()
     assert "agent.state_dir" in message and "restart" in message
-    assert agent.counters.config_error_now
+    assert agent.telemetry.counters.config_error_now
 
 
 @pytest.mark.parametrize("mode", ["enforce", "observe"])
@@ -122,21 +122,23 @@ def test_routes_from_opensm_s_dump_reach_the_decider(
     setup: tuple[Agent, Path, dict], tmp_path: Path
 ) -> None:
     agent, path, doc = setup
+    pipeline = agent.parts.pipeline  # kept for the agent's life; SIGHUP changes its parts
     # a replay has no switches to ask: without a dump there are no routes
-    assert agent.routes.mode == "off" and agent.decider.lfts is None
+    assert pipeline.routes.mode == "off" and pipeline.decider.lfts is None
     dump = tmp_path / "opensm-lfts.dump"
     text = (TOPOLOGY.parent / "opensm-lfts.dump").read_text()
     dump.write_text(text)
     doc["fabric"] |= {"lft_dump": str(dump)}
     write_config(path, doc)
     agent.reload()
-    assert agent.routes.source == "dump"
-    assert agent.decider.lfts == read_lft_dump(text) and len(agent.decider.lfts) == 6
+    assert pipeline.routes.source == "dump"
+    assert pipeline.decider.lfts == read_lft_dump(text) and len(pipeline.decider.lfts) == 6
     # OpenSM routes again and rewrites it: the next cycle's refresh hands the new tables on
     moved = text.replace("0x0002 001 #", "0x0002 002 #", 1)
     assert moved != text
     dump.write_text(moved + "\n")  # a different size: seen even within the mtime's resolution
-    agent.refresh_routes()
-    assert agent.decider.lfts == read_lft_dump(moved)
-    assert agent.routes.status()["switches"] == 6
-    assert agent.metrics.registry.get_sample_value("ibqos_routes_info", {"source": "dump"}) == 1
+    pipeline.refresh_routes()
+    assert pipeline.decider.lfts == read_lft_dump(moved)
+    assert pipeline.routes.status()["switches"] == 6
+    registry = agent.telemetry.metrics.registry
+    assert registry.get_sample_value("ibqos_routes_info", {"source": "dump"}) == 1

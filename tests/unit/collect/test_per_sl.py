@@ -301,21 +301,22 @@ def test_the_agent_hands_per_sl_rates_to_the_decider_and_counts_their_ports(
     path, _ = config
     agent = Agent(load_config(path), path)
     try:
-        guid = agent.fabric.targets()[-1].node_guid
-        agent.collector.backend = WithPerSl(agent.collector.backend, guid)
+        pipeline = agent.parts.pipeline
+        guid = pipeline.fabric.targets()[-1].node_guid
+        pipeline.collector.backend = WithPerSl(pipeline.collector.backend, guid)
         seen = []
-        decide = agent.decider.decide
+        decide = pipeline.decider.decide
 
         def spy(*args, **kw):
             seen.append(kw.get("sl_rates"))
             return decide(*args, **kw)
 
-        monkeypatch.setattr(agent.decider, "decide", spy)
+        monkeypatch.setattr(pipeline.decider, "decide", spy)
         plan_now(agent)
         plan_now(agent)
         assert len(seen) == 2 and seen[0] is not None and seen[1] is not None
         assert seen[1]["node_guid"].eq(guid).all() and (seen[1]["xmit_bytes_per_s"] == 400.0).all()
-        value = agent.metrics.registry.get_sample_value("ibqos_sweep_per_sl_ports")
+        value = agent.telemetry.metrics.registry.get_sample_value("ibqos_sweep_per_sl_ports")
         assert value == 1.0
     finally:
         agent.close()

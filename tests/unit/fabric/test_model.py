@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ibqos.agent.wiring import fabric_from_config
+from ibqos.collect.discover import fabric_from_config
 from ibqos.config.load import parse_config
 from ibqos.errors import StopRequested, TopologyError
 from ibqos.fabric.diff import FabricChange, PortChange, diff_fabrics

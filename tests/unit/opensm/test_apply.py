@@ -15,6 +15,7 @@ import pytest
 from ibqos.errors import ApplyError
 from ibqos.fsio import atomic_remove
 from ibqos.opensm.apply import Applier
+from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
 from ibqos.opensm.signallers import CommandSignaller, PidFileSignaller
 
 
@@ -55,9 +56,12 @@ def setup(tmp_path: Path) -> tuple[Applier, FakeOpenSM, Path, Path]:
 def test_only_changed_files_are_written_and_only_then_signalled(tmp_path: Path) -> None:
     applier, osm, conf, policy = setup(tmp_path)
     same = {conf: conf.read_text(), policy: policy.read_text()}
-    assert applier.apply(same).changed == () and osm.calls == 0
+    unchanged = applier.apply(same)
+    assert unchanged.outcome is ApplyOutcome.UNCHANGED
+    assert unchanged.changed == () and not unchanged.signalled and osm.calls == 0
     result = applier.apply({conf: "# admin\nqos TRUE\n", policy: policy.read_text()})
     assert result.changed == (conf,) and result.ok and result.signalled and osm.calls == 1
+    assert result.outcome is ApplyOutcome.UNVERIFIED  # no verifier given
     assert conf.read_text() == "# admin\nqos TRUE\n"
     assert stat.S_IMODE(conf.stat().st_mode) == 0o640  # permissions kept
     backups = tmp_path / "state" / "backup"
@@ -74,7 +78,7 @@ def test_an_error_in_the_log_rolls_back(tmp_path: Path) -> None:
     good = policy.read_text()
     osm.errors = ["ERR AC05: Syntax error (line 3:26): syntax error"]
     result = applier.apply({policy: "port-groups\nbroken\n"})
-    assert not result.ok and result.rolled_back
+    assert not result.ok and result.rolled_back and result.outcome is ApplyOutcome.REJECTED
     assert "ERR AC05" in result.problems[0] and "rolled back" in result.summary()
     assert policy.read_text() == good and osm.calls == 2  # written, then restored
 
@@ -83,7 +87,12 @@ def test_a_failed_verification_rolls_back(tmp_path: Path) -> None:
     applier, _osm, conf, _ = setup(tmp_path)
     result = applier.apply({conf: "qos TRUE\n"}, verify=lambda: ["job 7: PathRecord SL 0"])
     assert result.rolled_back and result.problems == ("job 7: PathRecord SL 0",)
+    assert result.outcome is ApplyOutcome.REJECTED
     assert conf.read_text() == "# admin\nqos FALSE\n"
+    passed = applier.apply({conf: "qos TRUE\n"}, verify=lambda: [])
+    assert passed.ok and passed.outcome is ApplyOutcome.VERIFIED
+    assert passed.summary().startswith("applied opensm.conf, sweep ")
+    assert "not verified" not in passed.summary()
 
 
 def test_no_sweep_in_time_is_a_failure(tmp_path: Path) -> None:
@@ -202,3 +211,59 @@ def test_atomic_remove_fsyncs_the_directory(
     assert not target.exists() and synced == [str(tmp_path)]
     atomic_remove(target)  # already gone: nothing to do
     assert synced == [str(tmp_path)]
+
+
+CONF, POLICY = Path("/etc/opensm/opensm.conf"), Path("/etc/opensm/qos-policy.conf")
+
+
+@pytest.mark.parametrize(
+    ("result", "summary", "flags"),
+    [
+        (ApplyResult(), "no change", (True, False)),
+        (ApplyResult(ApplyOutcome.WRITTEN, (CONF,)), "applied opensm.conf", (True, False)),
+        (
+            ApplyResult(ApplyOutcome.VERIFIED, (CONF, POLICY), sweep_s=1.26, warnings=("w",)),
+            "applied opensm.conf, qos-policy.conf, sweep 1.3 s, OpenSM warns: w",
+            (True, True),
+        ),
+        (
+            ApplyResult(ApplyOutcome.UNVERIFIED, (CONF,), log_missing=True),
+            "applied opensm.conf, no OpenSM log: waited 2 s, not verified",
+            (True, True),
+        ),
+        (
+            ApplyResult(ApplyOutcome.REJECTED, (CONF,), ("p", "q"), rolled_back=True, held="h"),
+            "rolled back opensm.conf: p; OpenSM rejects the previous files too: held",
+            (False, True),
+        ),
+        (
+            ApplyResult(ApplyOutcome.REJECTED, (POLICY,)),
+            "FAILED, not rolled back qos-policy.conf: unknown",
+            (False, True),
+        ),
+        (
+            ApplyResult(ApplyOutcome.OPENSM_EXITED, (CONF,), ("gone",), rolled_back=True),
+            "OpenSM exited after the signal: opensm.conf put back on disk, not signalled (gone)",
+            (False, True),
+        ),
+        (
+            ApplyResult(ApplyOutcome.CUT_SHORT, (CONF,), ("stopping",)),
+            "stopped before OpenSM's sweep was seen: opensm.conf NOT put back,"
+            " OpenSM signalled again",
+            (False, True),
+        ),
+    ],
+    ids=lambda v: v.outcome.name if isinstance(v, ApplyResult) else "",
+)
+def test_each_outcome_has_its_line_and_record(
+    result: ApplyResult, summary: str, flags: tuple[bool, bool]
+) -> None:
+    """The log's and ``ibqos status``'s line, and the state file's record, per outcome."""
+    assert result.summary() == summary and (result.ok, result.signalled) == flags
+    doc = result.to_doc()
+    assert doc["summary"] == summary and (doc["ok"], doc["signalled"]) == flags
+    assert doc["rolled_back"] is result.rolled_back
+    assert doc["opensm_exited"] is (result.outcome is ApplyOutcome.OPENSM_EXITED)
+    assert doc["cut_short"] is (result.outcome is ApplyOutcome.CUT_SHORT)
+    assert doc["changed"] == [str(p) for p in result.changed]
+    assert doc["problems"] == list(result.problems) and doc["held"] == result.held

@@ -27,6 +27,7 @@ from ibqos.errors import (
 from ibqos.metrics import AgentMetrics, Counters
 from ibqos.opensm.apply import Applier
 from ibqos.opensm.budget import ReloadBudget
+from ibqos.opensm.outcome import ApplyOutcome
 from ibqos.opensm.signallers import Liveness, PidFileSignaller
 
 ADMIN_POLICY = (
@@ -314,7 +315,7 @@ def test_opensm_dying_after_the_signal_gets_the_previous_files_unsignalled(
     t0 = time.monotonic()
     result = applier.apply(files(conf, policy, 1))
     assert time.monotonic() - t0 < 5  # not the 30 s sweep timeout, nor a second one
-    assert result.opensm_exited and result.rolled_back and not result.ok and not result.rejected
+    assert result.outcome is ApplyOutcome.OPENSM_EXITED and result.rolled_back and not result.ok
     assert conf.read_text() == before and osm.calls == 1 and applier.opensm_up is False
     assert result.summary().startswith("OpenSM exited after the signal: opensm.conf put back")
 
@@ -360,7 +361,7 @@ def test_a_stop_cuts_the_wait_and_puts_the_previous_files_back(
     before = conf.read_text()
     result = applier.apply(files(conf, policy, 1))
     assert time.monotonic() - t0 < 3
-    assert result.cut_short and result.rolled_back and not result.rejected
+    assert result.outcome is ApplyOutcome.CUT_SHORT and result.rolled_back and not result.ok
     assert conf.read_text() == before and osm.calls == 2  # signalled again to read them
     with pytest.raises(ApplyError, match="stopping"):  # and no new apply starts
         applier.apply(files(conf, policy, 2))
@@ -373,7 +374,8 @@ def test_a_stop_after_the_sweep_keeps_the_files_unverified(tmp_path: Path) -> No
     osm.on_signal = lambda: stop.__setitem__(0, True)
     wanted = files(conf, policy, 1)
     result = applier.apply(wanted, lambda: ["never run"])
-    assert result.ok and result.unverified and conf.read_text() == wanted[conf]
+    assert result.ok and result.outcome is ApplyOutcome.UNVERIFIED
+    assert conf.read_text() == wanted[conf]
     assert "not verified" in result.summary()
 
 
