@@ -21,46 +21,15 @@ from ibqos.agent.lock import AgentLock, opensm_dirs
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.config.load import load_config, parse_config
 from ibqos.errors import AgentLockError, ConfigError
-from ibqos.fabric.model import fabric_from_file
 from ibqos.metrics.server import _Server
-from tests.support.paths import TESTS
-from tests.support.recordings import recorded
-
-TOPOLOGY = TESTS / "data/lab-xgft-2_8.4_1.2/ibnetdiscover.txt"
-JOBS = {"jobs": [{"id": "A", "nodes": "cn[0001-0002]"}, {"id": "B", "nodes": "cn[0003-0004]"}]}
+from tests.support.replay_agent import JOBS, plan_now, replay_config
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
     """An enforce-mode config on a file topology, a recording, and a reload command
     that fails (OpenSM would not take the files)."""
-    rec = tmp_path / "rec"
-    recorded(rec, fabric_from_file(TOPOLOGY), 4)
-    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(JOBS))
-    (tmp_path / "etc").mkdir()
-    doc = {
-        "mode": "enforce",
-        "fabric": {"source": "file", "path": str(TOPOLOGY)},
-        "collect": {"backend": "replay", "replay_path": str(rec)},
-        "jobs": {"path": str(tmp_path / "jobs.yaml")},
-        "opensm": {
-            "conf": str(tmp_path / "etc/opensm.conf"),
-            "policy_file": str(tmp_path / "etc/qos-policy.conf"),
-            "log": str(tmp_path / "opensm.log"),
-            "reload_command": ["false"],
-            "verify": False,
-        },
-        "agent": {"state_dir": str(tmp_path / "state"), "socket": ""},
-        "metrics": {"listen": ""},
-    }
-    path = tmp_path / "ibqos.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    yield path, doc
-
-
-def plan_now(agent: Agent) -> bool:
-    """One cycle: a sweep (of the recording), a plan, an apply."""
-    return agent.cycles.soft(lambda: agent.cycle(sweep=True), report=False)
+    yield replay_config(tmp_path)
 
 
 def sweep_done(tmp_path: Path) -> list[str]:

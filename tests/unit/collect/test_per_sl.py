@@ -19,10 +19,17 @@ from ibqos.fabric.targets import Target
 from ibqos.mad import pma
 from ibqos.mad.layers import PortRcvDataSL, PortXmitDataSL, counters, dissect
 from tests.support.scripted_pma import SWITCH_CAPS, ScriptedFabric, backend, ca, reply, switch
-from tests.unit.agent.test_faults import config  # noqa: F401 (a fixture)
 
 XMIT, RCV = pma.ATTR_PORT_XMIT_DATA_SL, pma.ATTR_PORT_RCV_DATA_SL
 SL_ATTRS = (XMIT, RCV)
+
+
+@pytest.fixture
+def config(tmp_path):
+    """An enforce-mode agent's config on a recorded fabric (tests.support.replay_agent)."""
+    from tests.support.replay_agent import replay_config
+
+    return replay_config(tmp_path)
 
 
 # -- the bytes ---------------------------------------------------------------------------
@@ -291,12 +298,12 @@ class WithPerSl:
 
 
 def test_the_agent_hands_per_sl_rates_to_the_decider_and_counts_their_ports(
-    config,  # noqa: F811 (the fixture)
+    config,
     monkeypatch,
 ):
     from ibqos.agent.daemon import Agent
     from ibqos.config.load import load_config
-    from tests.unit.agent.test_faults import plan_now
+    from tests.support.replay_agent import plan_now
 
     path, _ = config
     agent = Agent(load_config(path), path)

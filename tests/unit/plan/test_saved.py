@@ -10,7 +10,7 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.report import Decision
 from ibqos.plan.saved import plan_from_doc, plan_to_doc
 from tests.support.fabric_rates import rates
-from tests.unit.plan.test_decide import HEAVY, LANES, LIGHT, NO_EWMA, traffic
+from tests.support.two_jobs import HEAVY, LANES, LIGHT, NO_EWMA, traffic
 
 
 def light_then_heavy() -> Decision:
