@@ -62,6 +62,7 @@ def measure(size: str, n_jobs: int, rounds: int, per_port: bool) -> dict[str, fl
     for table in tables:  # the columns a real sweep also has
         table["rcv_bytes_per_s"] = table["xmit_bytes_per_s"]
         table["xmit_wait_per_s"] = rng.uniform(0, 1e5, len(table))
+        table["interval_s"] = CYCLE_S
     decider = Decider(fabric, LaneConfig(), Thresholds())
     decider.decide(tables[0], list(jobs), 0.0)
     decision = decider.decide(tables[1], list(jobs), 10.0)
