@@ -42,25 +42,27 @@ import numpy as np
 import ibqos
 from bench.attribution.labs import LAST, METHODS, MIXES, PERIODS, Mix, run_mix, run_phased
 from bench.machine import machine
-from bench.report import say
+from bench.report import say, table
 
 
-def table(rows: list[tuple[Mix, dict[str, float | dict[int, float]]]]) -> str:
-    head = "| mix | tree | " + " | ".join(METHODS) + " | routes: residual / measured |"
-    lines = [head, "|" + " --- |" * (len(METHODS) + 3)]
+def error_table(rows: list[tuple[Mix, dict[str, float | dict[int, float]]]]) -> str:
+    """Each mix's mean relative error per method and the routes fit's residual and
+    measured share, then the methods' means over the mixes."""
+    cells: list[list[str | None]] = []
     for mix, res in rows:
         resid = res["residual"]
         assert isinstance(resid, dict)
         worst = max(resid.values(), default=0.0)
-        cells = " | ".join(f"{res[m]:.1%}" for m in METHODS)
         fit = f"{worst:.2%} / {res['measured']:.2f}"
-        lines.append(f"| {mix.name} (`{mix.xgft}`) | {mix.tree} | {cells} | {fit} |")
-    means = " | ".join(
+        errors = [f"{res[m]:.1%}" for m in METHODS]
+        cells.append([f"{mix.name} (`{mix.xgft}`)", mix.tree, *errors, fit])
+    means = [
         f"**{np.mean([float(res[m]) for _, res in rows]):.1%}**"  # type: ignore[arg-type]
         for m in METHODS
-    )
-    lines.append(f"| mean | | {means} | |")
-    return "\n".join(lines)
+    ]
+    cells.append(["mean", None, *means, None])
+    columns = ["mix", "tree", *METHODS, "routes: residual / measured"]
+    return "\n".join(table(columns, cells, spaced=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"ibqos {ibqos.__version__}, {machine()}; mean relative error per job and level (l >= 1)\n"
     )
-    print(table(rows))
+    print(error_table(rows))
     if moving:
         print(f"\nPhased jobs (duty 0.5, periods {PERIODS} s), {args.sweeps} sweeps:\n")
         print(phased_table(moving, args.sweeps))
@@ -99,19 +101,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def phased_table(rows: list[tuple[Mix, dict[str, float]]], sweeps: int) -> str:
-    lines = [
-        f"| mix | tree | routes, first sweep | routes, last {LAST} of {sweeps} |"
-        f" subtree, last {LAST} |",
-        "| --- | --- | --- | --- | --- |",
+    """Each phased mix's error of the routes fit on its first sweep and on its last, and of
+    the subtree split on its last, then their means over the mixes."""
+    keys = ("routes first", "routes", "subtree")
+    cells: list[list[str | None]] = [
+        [f"{mix.name} (`{mix.xgft}`)", mix.tree, *(f"{res[k]:.1%}" for k in keys)]
+        for mix, res in rows
     ]
-    for mix, res in rows:
-        lines.append(
-            f"| {mix.name} (`{mix.xgft}`) | {mix.tree} | {res['routes first']:.1%} |"
-            f" {res['routes']:.1%} | {res['subtree']:.1%} |"
-        )
-    means = [np.mean([r[k] for _, r in rows]) for k in ("routes first", "routes", "subtree")]
-    lines.append(f"| mean | | {means[0]:.1%} | **{means[1]:.1%}** | {means[2]:.1%} |")
-    return "\n".join(lines)
+    means = [np.mean([r[k] for _, r in rows]) for k in keys]
+    cells.append(["mean", None, f"{means[0]:.1%}", f"**{means[1]:.1%}**", f"{means[2]:.1%}"])
+    columns = [
+        "mix",
+        "tree",
+        "routes, first sweep",
+        f"routes, last {LAST} of {sweeps}",
+        f"subtree, last {LAST}",
+    ]
+    return "\n".join(table(columns, cells, spaced=True))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,22 @@ from typing import Any
 
 from bench.closedloop.run import Trace
 from bench.machine import machine as _machine
+from bench.report import table
 
 POLICIES = ("one-vl", "equal", "ibqos-fixed", "adaptive")
 FIXED = ("one-vl", "equal", "ibqos-fixed")
+#: the columns of the table of every run
+COLUMNS = (
+    "mix",
+    "policy",
+    "slowdown settled",
+    "slowdown whole run",
+    "per job (settled)",
+    "OpenSM reloads",
+    "tuning reloads (cap/h)",
+    "settled after",
+    "kept",
+)
 COLOURS = {"one-vl": "#9e9e9e", "equal": "#4e79a7", "ibqos-fixed": "#f28e2b", "adaptive": "#59a14f"}
 
 
@@ -76,10 +89,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         f" {doc['machine']}; load average {doc['load'][0][0]:.1f} at the start,"
         f" {doc['load'][1][0]:.1f} at the end; {doc['wall_s'] / 60:.0f} min in all.",
         "",
-        "| mix | policy | slowdown settled | slowdown whole run | per job (settled) |"
-        " OpenSM reloads | tuning reloads (cap/h) | settled after | kept |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for mix in doc["mixes"]:
         for name in POLICIES:
             r = mix["runs"].get(name)
@@ -95,10 +106,20 @@ def markdown(doc: Mapping[str, Any]) -> str:
             kept = r["kept"] or "-"
             if r.get("retuned"):
                 kept += " (re-tuned in the window)"
-            lines.append(
-                f"| {mix['mix']} | {name} | {r['settled']:.3f} | {r['whole']:.3f} | {per} |"
-                f" {_num(r['opensm_reloads'])} | {tuning} | {settle} | {kept} |"
+            rows.append(
+                [
+                    mix["mix"],
+                    name,
+                    f"{r['settled']:.3f}",
+                    f"{r['whole']:.3f}",
+                    per,
+                    _num(r["opensm_reloads"]),
+                    tuning,
+                    settle,
+                    kept,
+                ]
             )
+    lines += table(COLUMNS, rows)
     lines += ["", "Targets:", ""]
     for mix in doc["mixes"]:
         lines.append(f"- {mix['mix']}: " + "; ".join(targets(mix, doc["max_reloads_per_hour"])))

@@ -53,7 +53,7 @@ from typing import Any
 
 from bench import child_env
 from bench.collect.child import CODE, child_main
-from bench.collect.report import table, targets_check
+from bench.collect.report import size_tables, targets_check
 from bench.machine import code_hash, machine_info
 from bench.report import say
 from ibqos.errors import IbqosError
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
                 print(f"\n{label}: failed: {err}", flush=True)
                 continue
             results.append(result)
-            print("\n" + "\n".join(table(result)), flush=True)
+            print("\n" + "\n".join(size_tables(result)), flush=True)
             if result.get("profile"):
                 print("\n```\n" + result["profile"] + "```", flush=True)
     if code_hash(CODE) != info["code"]:

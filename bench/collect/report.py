@@ -18,6 +18,7 @@ from bench.collect.methods import (
     WORKERS,
     Run,
 )
+from bench.report import head, row, table
 
 
 @dataclass
@@ -59,7 +60,7 @@ def best(rows: dict[tuple[str, str], Row], method: str) -> Row:
     return max((r for r in rows.values() if r.method == method), key=lambda r: r.ports_per_s)
 
 
-def table(result: dict[str, Any]) -> list[str]:
+def size_tables(result: dict[str, Any]) -> list[str]:
     """The Markdown table of one size, the window curve and the first native sweep."""
     rows = rows_of(result)
     ref_port = rows[(PER_PORT, f"{WORKERS} workers")].ports_per_s
@@ -76,9 +77,21 @@ def table(result: dict[str, Any]) -> list[str]:
         f" except where a sample is timed; native and minimal sweeps are timed"
         f" {result['reps']} at a time and shown per sweep.",
         "",
-        "| method | window/workers | ports timed | ports/s | MADs/s | sweep s | CPU s "
-        "| ibsim CPU s | vs per-port perfquery | vs per-switch perfquery | vs minimal sender |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *head(
+            [
+                "method",
+                "window/workers",
+                "ports timed",
+                "ports/s",
+                "MADs/s",
+                "sweep s",
+                "CPU s",
+                "ibsim CPU s",
+                "vs per-port perfquery",
+                "vs per-switch perfquery",
+                "vs minimal sender",
+            ]
+        ),
     ]
     shown = [
         best(rows, NATIVE),
@@ -90,21 +103,29 @@ def table(result: dict[str, Any]) -> list[str]:
     ]
     if (BACKEND, f"{WORKERS} workers") in rows:
         shown.append(rows[(BACKEND, f"{WORKERS} workers")])
-    for row in shown:
-        asked = row.runs[0].asked
+    for method_row in shown:
+        asked = method_row.runs[0].asked
         timed = f"{asked}" if asked == n else f"{asked} (random sample)"
-        bad = max(r.asked - r.ports for r in row.runs)
+        bad = max(r.asked - r.ports for r in method_row.runs)
         if bad:
             timed += f", up to {bad:.0f} not read"
-        if len(row.runs) == 1:
+        if len(method_row.runs) == 1:
             timed += ", 1 round"
-        pps = row.ports_per_s
-        out.append(
-            f"| {row.method} | {row.setting} | {timed} | {pps:,.0f} ({row.best_ports_per_s:,.0f})"
-            f" | {row.mads_per_s:,.0f} | {row.med(lambda r: r.sweep_s):.2f}"
-            f" | {row.med(lambda r: r.cpu_s):.2f} | {row.med(lambda r: r.ibsim_cpu_s):.2f}"
-            f" | {pps / ref_port:,.1f}x | {pps / ref_switch:,.2f}x | {pps / ref_min:.0%} |"
-        )
+        pps = method_row.ports_per_s
+        cells = [
+            method_row.method,
+            method_row.setting,
+            timed,
+            f"{pps:,.0f} ({method_row.best_ports_per_s:,.0f})",
+            f"{method_row.mads_per_s:,.0f}",
+            f"{method_row.med(lambda r: r.sweep_s):.2f}",
+            f"{method_row.med(lambda r: r.cpu_s):.2f}",
+            f"{method_row.med(lambda r: r.ibsim_cpu_s):.2f}",
+            f"{pps / ref_port:,.1f}x",
+            f"{pps / ref_switch:,.2f}x",
+            f"{pps / ref_min:.0%}",
+        ]
+        out.append(row(cells))
     first = result["first_sweep"]
     st = first["stats"]
     out += [
@@ -117,19 +138,30 @@ def table(result: dict[str, Any]) -> list[str]:
         "",
         "Window curve (median ports/s; MADs/s in brackets):",
         "",
-        "| window | native data-only | native + XmitWait | minimal sender "
-        "| data-only / minimal | + XmitWait / minimal (MADs/s) |",
-        "|---|---|---|---|---|---|",
     ]
     windows = sorted({int(s.split()[1]) for m, s in rows if m == MINIMAL})
+    curve = []
     for w in windows:
         a, b, c = (rows[(m, f"window {w}")] for m in (NATIVE, NATIVE_XW, MINIMAL))
-        out.append(
-            f"| {w} | {a.ports_per_s:,.0f} ({a.mads_per_s:,.0f}) | {b.ports_per_s:,.0f} "
-            f"({b.mads_per_s:,.0f}) | {c.ports_per_s:,.0f} ({c.mads_per_s:,.0f}) "
-            f"| {a.ports_per_s / c.ports_per_s:.0%} | {b.mads_per_s / c.mads_per_s:.0%} |"
+        curve.append(
+            [
+                str(w),
+                f"{a.ports_per_s:,.0f} ({a.mads_per_s:,.0f})",
+                f"{b.ports_per_s:,.0f} ({b.mads_per_s:,.0f})",
+                f"{c.ports_per_s:,.0f} ({c.mads_per_s:,.0f})",
+                f"{a.ports_per_s / c.ports_per_s:.0%}",
+                f"{b.mads_per_s / c.mads_per_s:.0%}",
+            ]
         )
-    return out
+    columns = [
+        "window",
+        NATIVE,
+        NATIVE_XW,
+        MINIMAL,
+        "data-only / minimal",
+        "+ XmitWait / minimal (MADs/s)",
+    ]
+    return out + table(columns, curve)
 
 
 def _ports_per_s(r: Run) -> float:
@@ -169,8 +201,7 @@ def targets_check(result: dict[str, Any]) -> list[str]:
         f"window ({modes[0].setting} data-only, {modes[1].setting} with XmitWait), minimal "
         f"sender at {mini.setting}:",
         "",
-        "| target | native data-only | native + XmitWait |",
-        "|---|---|---|",
+        *head(["target", NATIVE, NATIVE_XW]),
     ]
     for text, ref, key, goal in checks:
         cells = []
@@ -183,5 +214,5 @@ def targets_check(result: dict[str, Any]) -> list[str]:
                 shown = f"{ratio:,.1f}x ({rounds:,.1f}x)"
             verdict = "met" if ratio >= goal else "NOT met"
             cells.append(f"{verdict}: {mine:,.0f} = {shown}")
-        out.append(f"| {text} | " + " | ".join(cells) + " |")
+        out.append(row([text, *cells]))
     return out

@@ -42,12 +42,24 @@ import ibqos
 from bench import ROOT, child_env
 from bench.handoff.child import GIVE_UP_S
 from bench.machine import machine
-from bench.report import say
+from bench.report import head, row, say
 from ibqos.agent import handoff
 
 BASELINE = "875a502"
 JOB = "4242"
 SL = 5
+COLUMNS = (
+    "clients",
+    "transport",
+    "server",
+    "answered OK",
+    "within bound",
+    "p50 s",
+    "p90 s",
+    "p99 s",
+    "max s",
+    "other replies",
+)
 
 
 def load_baseline() -> types.ModuleType:
@@ -96,7 +108,8 @@ def quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def run_case(module: Any, transport: str, clients: int, procs: int, bound: float) -> str:
+def run_case(module: Any, transport: str, clients: int, procs: int, bound: float) -> list[str]:
+    """One burst against *module*'s server: the table's cells from "answered OK" on."""
     board = module.SlBoard()
     board.publish({JOB: SL}, [JOB])
     board.round_done(time.monotonic() + 3600)  # every question is about a read already done
@@ -118,7 +131,7 @@ def run_case(module: Any, transport: str, clients: int, procs: int, bound: float
     cells = [f"{quantile(lat, q):.3f}" for q in (0.5, 0.9, 0.99)]
     cells.append(f"{lat[-1]:.3f}" if lat else "-")
     note = ", ".join(f"{w} {n}" for w, n in sorted(others.items())) or "-"
-    return f"| {len(lat)} | {in_time} | " + " | ".join(cells) + f" | {note} |"
+    return [str(len(lat)), str(in_time), *cells, note]
 
 
 def main() -> None:
@@ -145,17 +158,13 @@ def main() -> None:
         f" load average {os.getloadavg()[0]:.2f} at the start"
     )
     print()
-    print(
-        "| clients | transport | server | answered OK | within bound | p50 s | p90 s | p99 s"
-        " | max s | other replies |"
-    )
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("\n".join(head(COLUMNS, "rllrrrrrrl", spaced=True)))
     for clients in (int(n) for n in args.clients.split(",")):
         for transport in args.transports.split(","):
             for name, module in servers:
                 say(f"{clients} clients, {transport}, {name}")
-                row = run_case(module, transport, clients, args.procs, args.bound)
-                print(f"| {clients} | {transport} | {name} {row}", flush=True)
+                cells = run_case(module, transport, clients, args.procs, args.bound)
+                print(row([str(clients), transport, name, *cells]), flush=True)
 
 
 if __name__ == "__main__":

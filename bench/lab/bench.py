@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.report import head, row
 from ibqos.errors import IbqosError
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.jobs.jobfile import dump_jobs, parse_jobs
@@ -103,16 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         ("ibsim write s", "tick_write_s", "{:.2f}"),
         ("lines/tick", "lines", "{}"),
     ]
-    print("| " + " | ".join(c[0] for c in cols) + " |")
-    print("|" + "---|" * len(cols))
+    print("\n".join(head([c[0] for c in cols])))
     with tempfile.TemporaryDirectory(prefix="ibqos-bench-") as tmp:
         for xgft in shapes:
             try:
-                row = bench(xgft, Path(tmp))
+                got = bench(xgft, Path(tmp))
             except IbqosError as err:
-                print(f"| {xgft} | failed: {err} |")
+                print(row([xgft, f"failed: {err}"]))
                 continue
-            print("| " + " | ".join(f.format(row[k]) for _, k, f in cols) + " |", flush=True)
+            print(row([f.format(got[k]) for _, k, f in cols]), flush=True)
     return 0
 
 

@@ -34,6 +34,7 @@ from prometheus_client import generate_latest
 
 from bench.machine import machine
 from bench.plan.inputs import SEED, SHAPES, build_fabric, hosts_of, rates_tables, workload
+from bench.report import table
 from ibqos.config.classes import Thresholds
 from ibqos.config.lanes import LaneConfig
 from ibqos.config.models import MetricsConfig
@@ -44,6 +45,20 @@ from ibqos.plan.decide import Decider
 
 CASES = (("1k", 100), ("10k", 1000), ("50k", 5000))
 CYCLE_S = 10.0  # the agent's default interval: what a scrape must stay well under
+COLUMNS = (
+    "ports",
+    "jobs",
+    "per-port",
+    "series",
+    "exposition",
+    "gzipped",
+    "snapshot ms",
+    "first HTTP scrape ms",
+    "later HTTP scrape ms",
+    "baseline generate_latest ms",
+    "baseline / first",
+    "first / 10 s cycle",
+)
 
 
 def median_s(work: Callable[[], object], rounds: int) -> float:
@@ -61,10 +76,10 @@ def measure(size: str, n_jobs: int, rounds: int, per_port: bool) -> dict[str, fl
     fabric = build_fabric(build_xgft(parse_xgft(SHAPES[size])))
     jobs = workload(hosts_of(fabric), n_jobs, rng)
     tables = rates_tables(fabric, jobs, rng, 2)
-    for table in tables:  # the columns a real sweep also has
-        table["rcv_bytes_per_s"] = table["xmit_bytes_per_s"]
-        table["xmit_wait_per_s"] = rng.uniform(0, 1e5, len(table))
-        table["interval_s"] = CYCLE_S
+    for rates in tables:  # the columns a real sweep also has
+        rates["rcv_bytes_per_s"] = rates["xmit_bytes_per_s"]
+        rates["xmit_wait_per_s"] = rng.uniform(0, 1e5, len(rates))
+        rates["interval_s"] = CYCLE_S
     decider = Decider(fabric, LaneConfig(), Thresholds())
     decider.decide(tables[0], list(jobs), 0.0)
     decision = decider.decide(tables[1], list(jobs), 10.0)
@@ -122,20 +137,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{size} ports, {n_jobs} jobs, per_port={per_port} ...", file=sys.stderr)
         rows.append((per_port, measure(size, n_jobs, args.rounds, per_port)))
     print(f"machine: {machine()}; median of {args.rounds} rounds\n")
-    print(
-        "| ports | jobs | per-port | series | exposition | gzipped | snapshot ms"
-        " | first HTTP scrape ms | later HTTP scrape ms | baseline generate_latest ms"
-        " | baseline / first | first / 10 s cycle |"
-    )
-    print("|" + "---:|" * 12)
-    for per_port, r in rows:
-        print(
-            f"| {r['ports']:,.0f} | {r['jobs']:,.0f} | {'yes' if per_port else 'no'}"
-            f" | {r['series']:,.0f} | {r['bytes'] / 1e6:.1f} MB | {r['gzip'] / 1e6:.2f} MB"
-            f" | {ms(r['snapshot'])} | {ms(r['first_http'])} | {ms(r['http'])}"
-            f" | {ms(r['generic'])} | x{r['generic'] / r['first_http']:.1f}"
-            f" | {r['first_http'] / CYCLE_S:.1%} |"
-        )
+    cells = [
+        [
+            f"{r['ports']:,.0f}",
+            f"{r['jobs']:,.0f}",
+            "yes" if per_port else "no",
+            f"{r['series']:,.0f}",
+            f"{r['bytes'] / 1e6:.1f} MB",
+            f"{r['gzip'] / 1e6:.2f} MB",
+            ms(r["snapshot"]),
+            ms(r["first_http"]),
+            ms(r["http"]),
+            ms(r["generic"]),
+            f"x{r['generic'] / r['first_http']:.1f}",
+            f"{r['first_http'] / CYCLE_S:.1%}",
+        ]
+        for per_port, r in rows
+    ]
+    print("\n".join(table(COLUMNS, cells, "r")))
     base, big = rows[0][1], rows[len(cases) - 1][1]
     if big is not base:
         print(

@@ -7,6 +7,7 @@ import statistics
 
 from bench.plan.inputs import CHURN, SHAPES
 from bench.plan.timing import Case, FabricTimes
+from bench.report import table
 
 TARGET_S = 0.25  # the issue's target for 50k ports and 5k jobs
 STAGES = ("map", "attribute", "classify", "plan", "report", "tune")
@@ -27,20 +28,39 @@ def report(cases: list[Case], fabrics: list[FabricTimes], rounds: int, cycles: i
         " makes time x equal to ports x (the jobs hold the same share of the hosts in every"
         " case).",
         "",
-        "| case | ports | jobs | steady (best, worst) | vs 0.25 s target | ports x | time x"
-        " | us per port | churn (best, worst) | first cycle |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for c in cases:
         med = statistics.median(c.steady_s)
-        out.append(
-            f"| {c.name} | {c.ports:,} | {c.n_jobs:,}"
-            f" | {ms(med)} ({ms(min(c.steady_s))}, {ms(max(c.steady_s))})"
-            f" | {med / TARGET_S:.0%} | {c.ports / base.ports:.1f} | {med / base_med:.1f}"
-            f" | {med / c.ports * 1e6:.2f}"
-            f" | {ms(statistics.median(c.churn_s))} ({ms(min(c.churn_s))}, {ms(max(c.churn_s))})"
-            f" | {ms(statistics.median(c.first_s))} |"
+        rows.append(
+            [
+                c.name,
+                f"{c.ports:,}",
+                f"{c.n_jobs:,}",
+                f"{ms(med)} ({ms(min(c.steady_s))}, {ms(max(c.steady_s))})",
+                f"{med / TARGET_S:.0%}",
+                f"{c.ports / base.ports:.1f}",
+                f"{med / base_med:.1f}",
+                f"{med / c.ports * 1e6:.2f}",
+                f"{ms(statistics.median(c.churn_s))} ({ms(min(c.churn_s))}, {ms(max(c.churn_s))})",
+                ms(statistics.median(c.first_s)),
+            ]
         )
+    out += table(
+        [
+            "case",
+            "ports",
+            "jobs",
+            "steady (best, worst)",
+            "vs 0.25 s target",
+            "ports x",
+            "time x",
+            "us per port",
+            "churn (best, worst)",
+            "first cycle",
+        ],
+        rows,
+    )
     for kind, title in (
         ("steady", "Steady cycles"),
         ("churn", "Churn cycles"),
@@ -51,44 +71,66 @@ def report(cases: list[Case], fabrics: list[FabricTimes], rounds: int, cycles: i
             f"{title} by stage (median ms; share of the stages' sum), and the garbage"
             " collector's part of the cycle (median ms; full passes over all the cycles):",
             "",
-            "| case | " + " | ".join(STAGES) + " | of which GC | full GC passes |",
-            "|---|" + "---|" * (len(STAGES) + 2),
         ]
+        rows = []
         for c in cases:
             meds = {s: c.stage(kind, s) for s in STAGES}
             total = sum(meds.values()) or 1.0
-            cells = " | ".join(f"{ms(meds[s])} ({meds[s] / total:.0%})" for s in STAGES)
+            cells = [f"{ms(meds[s])} ({meds[s] / total:.0%})" for s in STAGES]
             gc_ms = ms(statistics.median(c.gc_s[kind]))
-            out.append(f"| {c.name} | {cells} | {gc_ms} | {c.gc_full.get(kind, 0)} |")
+            rows.append([c.name, *cells, gc_ms, str(c.gc_full.get(kind, 0))])
+        out += table(["case", *STAGES, "of which GC", "full GC passes"], rows)
     out += [
         "",
         f"Per fabric, paid when the fabric changes (median of {rounds}, ms): the fabric model"
         " (`Fabric` from the topology) and a new `Decider`'s tables on it:",
         "",
-        "| fabric | XGFT | ports | hosts | switches | fabric model | decider tables |",
-        "|---|---|---|---|---|---|---|",
+        *table(
+            ["fabric", "XGFT", "ports", "hosts", "switches", "fabric model", "decider tables"],
+            [
+                [
+                    f.size,
+                    f"`{f.shape}`",
+                    f"{f.ports:,}",
+                    f"{f.hosts:,}",
+                    f"{f.switches:,}",
+                    ms(statistics.median(f.model_s)),
+                    ms(statistics.median(f.tables_s)),
+                ]
+                for f in fabrics
+            ],
+        ),
     ]
-    for f in fabrics:
-        out.append(
-            f"| {f.size} | `{f.shape}` | {f.ports:,} | {f.hosts:,} | {f.switches:,}"
-            f" | {ms(statistics.median(f.model_s))} | {ms(statistics.median(f.tables_s))} |"
-        )
     out += [
         "",
         "Workloads: hosts in jobs, the largest job, jobs with a pattern, classes after the"
         " last steady cycle, plan replacements over the steady cycles:",
         "",
-        "| case | hosts | hosts in jobs | largest job | with pattern | low / moderate / high"
-        " | replans |",
-        "|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for c in cases:
         cls = " / ".join(str(c.classes.get(k, 0)) for k in ("low", "moderate", "high"))
-        out.append(
-            f"| {c.name} | {c.hosts:,} | {c.job_hosts:,} | {max(len(j.nodes) for j in c.jobs):,}"
-            f" | {sum(1 for j in c.jobs if j.pattern)} | {cls} | {c.replans} |"
+        rows.append(
+            [
+                c.name,
+                f"{c.hosts:,}",
+                f"{c.job_hosts:,}",
+                f"{max(len(j.nodes) for j in c.jobs):,}",
+                str(sum(1 for j in c.jobs if j.pattern)),
+                cls,
+                str(c.replans),
+            ]
         )
-    return out
+    columns = [
+        "case",
+        "hosts",
+        "hosts in jobs",
+        "largest job",
+        "with pattern",
+        "low / moderate / high",
+        "replans",
+    ]
+    return out + table(columns, rows)
 
 
 def targets(cases: list[Case]) -> list[str]:

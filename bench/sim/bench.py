@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.machine import machine
-from bench.report import say
+from bench.report import say, table
 from bench.sim.benchmixes import (
     XGFT_64,
     XGFT_512,
@@ -209,9 +209,7 @@ def bench_64(rounds: int, packet: bool) -> tuple[list[str], list[dict[str, objec
         "(best)",
         "packet hops / wall s (best)",
     ]
-    out = ["| " + " | ".join(header) + " |", "|---|---:|---|---|" + "---:|" * (len(header) - 4)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out, doc
+    return table(header, rows, "lrllr"), doc
 
 
 def cli_time(xgft: str, jobs: list[Job], policy: str, rounds: int) -> list[float]:
@@ -298,32 +296,27 @@ def bench_2048(rounds: int, cli: bool) -> tuple[list[str], dict[str, object]]:
         "one-vl": "route + sharing run one-vl + alone",
         "ibqos": "route + sharing run one-vl + plan + sharing run ibqos + alone",
     }
-    out = ["| stage | wall s (median) | best | simulated s | events |", "|---|---:|---:|---:|---:|"]
+    rows = []
     for key in stages:
         sim, ev = "", ""
         run = key.removeprefix("sharing run ")
         if run in results:
             sim = f"{results[run].sim_time_s:.3f}"
             ev = f"{results[run].events:,}"
-        out.append(f"| {key} | {m(key):.3f} | {b(key):.3f} | {sim} | {ev} |")
-    out += [
-        "",
-        "| what-if (fluid, 2,048 nodes, 20 jobs, 10 iterations) | wall s (median)"
-        " | best | target | |",
-        "|---|---:|---:|---:|---|",
-    ]
+        rows.append([key, f"{m(key):.3f}", f"{b(key):.3f}", sim, ev])
+    out = table(["stage", "wall s (median)", "best", "simulated s", "events"], rows, "lr")
+    rows = []
     for pol, done in steps.items():
-        key = f"what-if {pol}"
-        out.append(
-            f"| `--policy {pol}`: {done} | {m(key):.2f} | {b(key):.2f} | {TARGET_S:.0f}"
-            f" | {'met' if m(key) < TARGET_S else 'missed'} |"
-        )
-        if f"cli {pol}" in stages:
-            out.append(
-                f"| `ibqos simulate --policy {pol}` (new process, builds the fabric) |"
-                f" {m(f'cli {pol}'):.2f} | {b(f'cli {pol}'):.2f} | {TARGET_S:.0f} |"
-                f" {'met' if m(f'cli {pol}') < TARGET_S else 'missed'} |"
-            )
+        for key, what in (
+            (f"what-if {pol}", f"`--policy {pol}`: {done}"),
+            (f"cli {pol}", f"`ibqos simulate --policy {pol}` (new process, builds the fabric)"),
+        ):
+            if key in stages:
+                verdict = "met" if m(key) < TARGET_S else "missed"
+                rows.append([what, f"{m(key):.2f}", f"{b(key):.2f}", f"{TARGET_S:.0f}", verdict])
+    what_if_head = "what-if (fluid, 2,048 nodes, 20 jobs, 10 iterations)"
+    columns = [what_if_head, "wall s (median)", "best", "target", None]
+    out += ["", *table(columns, rows, "lrrrl")]
     sizes = sorted((len(j.nodes) for j in jobs), reverse=True)
     out += [
         "",
@@ -348,23 +341,22 @@ def bench_512(rounds: int) -> tuple[list[str], dict[str, object]]:
     net = xgft_network(parse_xgft(XGFT_512))
     jobs = jobs_2048(net, 4)
     sending = sum(len(j.nodes) for j in jobs)
-    rows: list[str] = []
+    rows: list[list[str]] = []
     doc: dict[str, object] = {}
     for pol in ("one-vl", "ibqos"):
         for buffers in (None, 0):
             _, times = timed(partial(what_if, net, jobs, pol, buffers), rounds)
             said = "8 (default)" if buffers is None else str(buffers)
-            rows.append(f"| `--policy {pol}` | {said} | {med(times)} | {min(times):.3f} |")
+            rows.append([f"`--policy {pol}`", said, med(times), f"{min(times):.3f}"])
             doc[f"{pol} {said}"] = times
             say(f"512 nodes: what-if {pol} buffers {said} {med(times)} s")
-    head = [
+    columns = ["what-if", "buffers (packets per lane per input)", "wall s (median)", "best"]
+    return [
         f"{len(jobs)} jobs on {sending} hosts (per host: up to 512 sending hosts), 10"
         " iterations; a what-if as for 2,048 nodes.",
         "",
-        "| what-if | buffers (packets per lane per input) | wall s (median) | best |",
-        "|---|---:|---:|---:|",
-    ]
-    return head + rows, doc
+        *table(columns, rows, "lr"),
+    ], doc
 
 
 def main(argv: list[str] | None = None) -> int:

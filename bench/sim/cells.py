@@ -1,4 +1,5 @@
-"""Text for the reports of the evaluation and the validation: Markdown tables and cells."""
+"""The cells of the evaluation's and the validation's tables, as text (the tables themselves
+are :mod:`bench.report`'s)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,6 @@ def pct(x: float) -> str:
 def geomean(xs: Sequence[float]) -> float:
     """The geometric mean (nan for none)."""
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: int = 1) -> list[str]:
-    """A Markdown table; columns from *right* on are right-aligned."""
-    out = ["| " + " | ".join(header) + " |"]
-    out.append("|" + "|".join("---" if i < right else "---:" for i in range(len(header))) + "|")
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
 
 
 def setup_text(arb: Arbitration, jobs: Sequence[Job]) -> str:

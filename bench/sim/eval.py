@@ -45,8 +45,8 @@ from typing import Any
 
 from bench import child_env
 from bench.machine import machine
-from bench.report import say
-from bench.sim.cells import buffers_used, eff, geomean, ms, pct, setup_text, table
+from bench.report import say, table
+from bench.sim.cells import buffers_used, eff, geomean, ms, pct, setup_text
 from bench.sim.mixes import SHAPES_64, TREES, host_link, mixes, network
 from bench.sim.run import (
     CLEAN_S,
@@ -76,7 +76,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
     out += table(
         ["mix", "jobs: id pattern hosts rate duty period"],
         [[r.mix.name, r.mix.describe(link, 1e-3, "ms")] for r in results],
-        right=9,
+        "l",
     )
     out += ["", f"## Total contention per mix (fluid model, {iterations} iterations)", ""]
     out += [
@@ -111,6 +111,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
             "wall s",
         ],
         rows,
+        "lr",
     )
     out += ["", "## Summary", ""]
     out += summary(results)
@@ -139,7 +140,7 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
         out += table(
             ["policy", "lanes: VL[jobs]:packets per round"] + [j.id for j in jobs] + ["total"],
             rows,
-            right=2,
+            "llr",
         )
         alone_ms = ", ".join(f"{j.id} {ms(j.t_alone_s)}" for j in r.outcomes["one-vl"].jobs)
         out += ["", f"Contention per job in ms; T_alone: {alone_ms} ms.", ""]
@@ -185,7 +186,7 @@ def summary(results: list[MixResult]) -> list[str]:
             effs = [r.total("one-vl") / r.total(p) for r in live if r.total(p) > CLEAN_S]
             row.append(f"{rel:.3f} / {geomean(effs):.2f}" if effs else f"{rel:.3f} / inf")
         rows.append(row)
-    out += table(["mixes", "contended", *(f"{p}: rel / E" for p in pols)], rows)
+    out += table(["mixes", "contended", *(f"{p}: rel / E" for p in pols)], rows, "lr")
     out += [
         "",
         "ibqos (and its variants) against the optimum and the other policies, per group:"
@@ -203,7 +204,9 @@ def summary(results: list[MixResult]) -> list[str]:
             )
         rows.append(row)
     out += table(
-        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))], rows
+        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))],
+        rows,
+        "lr",
     )
     out += overall(results, ("ibqos-fixed", *SHOWN, "equal", "bandwidth", "one-vl"))
     return out
@@ -234,7 +237,12 @@ def overall(results: Sequence[Any], policies: Sequence[str], below_base: bool = 
         )
     header = ["policy", "gap to optimum: median", "mean", "max", "≤ 5 % off"]
     header += ["≤ best of one-vl, equal, bandwidth"] if below_base else []
-    return ["", "Over all mixes:", "", *table([*header, "total contention, all mixes (ms)"], rows)]
+    return [
+        "",
+        "Over all mixes:",
+        "",
+        *table([*header, "total contention, all mixes (ms)"], rows, "lr"),
+    ]
 
 
 # -- SVG charts (no plotting library needed) -------------------------------------------------
@@ -406,6 +414,7 @@ def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> l
             "wall s",
         ],
         rows,
+        "lr",
     )
     out += overall(results, (LOOP, LOOP_UNRANKED, "ibqos-fixed", *BASELINES), below_base=True)
     out += ["", "What the closed loop did per mix (with the prediction):", ""]

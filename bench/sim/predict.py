@@ -36,6 +36,7 @@ from typing import TypeVar
 
 import ibqos
 from bench.machine import machine
+from bench.report import head, row
 from bench.sim.benchmixes import XGFT_2048, jobs_2048
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.model import Job
@@ -113,8 +114,8 @@ def timed(fn: Callable[[], T], rounds: int) -> tuple[T, list[float]]:
 
 def bench(
     name: str, net: Network, jobs: list[Job], steady: Steady, rounds: int
-) -> tuple[str, Prediction]:
-    """One Markdown row for the mix, and its prediction."""
+) -> tuple[list[str], Prediction]:
+    """The mix's row of the table (its cells), and its prediction."""
     sim_jobs = prepare(net, jobs)
     plan, build_s = timed(
         lambda: policies.build("ibqos-fixed", net, sim_jobs, 10, buffer_packets=0), rounds
@@ -127,12 +128,19 @@ def bench(
     hosts = sum(len(j.nodes) for j in jobs)
     per = statistics.median(pred_s) / len(setups)
     total = statistics.median(cal_s) + statistics.median(pred_s)
-    row = (
-        f"| {name} | {hosts} | {len(jobs)} | {len(setups)} | {statistics.median(build_s):.2f}"
-        f" | {statistics.median(cal_s):.2f} | {statistics.median(pred_s):.2f}"
-        f" | {min(pred_s):.2f} | {per:.2f} | {'yes' if total < TARGET_S else 'no'} |"
-    )
-    return row, pred
+    cells = [
+        name,
+        str(hosts),
+        str(len(jobs)),
+        str(len(setups)),
+        f"{statistics.median(build_s):.2f}",
+        f"{statistics.median(cal_s):.2f}",
+        f"{statistics.median(pred_s):.2f}",
+        f"{min(pred_s):.2f}",
+        f"{per:.2f}",
+        "yes" if total < TARGET_S else "no",
+    ]
+    return cells, pred
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,21 +156,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"ibqos {ibqos.__version__}; {machine()}")
     print(f"steady state: warm-up {steady.warmup} iterations, at least {steady.measure} measured")
     print()
-    print(
-        "| mix | hosts | jobs | candidates | plan build s | calibrate s | predict s (median)"
-        f" | min s | s per candidate | calibrate + predict under {TARGET_S:g} s |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    columns = [
+        "mix",
+        "hosts",
+        "jobs",
+        "candidates",
+        "plan build s",
+        "calibrate s",
+        "predict s (median)",
+        "min s",
+        "s per candidate",
+        f"calibrate + predict under {TARGET_S:g} s",
+    ]
+    print("\n".join(head(columns)))
     shown = []
     if args.only in (None, "64"):
         net = xgft_network(parse_xgft(XGFT_64))
-        row, pred = bench(f"`{XGFT_64}`", net, jobs_64(), steady, args.rounds)
-        print(row, flush=True)
+        cells, pred = bench(f"`{XGFT_64}`", net, jobs_64(), steady, args.rounds)
+        print(row(cells), flush=True)
         shown.append(pred)
     if args.only in (None, "2048"):
         net = xgft_network(parse_xgft(XGFT_2048))
-        row, pred = bench(f"`{XGFT_2048}`", net, jobs_2048(net), steady, args.rounds)
-        print(row, flush=True)
+        cells, pred = bench(f"`{XGFT_2048}`", net, jobs_2048(net), steady, args.rounds)
+        print(row(cells), flush=True)
         shown.append(pred)
     for pred in shown:
         print()

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.machine import machine
-from bench.report import say
-from bench.sim.cells import buffers_used, pct, setup_text, table
+from bench.report import say, table
+from bench.sim.cells import buffers_used, pct, setup_text
 from bench.sim.mixes import SHAPES_32, VALIDATION_TREES, host_link, mixes, network
 from bench.sim.run import (
     BEST_RATIO,
@@ -114,7 +114,9 @@ def set_ranking(vals: list[Validation]) -> list[str]:
                 rho_text(spearman(ranked["fluid"], ranked["packet"])),
             ]
         )
-    return out + table(["ranked by", "fluid (best first)", "packet (best first)", "rho"], rows)
+    return out + table(
+        ["ranked by", "fluid (best first)", "packet (best first)", "rho"], rows, "lr"
+    )
 
 
 def packet_search_report(vals: list[Validation]) -> list[str]:
@@ -160,7 +162,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
             "setup rho",
         ],
         rows,
-        right=1,
+        "lr",
     )
     out += ["", "Per shape, over the mixes with contention under one-vl:", ""]
     rows = []
@@ -198,7 +200,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
             f"setup rho ≥ {RHO_TARGET}",
         ],
         rows,
-        right=1,
+        "lr",
     )
     out += [
         "",
@@ -220,7 +222,7 @@ def validation_report(
     out += table(
         ["mix", "jobs: id pattern hosts rate duty period"],
         [[v.mix.name, v.mix.describe(link, 1e-6, "us")] for v in vals],
-        right=9,
+        "l",
     )
     out += [
         "",
@@ -242,7 +244,7 @@ def validation_report(
             f"{v.wall_fluid_s:.1f} / {v.wall_packet_s:.1f}",
         ]
         rows.append(row)
-    out += table(["mix", *MAIN, "rho", "rho 1 %", "wall s fluid / packet"], rows)
+    out += table(["mix", *MAIN, "rho", "rho 1 %", "wall s fluid / packet"], rows, "lr")
     out += ["", "## Rank agreement", ""]
     rows = []
     rankings = [
@@ -269,6 +271,7 @@ def validation_report(
     out += table(
         ["ranking", "mixes with a ranking", "mean rho", "median", "min", f"rho ≥ {RHO_TARGET}"],
         rows,
+        "lr",
     )
     if len(rankings) > 2:
         out += [
@@ -330,6 +333,7 @@ def validation_report(
             "packet: vs equal; bandwidth; optimal",
         ],
         rows,
+        "lr",
     )
     both = [v for v in vals if v.total("packet", "one-vl") > CLEAN_S]
     out += [
@@ -373,6 +377,7 @@ def validation_report(
             "≤ 5 % of T_alone",
         ],
         rows,
+        "lr",
     )
     t_err = [
         (jf.t_alone_s - jp.t_alone_s) / jp.t_alone_s
@@ -414,7 +419,7 @@ def validation_report(
             ]
             for e, v, p, jf, jp in worst
         ],
-        right=3,
+        "lllr",
     )
     return out
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.sim.cells import table
+from bench.report import table
 from bench.sim.mixes import Mix, network
 from bench.sim.run import (
     BEST_RATIO,
@@ -225,5 +225,5 @@ def mechanisms(buffer_packets: int, fluid_buffers: int | None) -> list[str]:
     return table(
         ["case", "model", "setup", "H: T_alone / contention us", "M: T_alone / contention us"],
         rows,
-        right=3,
+        "lllr",
     )
