@@ -14,8 +14,8 @@ test: setup lint typecheck
 	$(VENV)/pytest
 
 lint:
-	$(VENV)/ruff check ibqos tests scripts
-	$(VENV)/ruff format --check ibqos tests scripts
+	$(VENV)/ruff check ibqos bench tests scripts
+	$(VENV)/ruff format --check ibqos bench tests scripts
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
@@ -24,17 +24,18 @@ typecheck:
 unit: setup
 	$(VENV)/pytest tests/unit
 
+# the benchmarks and evaluations (bench/, not shipped), each run from here as a module
 bench: setup
-	$(VENV)/python scripts/bench_lab.py
+	$(VENV)/python -m bench.lab.bench
 
 bench-collect: setup
-	$(VENV)/python scripts/bench_collect.py
+	$(VENV)/python -m bench.collect.bench
 
 bench-plan: setup
-	$(VENV)/python scripts/bench_plan.py
+	$(VENV)/python -m bench.plan.bench
 
 bench-metrics: setup
-	$(VENV)/python scripts/bench_metrics.py
+	$(VENV)/python -m bench.metrics.bench
 
 # sdist and wheel into dist/ (the wheel carries the units, config, dashboards, Slurm scripts)
 dist: setup
@@ -43,10 +44,10 @@ dist: setup
 .PHONY: eval-sim validate-sim bench-sim
 
 eval-sim: setup
-	$(VENV)/python scripts/eval_sim.py --svg docs/img
+	$(VENV)/python -m bench.sim.eval --svg docs/img
 
 validate-sim: setup
-	$(VENV)/python scripts/validate_sim.py
+	$(VENV)/python -m bench.sim.validate
 
 bench-sim: setup
-	$(VENV)/python scripts/bench_sim.py
+	$(VENV)/python -m bench.sim.bench

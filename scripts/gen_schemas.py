@@ -7,8 +7,9 @@ Usage: python scripts/gen_schemas.py [--check]
 - ``schemas/profile.schema.json``: job profiles (``ibqos.classify.profile_schema``).
 
 Editors read them (``# yaml-language-server: $schema=...`` at the top of a file).  The
-files are checked in; ``--check`` exits 1 if one differs from what the models give (a unit
-test does the same), so run this after changing a model.
+files are checked in; ``--check`` exits 1 if one differs from what the models give, or if
+``schemas/`` holds a schema no model gives (a unit test runs it), so run this after
+changing a model.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args()
     stale = []
-    for name, text in render().items():
+    rendered = render()
+    for name, text in rendered.items():
         path = SCHEMAS / name
         if path.is_file() and path.read_text() == text:
             continue
@@ -52,6 +54,10 @@ def main() -> int:
             print(f"wrote {path}")
     if args.check and stale:
         print(f"out of date: {', '.join(stale)} (run scripts/gen_schemas.py)", file=sys.stderr)
+        return 1
+    extra = sorted(p.name for p in SCHEMAS.glob("*.json") if p.name not in rendered)
+    if args.check and extra:
+        print(f"made by no model: {', '.join(extra)} (remove them)", file=sys.stderr)
         return 1
     return 0
 

@@ -31,7 +31,7 @@ does not change from cycle to cycle is kept: the fabric's tables (built once per
 :class:`Attributor`), where each key sits in the rates table (looked up again only when the
 table's rows move), what depends only on one job (its ports' places, a declared pattern's
 share leaving each subtree: while the job runs) and what depends on where all the jobs are
-(while the jobs stay the same).  ``scripts/bench_plan.py`` measures it.
+(while the jobs stay the same).  ``python -m bench.plan.bench`` measures it.
 """
 
 from __future__ import annotations

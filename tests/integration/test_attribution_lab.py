@@ -3,36 +3,19 @@
 Jobs share leaf switches (and, on the 3-level lab, spines) with different patterns, so the
 split of shared uplinks is really estimated.  Counters are read through PMA MADs
 (perfquery backend, in this process), rates come from two sweeps around one model tick.
-The labs and the comparison are those of ``scripts/eval_attribution.py`` (two of its
-mixes).
+The labs and the comparison are those of ``python -m bench.attribution.eval``
+(:mod:`bench.attribution.labs`; two of its mixes).
 """
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.integration.labcheck import QUIET
 
-ROOT = Path(__file__).parents[2]
+from bench.attribution import labs
 
-
-def eval_attribution():  # the script, as a module
-    spec = importlib.util.spec_from_file_location(
-        "eval_attribution", ROOT / "scripts/eval_attribution.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-EVAL = eval_attribution()
-MIXES = {m.name: m for m in EVAL.MIXES}
+MIXES = {m.name: m for m in labs.MIXES}
 
 
 @pytest.mark.parametrize("name", ["two-slim", "three-full"])
@@ -41,10 +24,10 @@ def test_attribution_follows_the_ground_truth(make_lab, tmp_path, name):
     path = tmp_path / "jobs.yaml"
     path.write_text(mix.jobs)
     lab = make_lab(mix.xgft, jobs=path, opensm_options=QUIET)
-    err = EVAL.evaluate(lab)
+    err = labs.evaluate(lab)
     print(
         f"\n{mix.xgft}: mean relative error per job and level: "
-        + ", ".join(f"{m} {err[m]:.1%}" for m in EVAL.METHODS)
+        + ", ".join(f"{m} {err[m]:.1%}" for m in labs.METHODS)
     )
     # a declared pattern is the traffic the lab makes: exact either way
     assert err["routes+pattern"] <= 0.01
@@ -62,9 +45,9 @@ def test_jobs_whose_traffic_moves_are_told_apart_on_a_slimmed_tree(make_lab, tmp
     learns each job's share of the down links several jobs' destinations share."""
     mix = MIXES["two-slim"]
     path = tmp_path / "jobs.yaml"
-    path.write_text(EVAL.phased(mix.jobs))
+    path.write_text(labs.phased(mix.jobs))
     lab = make_lab(mix.xgft, jobs=path, opensm_options=QUIET)
-    err = EVAL.evaluate_phased(lab, 12)
+    err = labs.evaluate_phased(lab, 12)
     print(f"\n{mix.xgft}, phased: " + ", ".join(f"{k} {v:.1%}" for k, v in err.items()))
     assert err["routes"] <= 0.05
     assert err["routes"] < err["routes first"]

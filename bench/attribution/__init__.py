@@ -1,0 +1,1 @@
+"""Attribution against the lab's ground truth: ``python -m bench.attribution.eval``."""

@@ -1,0 +1,312 @@
+"""One run of the closed-loop benchmark: a fluid lab, a job mix, one QoS policy.
+
+:func:`run_policy` brings a lab up with fluid contention (``ibqos.lab.manage.up``, the
+supervisor ticking in real time), starts the agent on it when the policy has one (``ibqos
+run``, ended by its pid), samples the jobs' iterations from the lab's ``truth.json`` and
+the agent's tuning state from its ``state.json``, scrapes the agent's metrics at the end,
+and takes the lab down.  :func:`alone_rates` measures each job of a mix with the fabric to
+itself, one job at a time in one lab.  Used by :mod:`bench.closedloop.bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.fsio import atomic_write
+from ibqos.lab import manage
+
+#: no periodic OpenSM sweeps: only the agent's reloads move OpenSM
+QUIET = {"sweep_interval": "0"}
+#: seconds between two samples of the lab's truth and the agent's state
+SAMPLE_S = 0.25
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A QoS policy of the benchmark.
+
+    Attributes:
+        name: its column name.
+        agent: the agent's config, as sections to merge into the lab's ``ibqos.yaml``;
+            None: no agent (OpenSM's defaults: every job on SL 0, one lane).
+    """
+
+    name: str
+    agent: Mapping[str, Mapping[str, Any]] | None
+
+
+@dataclass
+class Point:
+    """One sample of a run.
+
+    Attributes:
+        wall_s: seconds since the run's start (monotonic).
+        model_s: the lab's model time (seconds).
+        iterations: job -> iterations finished.
+        tuning: the agent's tuning state (``state.json``'s ``tuning``), {} when none.
+    """
+
+    wall_s: float
+    model_s: float
+    iterations: dict[str, int]
+    tuning: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trace:
+    """What one run saw."""
+
+    policy: str
+    points: list[Point]
+    start_model_s: float  # the agent's start (or the same moment without one)
+    settled_model_s: float | None  # tuning settled (adaptive runs)
+    metrics: dict[str, float]  # the agent's metrics at the end, by name
+    tuning: dict[str, Any]  # the last tuning state
+    log: str  # the agent's log
+
+    def rates(self, since_s: float, until_s: float | None = None) -> dict[str, float]:
+        """Each job's iterations per second of model time over [since_s, until_s]."""
+        until = self.points[-1].model_s if until_s is None else until_s
+        first = next(p for p in self.points if p.model_s >= since_s)
+        last = [p for p in self.points if p.model_s <= until][-1]
+        span = last.model_s - first.model_s
+        return {
+            j: (last.iterations[j] - first.iterations.get(j, 0)) / span
+            for j in last.iterations
+            if span > 0
+        }
+
+
+def write_jobs(path: Path, jobs: Sequence[Mapping[str, Any]]) -> None:
+    atomic_write(path, yaml.safe_dump({"jobs": list(jobs)}, sort_keys=False))
+
+
+def _truth(lab: Any) -> dict[str, Any]:
+    try:
+        return dict(json.loads(lab.paths.truth.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _point(lab: Any, t0: float, state_file: Path | None) -> Point | None:
+    truth = _truth(lab)
+    if not truth:
+        return None
+    its = {j: int(v.get("iterations", 0)) for j, v in truth["jobs"].items() if v.get("running")}
+    tuning: dict[str, Any] = {}
+    if state_file is not None:
+        try:
+            tuning = json.loads(state_file.read_text()).get("tuning") or {}
+        except (OSError, ValueError):
+            pass
+    return Point(time.monotonic() - t0, float(truth.get("time_s", 0.0)), its, tuning)
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (the agent's own http URL)
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.labels:
+                out[s.name] = s.value
+    return out
+
+
+def lab_up(name: str, root: Path, xgft: str, jobs: Sequence[Mapping[str, Any]]) -> Any:
+    """A fluid lab of *jobs* on *xgft*, ticking every 0.1 s, reading OpenSM's tables back
+    every 1 s."""
+    root.mkdir(parents=True, exist_ok=True)
+    jobs_file = root / f"{name}.jobs.yaml"
+    write_jobs(jobs_file, jobs)
+    return manage.up(
+        name,
+        build_xgft(parse_xgft(xgft)),
+        root=root,
+        jobs=jobs_file,
+        opensm_options=QUIET,
+        tick_s=0.1,
+        contention="fluid",
+        readback_s=1.0,
+        progress_window_s=5.0,
+        timeout=120,
+    )
+
+
+def agent_config(lab: Any, workdir: Path, sections: Mapping[str, Mapping[str, Any]]) -> Path:
+    """The lab's ``ibqos.yaml`` with *sections* merged in, its state under *workdir*."""
+    doc = yaml.safe_load(lab.paths.config.read_text())
+    base: dict[str, dict[str, Any]] = {
+        "agent": {"state_dir": str(workdir / "state"), "job_poll_s": 0.2, "socket": ""},
+        "metrics": {"listen": "127.0.0.1:0"},
+    }
+    for key, value in [*base.items(), *sections.items()]:
+        doc.setdefault(key, {}).update(value)
+    path = workdir / "ibqos.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _metrics_url(log: Path) -> str | None:
+    m = re.search(r"metrics on (http://\S+/metrics)", log.read_text())
+    return None if m is None else m.group(1)
+
+
+def run_policy(
+    lab: Any,
+    policy: Policy,
+    workdir: Path,
+    *,
+    run_s: float,
+    until_settled_s: float | None = None,
+    after_s: float = 0.0,
+    on_point: Callable[[Point], None] | None = None,
+) -> Trace:
+    """Run *policy* on the running *lab* and sample it.
+
+    Args:
+        lab: a lab brought up by :func:`lab_up` (fresh: OpenSM's defaults in force).
+        policy: what to run.
+        workdir: the agent's files (config, state, log).
+        run_s: seconds of model time to run for (from the agent's start).
+        until_settled_s: tuning runs: run until tuning settled, at most this many
+            seconds, then *after_s* more; the run lasts at least *run_s* all the same.
+        after_s: seconds to run on once tuning settled.
+        on_point: called with every sample.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc: subprocess.Popen[str] | None = None
+    state_file: Path | None = None
+    log_path = workdir / "agent.log"
+    t0 = time.monotonic()
+    points: list[Point] = []
+    while not points:
+        p = _point(lab, t0, None)
+        if p is not None:
+            points.append(p)
+        else:
+            time.sleep(0.1)
+    start = points[0].model_s
+    err = log_path.open("w")
+    try:
+        if policy.agent is not None:
+            config = agent_config(lab, workdir, policy.agent)
+            state_file = workdir / "state" / "state.json"
+            proc = subprocess.Popen(
+                ["ibqos", "run", "--config", str(config)],
+                env=lab.env(),
+                cwd=lab.paths.run,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                text=True,
+            )
+        settled: float | None = None
+        # a tuning run ends *after_s* after it settled (at least *run_s* after its start)
+        end = start + run_s if until_settled_s is None else math.inf
+        while True:
+            time.sleep(SAMPLE_S)
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the agent exited ({proc.returncode}): {log_path}")
+            p = _point(lab, t0, state_file)
+            if p is None:
+                continue
+            points.append(p)
+            if on_point is not None:
+                on_point(p)
+            if until_settled_s is not None and settled is None:
+                if p.tuning.get("state") == "settled":
+                    settled = p.model_s
+                    end = max(start + run_s, settled + after_s)
+                elif p.model_s - start > until_settled_s:
+                    end = max(start + run_s, p.model_s)  # it never settled: stop
+                    until_settled_s = None
+            if p.model_s >= end:
+                break
+        metrics: dict[str, float] = {}
+        if proc is not None:
+            url = _metrics_url(log_path)
+            if url is not None:
+                metrics = _scrape(url)
+    finally:
+        if proc is not None:
+            _stop(proc)
+        err.close()
+    return Trace(
+        policy.name,
+        points,
+        start,
+        settled,
+        metrics,
+        points[-1].tuning,
+        log_path.read_text(),
+    )
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """End the agent by its pid: SIGTERM (it finishes its cycle), SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def alone_rates(
+    lab: Any, jobs: Sequence[Mapping[str, Any]], *, warm_s: float = 1.0, measure_s: float = 4.0
+) -> dict[str, float]:
+    """Each job's iterations per second with the fabric to itself: the lab's job file
+    holds one job at a time (OpenSM's defaults in force; alone, lanes do not matter).
+    A job's first *warm_s* seconds are left out (it starts with its compute phase)."""
+    out: dict[str, float] = {}
+    for job in jobs:
+        write_jobs(lab.paths.jobs, [job])
+        jid = str(job["id"])
+        t0 = time.monotonic()
+        seen: Point | None = None
+        first: Point | None = None
+        while True:
+            time.sleep(SAMPLE_S)
+            p = _point(lab, t0, None)
+            if p is None or set(p.iterations) != {jid}:
+                continue
+            if seen is None:
+                seen = p
+            if first is None and p.model_s - seen.model_s >= warm_s:
+                first = p
+            if first is not None and p.model_s - first.model_s >= measure_s:
+                break
+        assert first is not None
+        out[jid] = (p.iterations[jid] - first.iterations[jid]) / (p.model_s - first.model_s)
+    return out
+
+
+def wait_running(lab: Any, jobs: Sequence[str], warm_s: float, timeout_s: float = 60.0) -> None:
+    """Wait until every job of *jobs* runs in the lab and *warm_s* seconds of lab time have
+    passed since."""
+    t0 = time.monotonic()
+    since: float | None = None
+    while True:
+        p = _point(lab, t0, None)
+        if p is not None and set(jobs) <= set(p.iterations):
+            since = p.model_s if since is None else since
+            if p.model_s - since >= warm_s:
+                return
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"jobs {', '.join(jobs)} not running after {timeout_s:g} s")
+        time.sleep(0.1)

@@ -1,0 +1,1 @@
+"""Counter collection, every method side by side: ``python -m bench.collect.bench``."""

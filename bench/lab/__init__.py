@@ -1,0 +1,1 @@
+"""The lab's own speed: ``python -m bench.lab.bench``."""

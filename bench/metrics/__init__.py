@@ -1,0 +1,1 @@
+"""The exporter's speed and size: ``python -m bench.metrics.bench``."""

@@ -1,0 +1,1 @@
+"""One decision cycle on synthetic fabrics: ``python -m bench.plan.bench``."""

@@ -1,0 +1,578 @@
+"""Evaluate the QoS policies with the contention simulator's fluid model.
+
+Usage: python -m bench.sim.eval [--seeds N] [--iterations N] [--only TEXT] [--svg DIR]
+                                  [--json FILE] [--fluid-buffers N]
+       (--fluid-buffers: the fluid model's switch buffers; default as ``ibqos simulate``:
+       8 packets per lane per input, as the senders are per host)
+       python -m bench.sim.eval --closed-loop [--margin X] [--margin-sigmas K]
+                                  [--predicted-slack X] [--only TEXT] [--json FILE]
+       (ibqos's tuning in the closed loop against the fixed policies; the options set the
+       loops' tuning section)
+       python -m bench.sim.eval --validate [OPTIONS] runs python -m bench.sim.validate
+
+Mixes (:mod:`bench.sim.mixes`) on two slimmed two-level fat trees of 64 hosts (4 leaf switches of
+16 hosts, EDR links): ``2;16,4;1,8`` (8 uplinks per leaf, 2:1) and ``2;16,4;1,4``
+(4 uplinks, 4:1).  Per tree, placement (``contiguous``, ``fragmented``) and seed, four
+mixes: 2, 3 and 4 jobs on ibqos's default lanes (8 data VLs, SL 0 reserved), and 5 jobs on
+3 lanes (``data_vls=3, vlarb_low_cap=3``: more jobs than lanes); periods of a few ms
+(iterations of 2-12 ms).  Every policy of :mod:`ibqos.sim.policies` runs on every mix, with
+ibqos's variants and ``optimal``'s whole search (:func:`bench.sim.run.run_fluid`): other weight
+laws, ibqos's lanes with the weights reversed (``ibqos ratio 1/2``), ``ibqos tuned``, the
+best by observation of ibqos's law at ratios 2, 1, 4 and 1/2 (:func:`bench.sim.run.tuned`), and
+``ibqos best ratio``, the best of the same by total contention.
+
+Prints the mixes, a table of total contention and E per mix, ibqos's gap to the optimum,
+summaries, and the setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG
+charts (``sim-eval-contention.svg``, ``sim-eval-gap.svg``; hand-written SVG, no plotting
+library).  Everything is drawn from fixed seeds: the same command prints the same mixes.
+Tables go to stdout (Markdown), one progress line per mix to stderr.
+docs/simulate-evaluation.md holds runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import child_env
+from bench.machine import machine
+from bench.report import say, table
+from bench.sim.cells import buffers_used, eff, geomean, ms, pct, setup_text
+from bench.sim.mixes import SHAPES_64, TREES, host_link, mixes, network
+from bench.sim.run import (
+    CLEAN_S,
+    CLOSED_MAIN,
+    GAP_TARGET,
+    LOOP,
+    LOOP_UNRANKED,
+    MAIN,
+    SHOWN,
+    TUNED,
+    ClosedResult,
+    MixResult,
+    add_fluid_buffers_option,
+    check_fluid_buffers,
+    picks,
+    run_closed,
+    run_fluid,
+)
+from ibqos.config.tuning import TuningConfig
+
+# -- report -------------------------------------------------------------------------------
+
+
+def eval_report(results: list[MixResult], iterations: int, link: float) -> list[str]:
+    """The evaluation's Markdown report: mixes, totals per mix, summaries, far setups."""
+    out = ["## Mixes", ""]
+    out += table(
+        ["mix", "jobs: id pattern hosts rate duty period"],
+        [[r.mix.name, r.mix.describe(link, 1e-3, "ms")] for r in results],
+        "l",
+    )
+    out += ["", f"## Total contention per mix (fluid model, {iterations} iterations)", ""]
+    out += [
+        "Total contention in ms (sum over the jobs of T_sharing - T_alone), E = one-vl's total"
+        " over the policy's in brackets; gap = ibqos over optimal - 1; rank = share of the"
+        " searched setups strictly better than ibqos's; the last gaps are ibqos's variants"
+        f" ({', '.join(SHOWN)}).",
+        "",
+    ]
+    rows = []
+    for r in results:
+        base = r.total("one-vl")
+        row = [r.mix.name, ms(base)]
+        for p in MAIN[1:]:
+            row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
+        better = sum(1 for t in r.searched if t < r.total("ibqos-fixed") * (1 - 1e-9) - CLEAN_S)
+        row += [pct(r.gap()), f"{better / len(r.searched):.0%} of {len(r.searched)}"]
+        row += [pct(r.gap(v)) for v in SHOWN]
+        row.append(f"{r.wall_s:.1f}")
+        rows.append(row)
+    out += table(
+        [
+            "mix",
+            "one-vl",
+            "equal (E)",
+            "bandwidth (E)",
+            "ibqos-fixed (E)",
+            "optimal (E)",
+            "gap",
+            "rank",
+            *(f"gap {v.removeprefix('ibqos ')}" for v in SHOWN),
+            "wall s",
+        ],
+        rows,
+        "lr",
+    )
+    out += ["", "## Summary", ""]
+    out += summary(results)
+    live = [r for r in results if r.contended]
+    out += [
+        "",
+        f"{TUNED} kept, on the {len(live)} mixes with contention: "
+        f"{picks(r.outcomes[TUNED] for r in live)}.",
+    ]
+    out += ["", "## Where ibqos is more than 5 % from the optimum", ""]
+    far = [r for r in results if r.gap() > GAP_TARGET]
+    if not far:
+        out.append("Nowhere.")
+    for r in far:
+        out += [f"### {r.mix.name}: gap {pct(r.gap())}", ""]
+        jobs = r.mix.jobs
+        rows = []
+        for p in [*MAIN, *SHOWN]:
+            o = r.outcomes[p]
+            per = {j.id: j.contention_s for j in o.jobs}
+            rows.append(
+                [p, setup_text(o.setup, jobs)]
+                + [ms(max(per[j.id], 0.0)) for j in jobs]
+                + [ms(r.total(p))]
+            )
+        out += table(
+            ["policy", "lanes: VL[jobs]:packets per round"] + [j.id for j in jobs] + ["total"],
+            rows,
+            "llr",
+        )
+        alone_ms = ", ".join(f"{j.id} {ms(j.t_alone_s)}" for j in r.outcomes["one-vl"].jobs)
+        out += ["", f"Contention per job in ms; T_alone: {alone_ms} ms.", ""]
+    return out
+
+
+def groups(results: list[MixResult]) -> dict[str, list[MixResult]]:
+    """Mixes by tree and placement, by shape, and all of them."""
+    out: dict[str, list[MixResult]] = {}
+    for r in results:
+        out.setdefault(f"{r.mix.tree} {r.mix.placement}", []).append(r)
+    for r in results:
+        out.setdefault(r.mix.shape, []).append(r)
+    out["all"] = list(results)
+    return out
+
+
+def versus(rs: Sequence[MixResult], policy: str, other: str) -> str:
+    """Mixes where *policy*'s total is lower / higher than *other*'s by more than 0.5 %."""
+    win = sum(1 for r in rs if r.total(policy) < r.total(other) * 0.995 - CLEAN_S)
+    lose = sum(1 for r in rs if r.total(policy) > r.total(other) * 1.005 + CLEAN_S)
+    return f"{win}/{lose}"
+
+
+def summary(results: list[MixResult]) -> list[str]:
+    """The summary tables: per group of mixes, then over all mixes."""
+    pols = [*MAIN[1:], *SHOWN]
+    out = [
+        "Per group of mixes, over those with contention under one-vl: the mean of each"
+        " policy's total relative to one-vl's (lower is better; 1/E) and the geometric mean"
+        " of E (mixes where a policy removed all contention left out of its E).",
+        "",
+    ]
+    rows = []
+    for key, rs in groups(results).items():
+        live = [r for r in rs if r.contended]
+        row = [key, f"{len(live)}/{len(rs)}"]
+        for p in pols:
+            if not live:
+                row.append("-")
+                continue
+            rel = statistics.fmean(r.total(p) / r.total("one-vl") for r in live)
+            effs = [r.total("one-vl") / r.total(p) for r in live if r.total(p) > CLEAN_S]
+            row.append(f"{rel:.3f} / {geomean(effs):.2f}" if effs else f"{rel:.3f} / inf")
+        rows.append(row)
+    out += table(["mixes", "contended", *(f"{p}: rel / E" for p in pols)], rows, "lr")
+    out += [
+        "",
+        "ibqos (and its variants) against the optimum and the other policies, per group:"
+        " mixes within 5 % of the optimum, and mixes where it beats / loses to equal and"
+        " bandwidth (by more than 0.5 %).",
+        "",
+    ]
+    rows = []
+    for key, rs in groups(results).items():
+        row = [key]
+        for p in ("ibqos-fixed", *SHOWN):
+            within = sum(1 for r in rs if r.gap(p) <= GAP_TARGET)
+            row.append(
+                f"{within}/{len(rs)}; {versus(rs, p, 'equal')}; {versus(rs, p, 'bandwidth')}"
+            )
+        rows.append(row)
+    out += table(
+        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))],
+        rows,
+        "lr",
+    )
+    out += overall(results, ("ibqos-fixed", *SHOWN, "equal", "bandwidth", "one-vl"))
+    return out
+
+
+def overall(results: Sequence[Any], policies: Sequence[str], below_base: bool = False) -> list[str]:
+    """The "Over all mixes" table: per policy its gaps to the optimum, how many mixes it is
+    within 5 % of it on (and, with *below_base*, at or below the best of one-vl, equal
+    and bandwidth on), and its total contention."""
+    rows = []
+    for p in policies:
+        gaps = [r.gap(p) for r in results if r.contended]
+        below = (
+            [f"{sum(_versus_base(r, p) == 'yes' for r in results)}/{len(results)}"]
+            if below_base
+            else []
+        )
+        rows.append(
+            [
+                p,
+                pct(statistics.median(gaps)) if gaps else "-",
+                pct(statistics.fmean(gaps)) if gaps else "-",
+                pct(max(gaps)) if gaps else "-",
+                f"{sum(r.gap(p) <= GAP_TARGET for r in results)}/{len(results)}",
+                *below,
+                ms(math.fsum(r.total(p) for r in results)),
+            ]
+        )
+    header = ["policy", "gap to optimum: median", "mean", "max", "≤ 5 % off"]
+    header += ["≤ best of one-vl, equal, bandwidth"] if below_base else []
+    return [
+        "",
+        "Over all mixes:",
+        "",
+        *table([*header, "total contention, all mixes (ms)"], rows, "lr"),
+    ]
+
+
+# -- SVG charts (no plotting library needed) -------------------------------------------------
+
+COLORS = {
+    "one-vl": "#9e9e9e",
+    "equal": "#4e79a7",
+    "bandwidth": "#f28e2b",
+    "ibqos-fixed": "#59a14f",
+    "optimal": "#b07aa1",
+}
+
+
+def _svg(width: int, height: int, body: list[str]) -> str:
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+            f' viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+            f'<rect width="{width}" height="{height}" fill="white"/>',
+            *body,
+            "</svg>",
+            "",
+        ]
+    )
+
+
+def _axis(
+    x0: float, y0: float, w: float, h: float, top: float, ticks: Sequence[float], fmt: str
+) -> list[str]:
+    body = [f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 - h}" stroke="black"/>']
+    body.append(f'<line x1="{x0}" y1="{y0}" x2="{x0 + w}" y2="{y0}" stroke="black"/>')
+    for t in ticks:
+        y = y0 - h * t / top
+        body.append(
+            f'<line x1="{x0 - 4}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#e0e0e0"/>'
+        )
+        body.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt.format(t)}</text>')
+    return body
+
+
+def svg_contention(results: list[MixResult]) -> str:
+    """Grouped bars: mean total contention relative to one-vl, per policy and group."""
+    pols = list(MAIN)
+    keys = [k for k in groups(results) if any(r.contended for r in groups(results)[k])]
+    data = {
+        k: [
+            statistics.fmean(
+                r.total(p) / r.total("one-vl") for r in groups(results)[k] if r.contended
+            )
+            for p in pols
+        ]
+        for k in keys
+    }
+    top = max(1.2, max(max(v) for v in data.values()) * 1.05)
+    x0, y0, h, gw = 60, 300, 240, 40 + 14 * len(pols)
+    w = gw * len(keys)
+    body = _axis(x0, y0, w, h, top, [i * 0.2 for i in range(int(top / 0.2) + 1)], "{:.1f}")
+    body.append(
+        f'<text x="{x0}" y="20" font-size="14">Total contention relative to one-vl'
+        " (mean over contended mixes; lower is better)</text>"
+    )
+    for g, k in enumerate(keys):
+        gx = x0 + g * gw + 20
+        for i, (p, v) in enumerate(zip(pols, data[k], strict=True)):
+            bh = h * v / top
+            body.append(
+                f'<rect x="{gx + i * 14}" y="{y0 - bh:.1f}" width="12" height="{bh:.1f}"'
+                f' fill="{COLORS[p]}"><title>{p} {k}: {v:.3f}</title></rect>'
+            )
+        body.append(f'<text x="{gx + 7 * len(pols)}" y="{y0 + 16}" text-anchor="middle">{k}</text>')
+    for i, p in enumerate(pols):
+        lx = x0 + 10 + i * 100
+        body.append(f'<rect x="{lx}" y="{y0 + 34}" width="12" height="12" fill="{COLORS[p]}"/>')
+        body.append(f'<text x="{lx + 16}" y="{y0 + 44}">{p}</text>')
+    return _svg(x0 + w + 20, y0 + 60, body)
+
+
+def svg_gap(results: list[MixResult]) -> str:
+    """One bar per contended mix: ibqos's gap to the optimum, with the 5 % target."""
+    live = [r for r in results if r.contended]
+    gaps = [min(r.gap(), 10.0) for r in live]
+    top = max(0.1, max(gaps, default=0.0) * 1.1)
+    step = 0.05 if top <= 0.3 else 0.1 if top <= 1 else 0.5
+    x0, y0, h, bw = 60, 300, 240, 22
+    w = bw * len(live) + 20
+    body = _axis(x0, y0, w, h, top, [i * step for i in range(int(top / step) + 1)], "{:.0%}")
+    body.append(
+        f'<text x="{x0}" y="20" font-size="14">ibqos over the optimum - 1 (total contention),'
+        " per contended mix; dashed: 5 %</text>"
+    )
+    for i, (r, g) in enumerate(zip(live, gaps, strict=True)):
+        bh = h * g / top
+        x = x0 + 10 + i * bw
+        color = COLORS["ibqos-fixed"] if g <= GAP_TARGET else "#e15759"
+        body.append(
+            f'<rect x="{x}" y="{y0 - bh:.1f}" width="{bw - 4}" height="{bh:.1f}"'
+            f' fill="{color}"><title>{r.mix.name}: {pct(r.gap())}</title></rect>'
+        )
+        body.append(
+            f'<text x="{x + bw / 2 - 2}" y="{y0 + 8}" font-size="10" text-anchor="end"'
+            f' transform="rotate(-60 {x + bw / 2 - 2} {y0 + 8})">{r.mix.name}</text>'
+        )
+    y5 = y0 - h * GAP_TARGET / top
+    body.append(
+        f'<line x1="{x0}" y1="{y5:.1f}" x2="{x0 + w}" y2="{y5:.1f}" stroke="black"'
+        ' stroke-dasharray="4 3"/>'
+    )
+    return _svg(max(x0 + w + 20, 660), y0 + 150, body)
+
+
+# -- the closed loop ----------------------------------------------------------------------
+
+BASELINES = ("one-vl", "equal", "bandwidth")
+
+
+def loop_tuning(args: argparse.Namespace) -> TuningConfig:
+    """The loops' ``tuning`` section: its defaults with the options given."""
+    given = {
+        "margin": args.margin,
+        "margin_sigmas": args.margin_sigmas,
+        "predicted_slack": args.predicted_slack,
+    }
+    return TuningConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> list[str]:
+    """The closed-loop evaluation's Markdown report (*cfg*: the loops' tuning)."""
+    out = ["## ibqos tuning in the closed loop (fluid model, trials included)", ""]
+    out += [
+        f"Tuning: candidates {cfg.candidates}, shortlist {cfg.shortlist}, trial_sweeps"
+        f" {cfg.trial_sweeps}, margin {cfg.margin:g}, margin_sigmas {cfg.margin_sigmas:g},"
+        f" predicted_slack {cfg.predicted_slack:g}, floor {cfg.floor:g}, drift"
+        f" {cfg.drift:g}, max_reloads_per_hour {cfg.max_reloads_per_hour} (settle_s 0).",
+        "",
+    ]
+    out += [
+        "Total contention in ms at the N `ibqos simulate --policy ibqos` takes (4 rounds of"
+        " tuning for the longest job), E = one-vl's total over the policy's in brackets;"
+        f" optimal = the best of the fixed policies and of the {top} best setups of the"
+        " exhaustive search at 10 iterations, re-run at N; gap = over optimal - 1;"
+        " `≤ base` = ibqos at or below the best of one-vl, equal and bandwidth (yes, or"
+        " its excess).",
+        "",
+    ]
+    rows = []
+    for r in results:
+        base = r.total("one-vl")
+        row = [r.mix.name, str(r.iterations), f"{r.sweep_s * 1e3:.1f}", ms(base)]
+        for p in CLOSED_MAIN[1:]:
+            row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
+        row += [pct(r.gap(LOOP)), pct(r.gap(LOOP_UNRANKED)), pct(r.gap("ibqos-fixed"))]
+        row.append(_versus_base(r, LOOP))
+        st = r.loops[LOOP].status
+        row.append(f"{st.wanted}; {st.rounds}/{st.reloads}")
+        row.append(f"{r.wall_s:.0f}")
+        rows.append(row)
+    out += table(
+        [
+            "mix",
+            "N",
+            "sweep ms",
+            "one-vl",
+            *(f"{p} (E)" for p in CLOSED_MAIN[1:]),
+            "gap ibqos",
+            "gap no-predict",
+            "gap fixed",
+            "≤ base",
+            "kept; rounds/reloads",
+            "wall s",
+        ],
+        rows,
+        "lr",
+    )
+    out += overall(results, (LOOP, LOOP_UNRANKED, "ibqos-fixed", *BASELINES), below_base=True)
+    out += ["", "What the closed loop did per mix (with the prediction):", ""]
+    for r in results:
+        out.append(f"- {r.mix.name}: {r.loops[LOOP].summary()}")
+    return out
+
+
+def _versus_base(r: ClosedResult, policy: str) -> str:
+    """ "yes" when *policy*'s total is at or below the best of the baselines (within
+    round-off), else its excess over that best."""
+    best = min(r.total(p) for p in BASELINES)
+    mine = r.total(policy)
+    if mine <= best * (1 + 1e-9) + CLEAN_S:
+        return "yes"
+    return f"+{ms(mine - best)} ms" if best <= CLEAN_S else pct(mine / best - 1.0)
+
+
+def main_closed(args: argparse.Namespace) -> int:
+    """``--closed-loop``: ibqos's tuning in the closed loop against the fixed policies."""
+    start = time.perf_counter()
+    print(f"machine: {machine()}", flush=True)
+    load0 = os.getloadavg()[0]
+    todo = mixes(TREES, SHAPES_64, args.seeds or 2, 1e-3)
+    todo = [m for m in todo if not args.only or args.only in m.name]
+    results = []
+    docs = []
+    for i, mix in enumerate(todo):
+        tuning = loop_tuning(args)
+        r = run_closed(mix, args.fluid_buffers, args.top, tuning=tuning)
+        results.append(r)
+        say(
+            f"[{i + 1}/{len(todo)}] {mix.name}: N {r.iterations}, one-vl {ms(r.total('one-vl'))}"
+            f" ms, equal {ms(r.total('equal'))}, ibqos {ms(r.total(LOOP))}"
+            f" ({pct(r.gap(LOOP))}), no-predict {ms(r.total(LOOP_UNRANKED))}, optimal"
+            f" {ms(r.total('optimal'))}, {r.wall_s:.0f} s"
+        )
+        docs.append(
+            {
+                "mix": mix.name,
+                "iterations": r.iterations,
+                "sweep_s": r.sweep_s,
+                "totals": {p: r.total(p) for p in r.outcomes},
+                "setups": {p: setup_text(o.setup, mix.jobs) for p, o in r.outcomes.items()},
+                "loops": {p: loop.summary() for p, loop in r.loops.items()},
+            }
+        )
+        if args.json:  # as it goes: a long run that is stopped keeps what it did
+            args.json.write_text(json.dumps({"machine": machine(), "closed_loop": docs}, indent=1))
+    print(
+        f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
+        f" {time.perf_counter() - start:.0f} s in all\n"
+    )
+    print("\n".join(closed_report(results, args.top, loop_tuning(args))))
+    return 0
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if "--validate" in args_in:  # the validation is its own program: run it
+        rest = [a for a in args_in if a != "--validate"]
+        argv_child = [sys.executable, "-m", "bench.sim.validate", *rest]
+        return subprocess.run(argv_child, env=child_env(), check=False).returncode
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sim.eval", description=__doc__.split("\n", 1)[0]
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="fluid against packet model: run bench.sim.validate with the other options",
+    )
+    parser.add_argument("--seeds", type=int, help="mixes per tree, placement, shape (default 2)")
+    parser.add_argument("--iterations", type=int, help="default 10")
+    parser.add_argument("--only", help="run the mixes whose name contains this")
+    parser.add_argument("--svg", type=Path, help="write the evaluation's SVG charts here")
+    parser.add_argument("--json", type=Path, help="write every total here")
+    parser.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="ibqos tuning in the closed loop (trials included) against the fixed policies,"
+        " at the N `ibqos simulate --policy ibqos` takes",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=5,
+        help="--closed-loop: setups of the 10-iteration search re-run at N for the optimum"
+        " (default 5)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        help="--closed-loop: the loops' tuning.margin (default the tuning section's, 0)",
+    )
+    parser.add_argument(
+        "--margin-sigmas",
+        type=float,
+        help="--closed-loop: the loops' tuning.margin_sigmas (default the tuning section's, 0)",
+    )
+    parser.add_argument(
+        "--predicted-slack",
+        type=float,
+        help="--closed-loop: the loops' tuning.predicted_slack (default the tuning section's,"
+        " 0.05)",
+    )
+    add_fluid_buffers_option(parser)
+    args = parser.parse_args(args_in)
+    check_fluid_buffers(parser, args)
+    if args.closed_loop:
+        return main_closed(args)
+    start = time.perf_counter()
+    print(f"machine: {machine()}", flush=True)
+    load0 = os.getloadavg()[0]
+    doc: dict[str, object] = {"machine": machine()}
+    iterations = args.iterations or 10
+    todo = mixes(TREES, SHAPES_64, args.seeds or 2, 1e-3)
+    todo = [m for m in todo if not args.only or args.only in m.name]
+    results = []
+    for i, mix in enumerate(todo):
+        r = run_fluid(mix, iterations, args.fluid_buffers)
+        results.append(r)
+        say(
+            f"[{i + 1}/{len(todo)}] {mix.name}: one-vl {ms(r.total('one-vl'))} ms,"
+            f" ibqos-fixed {ms(r.total('ibqos-fixed'))}, optimal {ms(r.total('optimal'))}"
+            f" ({pct(r.gap())}), {len(r.searched)} setups, {r.wall_s:.1f} s"
+        )
+    link = host_link(network(todo[0].xgft)) if todo else 1.0
+    used = buffers_used(o for r in results for o in r.outcomes.values())
+    print(
+        f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
+        f" {time.perf_counter() - start:.0f} s in all; fluid model: {used}\n"
+    )
+    print("\n".join(eval_report(results, iterations, link)))
+    if args.svg:
+        args.svg.mkdir(parents=True, exist_ok=True)
+        (args.svg / "sim-eval-contention.svg").write_text(svg_contention(results))
+        (args.svg / "sim-eval-gap.svg").write_text(svg_gap(results))
+    doc["evaluation"] = [
+        {
+            "mix": r.mix.name,
+            "fluid_buffer_packets": r.outcomes["one-vl"].buffer_packets,
+            "totals": {p: r.total(p) for p in r.outcomes},
+            "setups": {p: setup_text(o.setup, r.mix.jobs) for p, o in r.outcomes.items()},
+            "jobs": {
+                p: {j.id: [j.t_alone_s, j.t_sharing_s] for j in o.jobs}
+                for p, o in r.outcomes.items()
+            },
+            "searched": r.searched,
+        }
+        for r in results
+    ]
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
