@@ -1,6 +1,6 @@
 # The two commands of the README:  make demo  and  make test.
 # Each sets the machine up first (scripts/setup.sh is idempotent).
-.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan bench-metrics dist
+.PHONY: setup demo test lint typecheck unit bench bench-collect bench-plan bench-metrics bench-cli dist
 
 VENV := .venv/bin
 
@@ -36,6 +36,9 @@ bench-plan: setup
 
 bench-metrics: setup
 	$(VENV)/python -m bench.metrics.bench
+
+bench-cli: setup
+	$(VENV)/python -m bench.cli.startup
 
 # sdist and wheel into dist/ (the wheel carries the units, config, dashboards, Slurm scripts)
 dist: setup

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import ibqos
+from bench import report
 
 BASELINE = "python -c 'import click, yaml'"
 COMMANDS = ("job-sl", "status", "check-config")
@@ -72,19 +73,15 @@ def measure(runs: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
 def table(times: dict[str, list[float]], target: float) -> str:
     """The Markdown table of *times* (the first entry is the baseline)."""
     base = statistics.median(times[BASELINE])
-    lines = [
-        "| command | median ms | fastest ms | slowest ms | median / baseline | within target |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    rows = []
     for name, values in times.items():
         median = statistics.median(values)
         ratio = median / base
         ok = "-" if name == BASELINE else ("yes" if ratio <= target else "no")
-        lines.append(
-            f"| `{name}` | {median * 1e3:.0f} | {min(values) * 1e3:.0f}"
-            f" | {max(values) * 1e3:.0f} | {ratio:.2f}x | {ok} |"
-        )
-    return "\n".join(lines)
+        ms = (f"{v * 1e3:.0f}" for v in (median, min(values), max(values)))
+        rows.append([f"`{name}`", *ms, f"{ratio:.2f}x", ok])
+    columns = ["command", "median ms", "fastest ms", "slowest ms", "median / baseline"]
+    return "\n".join(report.table([*columns, "within target"], rows, "lrrrrl", spaced=True))
 
 
 def main() -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.labcheck import QUIET
-
 from bench.attribution import labs
+from tests.integration.labcheck import QUIET
 
 MIXES = {m.name: m for m in labs.MIXES}
 
