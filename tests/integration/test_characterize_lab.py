@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from agentrun import agent_config, drive, metrics_url, start_agent, state, stop_agent, write_jobs
+from agentrun import agent_config, drive, start_agent, state, write_jobs
 from labcheck import QUIET
 
 from ibqos.characterize import history
@@ -51,7 +51,7 @@ def test_a_profiled_job_starts_in_its_class_and_teaches_its_profile(make_lab, tm
     proc = start_agent(lab, config, tmp_path)
     try:
         drive(lab, lambda: (plan_job(tmp_path, "A") or {}).get("measured_class") == "low", 60, proc)
-        url = metrics_url(tmp_path)
+        url = proc.metrics_url()
         assert url is not None
         target = url.removeprefix("http://").removesuffix("/metrics")
         prom_dir = tmp_path / "prom"
@@ -123,7 +123,7 @@ def test_a_profiled_job_starts_in_its_class_and_teaches_its_profile(make_lab, tm
         assert doc["observations"][0]["class"] == "low"
         assert (doc["expected_class"], doc["confidence"]) == ("low", 0.5)
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     assert "ERROR" not in (tmp_path / "agent.log").read_text()
 
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 import urllib.request
 
-from agentrun import start_agent, stop_agent
+from agentrun import start_agent
 
 from ibqos.lab.files import agent_socket
 
@@ -67,4 +67,4 @@ def test_two_labs_run_an_agent_each(make_lab, tmp_path) -> None:
         assert all(proc.poll() is None for proc in procs)
     finally:
         for proc in procs:
-            stop_agent(proc)
+            proc.stop()

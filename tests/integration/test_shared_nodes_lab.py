@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from agentrun import QUIET, agent_config, drive, lids, path_sl, start_agent, state, stop_agent
+from agentrun import QUIET, agent_config, drive, lids, path_sl, start_agent, state
 from agentrun import write_jobs as write
 
 from ibqos.lab.fabric import fabric_from_lab
@@ -53,7 +53,7 @@ def test_two_jobs_sharing_hosts_both_get_sls_and_their_traffic_is_split(make_lab
         assert path_sl(lab, lid["cn0002"], lid["cn0003"]) == sls["A"]
         jobs = planned()
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     # the shared hosts' ports are in both jobs' port-groups, and OpenSM kept the policy
     policy = lab.paths.opensm.policy.read_text()
     fabric = fabric_from_lab(lab)
