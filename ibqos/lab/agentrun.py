@@ -127,11 +127,11 @@ def samples(text: str) -> Samples:
 
 
 def read_state(state_dir: Path) -> dict[str, Any]:
-    """The agent's ``state.json`` in *state_dir*; {} while there is none (the agent writes
-    it atomically, but it may not have written it yet)."""
+    """The agent's ``state.json`` in *state_dir*; {} while there is none to read (the agent
+    writes it in one step, but not before its first cycle)."""
     try:
         doc = json.loads((state_dir / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return {}
     return dict(doc)
 
