@@ -22,7 +22,9 @@ Run it from a checkout (it reads ``examples/``, ``characterize/`` and ``dashboar
 ``python -m ibqos.lab.demo``, which ``scripts/demo.sh`` does.  About 3 minutes;
 ``IBQOS_DEMO_ROUND_S`` (default 12) sets the seconds between two rounds.
 
-Modules: :mod:`~ibqos.lab.demo.story` runs it, section by section and round by round;
-:mod:`~ibqos.lab.demo.views` turns what it reads (the lab's truth, the agent's state, the
-switches' tables, Prometheus's answers) into the lines it prints.
+Modules: :mod:`~ibqos.lab.demo.story` tells it, section by section and round by round
+(what it says, in order); :mod:`~ibqos.lab.demo.stage` does what it shows (the lab, the
+agent, Prometheus, the commands); :mod:`~ibqos.lab.demo.views` turns what it reads (the
+lab's truth, the agent's state, the switches' tables, Prometheus's answers) into the lines
+it prints.
 """
