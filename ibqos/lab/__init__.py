@@ -1,6 +1,7 @@
 """The lab: a simulated fabric (real ibsim + real OpenSM) with a traffic model.
 
-``Lab`` runs one in-process; ``ibqos lab up`` runs one in a background supervisor.
+``Lab`` runs one in-process; ``ibqos lab up`` runs one in a background supervisor;
+:mod:`ibqos.lab.agentrun` runs the agent (``ibqos run``) on either.
 ``SlurmCluster`` runs a real Slurm cluster on this host for the lab's hosts, and
 ``PrometheusServer`` a Prometheus that scrapes the lab's endpoints.
 """

@@ -19,27 +19,17 @@ from __future__ import annotations
 
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.agent.handoff import ask_sl
 from ibqos.errors import HandoffError
 from ibqos.jobs.hosts import expand_hosts
-from tests.support.agentrun import (
-    agent_config,
-    drive,
-    lids,
-    metrics_url,
-    path_sl,
-    start_agent,
-    state,
-    stop_agent,
-)
+from ibqos.lab.agentrun import AgentRun
+from tests.support.agentrun import agent_config, drive, lids, path_sl, start_agent, state
 
 #: a lab of 8 hosts on 4 leaves and 2 spines (``2;4,2;1,2``)
 XGFT = "2;4,2;1,2"
@@ -75,7 +65,7 @@ class Guard:
         self.socket = tmp_path / "sl.sock"
         agent = {"socket": str(self.socket)} | extra.pop("agent", {})
         self.config = agent_config(lab, tmp_path, agent=agent, **extra)
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: AgentRun | None = None
         self.lid = lids(lab)
         self.good: dict[Path, str] = {}
 
@@ -83,14 +73,14 @@ class Guard:
 
     def start(
         self, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
-    ) -> subprocess.Popen[str]:
+    ) -> AgentRun:
         self.proc = start_agent(self.lab, self.config, self.tmp_path, *args, env=env, prefix=prefix)
         return self.proc
 
     def stop(self) -> int:
         """SIGTERM, and its exit status (the agent is killed after 30 s)."""
         assert self.proc is not None
-        return stop_agent(self.proc)
+        return self.proc.stop()
 
     def log(self) -> str:
         return (self.tmp_path / "agent.log").read_text()
@@ -193,15 +183,10 @@ class Guard:
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of ``/metrics``: (name, sorted labels) -> value."""
-        url = metrics_url(self.tmp_path)
-        assert url is not None, "the agent serves no metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
+        assert self.proc is not None and self.proc.metrics_url() is not None, (
+            "the agent serves no metrics"
+        )
+        return self.proc.samples()
 
     def metric(self, name: str, **labels: str) -> float | None:
         return self.metrics().get((name, tuple(sorted(labels.items()))))

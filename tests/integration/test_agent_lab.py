@@ -25,7 +25,6 @@ from tests.support.agentrun import (
     spine,
     start_agent,
     state,
-    stop_agent,
     vlarb_low,
     write_jobs,
 )
@@ -93,7 +92,7 @@ def test_the_agent_plans_applies_and_follows_jobs(make_lab, tmp_path):
             lab, lambda: agent_log.read_text().count("ibqos.collect.loop: sweep:") >= 11, 30, proc
         )
     finally:
-        assert stop_agent(proc) == 0  # SIGTERM: the cycle ends, exit 0
+        assert proc.stop() == 0  # SIGTERM: the cycle ends, exit 0
     log = (tmp_path / "agent.log").read_text()
     cycles = log.count("ibqos.collect.loop: sweep:")
     assert cycles >= 10, log[-2000:]
@@ -180,7 +179,7 @@ def test_opensm_not_running_is_an_error_and_a_retry(make_lab, tmp_path):
         proc.send_signal(signal.SIGHUP)
         drive(lab, lambda: f"config {config} re-read" in log.read_text(), 10, proc)
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
 
 
 def test_dfsssp_routing_keeps_sl2vl_alone(make_lab, tmp_path):

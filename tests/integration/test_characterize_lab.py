@@ -23,15 +23,7 @@ from ibqos.characterize import history
 from ibqos.classify.profiles import Profile, ProfileStore
 from ibqos.lab.prometheus import PrometheusServer
 from tests.integration.labcheck import QUIET
-from tests.support.agentrun import (
-    agent_config,
-    drive,
-    metrics_url,
-    start_agent,
-    state,
-    stop_agent,
-    write_jobs,
-)
+from tests.support.agentrun import agent_config, drive, start_agent, state, write_jobs
 
 # a light job (1e8 B/s a node: low) and a job of an application profiled as high
 JOB_A = {"id": "A", "name": "ft", "nodes": "cn[0001-0002,0005-0006]", "pattern": "all-to-all"}
@@ -59,7 +51,7 @@ def test_a_profiled_job_starts_in_its_class_and_teaches_its_profile(make_lab, tm
     proc = start_agent(lab, config, tmp_path)
     try:
         drive(lab, lambda: (plan_job(tmp_path, "A") or {}).get("measured_class") == "low", 60, proc)
-        url = metrics_url(tmp_path)
+        url = proc.metrics_url()
         assert url is not None
         target = url.removeprefix("http://").removesuffix("/metrics")
         prom_dir = tmp_path / "prom"
@@ -131,7 +123,7 @@ def test_a_profiled_job_starts_in_its_class_and_teaches_its_profile(make_lab, tm
         assert doc["observations"][0]["class"] == "low"
         assert (doc["expected_class"], doc["confidence"]) == ("low", 0.5)
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     assert "ERROR" not in (tmp_path / "agent.log").read_text()
 
 

@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 from ibqos.lab.files import agent_socket
-from tests.support.agentrun import start_agent, stop_agent
+from tests.support.agentrun import start_agent
 
 
 def fabric_of(address: str) -> str | None:
@@ -66,4 +66,4 @@ def test_two_labs_run_an_agent_each(make_lab, tmp_path) -> None:
         assert all(proc.poll() is None for proc in procs)
     finally:
         for proc in procs:
-            stop_agent(proc)
+            proc.stop()

@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ibqos.lab.agentrun import scrape
 from ibqos.lab.prometheus import PrometheusServer
 from tests.integration.labcheck import QUIET
 from tests.support.agentrun import (
@@ -15,10 +16,7 @@ from tests.support.agentrun import (
     LIGHT_A,
     agent_config,
     drive,
-    metrics_url,
-    scrape,
     start_agent,
-    stop_agent,
     write_jobs,
 )
 from tests.support.dashqueries import panel_queries
@@ -39,8 +37,8 @@ def test_prometheus_scrapes_the_agent_and_every_panel_has_data(make_lab, tmp_pat
     config = agent_config(lab, tmp_path, metrics={"fabric": "labfab"})
     proc = start_agent(lab, config, tmp_path)
     try:
-        drive(lab, lambda: metrics_url(tmp_path) is not None, 30, proc)
-        url = metrics_url(tmp_path)
+        drive(lab, lambda: proc.metrics_url() is not None, 30, proc)
+        url = proc.metrics_url()
         assert url is not None
         target = url.removeprefix("http://").removesuffix("/metrics")
         # the agent's own exposition passes promtool's lint once jobs are planned
@@ -115,5 +113,5 @@ def test_prometheus_scrapes_the_agent_and_every_panel_has_data(make_lab, tmp_pat
             drive(lab, b_gone_a_kept, 10, proc)
             print(f"an ended job's series left Prometheus {time.monotonic() - t0:.1f} s later")
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     assert "ERROR" not in (tmp_path / "agent.log").read_text()

@@ -12,16 +12,7 @@ from __future__ import annotations
 import re
 
 from ibqos.lab.fabric import fabric_from_lab
-from tests.support.agentrun import (
-    QUIET,
-    agent_config,
-    drive,
-    lids,
-    path_sl,
-    start_agent,
-    state,
-    stop_agent,
-)
+from tests.support.agentrun import QUIET, agent_config, drive, lids, path_sl, start_agent, state
 from tests.support.agentrun import write_jobs as write
 
 # cn0002 and cn0003 run both jobs; A sends three times what B sends per node
@@ -61,7 +52,7 @@ def test_two_jobs_sharing_hosts_both_get_sls_and_their_traffic_is_split(make_lab
         assert path_sl(lab, lid["cn0002"], lid["cn0003"]) == sls["A"]
         jobs = planned()
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     # the shared hosts' ports are in both jobs' port-groups, and OpenSM kept the policy
     policy = lab.paths.opensm.policy.read_text()
     fabric = fabric_from_lab(lab)

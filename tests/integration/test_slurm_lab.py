@@ -20,7 +20,7 @@ import yaml
 
 from ibqos.lab.slurm import SlurmCluster
 from tests.integration.labcheck import QUIET
-from tests.support.agentrun import drive, lids, path_sl, start_agent, state, stop_agent
+from tests.support.agentrun import drive, lids, path_sl, start_agent, state
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "slurm"
 IBQOS = str(Path(sys.executable).parent / "ibqos")
@@ -171,7 +171,7 @@ def test_a_slurm_job_gets_its_sl_from_the_sa_and_in_its_tasks(slurm_lab, tmp_pat
         drive(lab, lambda: job not in state(tmp_path)["job_sl"], 5, proc)
         assert path_sl(lab, lid["cn0001"], lid["cn0005"]) == 0
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     log = (tmp_path / "agent.log").read_text()
     assert "ERROR" not in log, log[-3000:]
 
@@ -216,7 +216,7 @@ def test_slurmctld_down_keeps_jobs_and_sls_then_recovers(slurm_lab, tmp_path):
         assert {a: now[a], b: now[b]} == sls
         assert path_sl(lab, lid["cn0002"], lid["cn0006"]) == sls[b]
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
 
 
 def test_without_ibqos_a_job_starts_on_the_default_sl_and_the_miss_is_counted(make_lab, tmp_path):

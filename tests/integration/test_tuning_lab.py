@@ -27,9 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.lab import manage
+from ibqos.lab.agentrun import scrape
 from ibqos.plan.setups import LAW
 from ibqos.plan.tuner import score
-from tests.support.agentrun import QUIET, agent_config, metrics_url, scrape, start_agent, stop_agent
+from tests.support.agentrun import QUIET, agent_config, start_agent
 
 # 2;8,4;1,2: leaves of 8 hosts, 2 uplinks of 12.5 GB/s each.  H and L each have 4 nodes
 # on leaf 1 and 4 on leaf 2, all-to-all at 10 GB/s: either alone offers its leaves'
@@ -146,12 +147,12 @@ def test_the_agent_keeps_the_setup_the_jobs_ran_best_under(tuning_lab, tmp_path:
                 f"tuning did not settle: {samples[-1][2]}\n" + (tmp_path / "agent.log").read_text()
             )
             time.sleep(0.25)
-        url = metrics_url(tmp_path)
+        url = proc.metrics_url()
         assert url is not None
         metrics = _families(url)
         status = lab.run(["ibqos", "status", "--config", str(config)], check=True).stdout
     finally:
-        assert stop_agent(proc) == 0
+        assert proc.stop() == 0
     tuning = samples[-1][2]
     log = (tmp_path / "agent.log").read_text()
 

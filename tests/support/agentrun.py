@@ -1,20 +1,19 @@
-"""Running ``ibqos run`` against a lab, as the lab and fault tests do: its config, its
-process (started and ended by pid), the jobs it sees, and what OpenSM's SA serves."""
+"""Running ``ibqos run`` against a lab, as the lab and fault tests do: the tests' jobs and
+config defaults, the agent's files under the test's directory (``ibqos.yaml``,
+``agent.log``, ``state/``), and what the tests read back from the fabric (LIDs, the SL the
+SA serves, VLArb tables).  Starting, watching and stopping the agent (by pid) is
+:mod:`ibqos.lab.agentrun`'s, shared with the benchmarks and the demo."""
 
 from __future__ import annotations
 
-import json
 import re
-import signal
-import subprocess
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-import yaml
-
-from ibqos.fsio import atomic_write
+from ibqos.lab import agentrun
+from ibqos.lab.agentrun import AgentRun
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.opensm.conf import managed_keys
 
@@ -28,13 +27,15 @@ JOB_C |= {"rate_bytes_per_s": 1.0e8, "duty": 1.0, "period_s": 0.1}
 ADMIN = "# the admin's own lines, which ibqos must keep\nlog_max_size 0\n"
 
 
-def write_jobs(lab, *jobs: dict) -> None:
-    atomic_write(lab.paths.jobs, yaml.safe_dump({"jobs": list(jobs)}, sort_keys=False))
+def write_jobs(lab, *jobs: Mapping[str, Any]) -> None:
+    """The lab's job file holds *jobs* (an empty one without)."""
+    agentrun.write_jobs(lab.paths.jobs, jobs)
 
 
-def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
-    doc = yaml.safe_load(lab.paths.config.read_text())
-    doc |= {
+def agent_config(lab, tmp_path: Path, **extra: Mapping[str, Any]) -> Path:
+    """``tmp_path/ibqos.yaml``: the lab's config with short time constants, the agent's
+    state under ``tmp_path/state``, and *extra*'s sections merged in last."""
+    defaults = {
         "collect": {"interval_s": 1.0},
         "classify": {"tau_s": 0.0},
         "lanes": {"min_hold_s": 2.0, "min_interval_s": 0.0},
@@ -46,18 +47,12 @@ def agent_config(lab, tmp_path: Path, **extra: object) -> Path:
         # tuning turn it on: agent_config(..., tuning={"enabled": True, ...}))
         "tuning": {"enabled": False},
     }
-    for key, value in extra.items():
-        doc.setdefault(key, {}).update(value)
-    path = tmp_path / "ibqos.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return agentrun.agent_config(lab.paths.config, tmp_path / "ibqos.yaml", defaults, extra)
 
 
-def state(tmp_path: Path) -> dict:
-    try:
-        return json.loads((tmp_path / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+def state(tmp_path: Path) -> dict[str, Any]:
+    """The state file of an agent configured by :func:`agent_config` ({} before one)."""
+    return agentrun.read_state(tmp_path / "state")
 
 
 def lids(lab) -> dict[str, int]:
@@ -76,13 +71,13 @@ def path_sl(lab, slid: int, dlid: int) -> int | None:
     return None if m is None else int(m.group(1), 16)
 
 
-def drive(lab, until: Callable[[], bool], timeout: float, proc=None) -> float:
+def drive(lab, until: Callable[[], bool], timeout: float, agent: AgentRun | None = None) -> float:
     """Tick the lab in real time until *until* holds; return the seconds it took."""
     t0 = last = time.monotonic()
     while not until():
         now = time.monotonic()
         assert now - t0 < timeout, f"not reached within {timeout} s"
-        assert proc is None or proc.poll() is None, "the agent died"
+        assert agent is None or agent.poll() is None, "the agent died"
         lab.reload_jobs()
         lab.tick(now - last)
         last = now
@@ -97,31 +92,10 @@ def start_agent(
     *args: str,
     env: dict[str, str] | None = None,
     prefix: tuple[str, ...] = (),
-) -> subprocess.Popen:
-    """``ibqos run`` on *lab* (*prefix*: a command it runs under, e.g. setpriv)."""
-    err = open(tmp_path / "agent.log", "w")
-    proc = subprocess.Popen(
-        [*prefix, "ibqos", "run", "--config", str(config), *args],
-        env=lab.env() | (env or {}),
-        cwd=lab.paths.run,
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-        text=True,
-    )
-    proc.log_file = err  # type: ignore[attr-defined]
-    return proc
-
-
-def stop_agent(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.log_file.close()  # type: ignore[attr-defined]
+) -> AgentRun:
+    """``ibqos run`` on *lab*, its log in ``tmp_path/agent.log`` (*prefix*: a command it
+    runs under, e.g. setpriv); end it with its ``stop()``."""
+    return AgentRun.on(lab, config, tmp_path / "agent.log", *args, env=env, prefix=prefix).start()
 
 
 def admin_lines(text: str) -> list[str]:
@@ -157,14 +131,3 @@ def spine(lab) -> tuple[int, int]:
     fp = next(fp for fp in fabric.ports.values() if fp.is_switch and fp.level == fabric.height)
     assert fp.lid is not None
     return fp.lid, fp.num
-
-
-def metrics_url(tmp_path: Path) -> str | None:
-    """The agent's endpoint, from its log line (it listens on any free port)."""
-    m = re.search(r"metrics on (http://\S+/metrics)", (tmp_path / "agent.log").read_text())
-    return None if m is None else m.group(1)
-
-
-def scrape(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return resp.read()
