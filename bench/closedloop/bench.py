@@ -55,6 +55,7 @@ from bench.closedloop import run as cr
 from bench.report import say
 from ibqos.jobs.hosts import expand_hosts
 from ibqos.lab import manage
+from ibqos.lab.agentrun import write_jobs
 
 XGFT = "2;8,4;1,2"
 #: settled window, seconds of lab time
@@ -229,7 +230,7 @@ def run_mix(mix: Mix, root: Path, window_s: float) -> dict[str, Any]:
             if k == 0:
                 out["alone"] = cr.alone_rates(lab, mix.jobs)
                 say(f"{mix.name}: alone {_fmt(out['alone'])} ({time.monotonic() - t:.0f} s)")
-            cr.write_jobs(lab.paths.jobs, mix.jobs)
+            write_jobs(lab.paths.jobs, mix.jobs)
             cr.wait_running(lab, [str(j["id"]) for j in mix.jobs], WARM_S)
             pol = policy(name, mix)
             work = root / f"{lab_name}.agent"

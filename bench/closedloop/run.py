@@ -1,33 +1,30 @@
 """One run of the closed-loop benchmark: a fluid lab, a job mix, one QoS policy.
 
-:func:`run_policy` brings a lab up with fluid contention (``ibqos.lab.manage.up``, the
-supervisor ticking in real time), starts the agent on it when the policy has one (``ibqos
-run``, ended by its pid), samples the jobs' iterations from the lab's ``truth.json`` and
-the agent's tuning state from its ``state.json``, scrapes the agent's metrics at the end,
-and takes the lab down.  :func:`alone_rates` measures each job of a mix with the fabric to
-itself, one job at a time in one lab.  Used by :mod:`bench.closedloop.bench`.
+:func:`lab_up` brings a lab up with fluid contention (``ibqos.lab.manage.up``, the
+supervisor ticking in real time).  :func:`run_policy` starts the agent on it when the
+policy has one, samples the jobs' iterations from the lab's ``truth.json`` and the agent's
+tuning state from its ``state.json``, scrapes the agent's metrics at the end and stops the
+agent; the caller takes the lab down.  The agent's config, its start, its metrics and its
+stop (by its pid) are :mod:`ibqos.lab.agentrun`'s, as for the lab tests and the demo.
+:func:`alone_rates` measures each job of a mix with the fabric to itself, one job at a
+time in one lab.  Used by :mod:`bench.closedloop.bench`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import signal
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
 from ibqos.fabric.xgft import build_xgft, parse_xgft
-from ibqos.fsio import atomic_write
 from ibqos.lab import manage
+from ibqos.lab.agentrun import AgentRun, Sections, agent_config, read_state, write_jobs
+from ibqos.lab.lab import Lab
 
 #: no periodic OpenSM sweeps: only the agent's reloads move OpenSM
 QUIET = {"sweep_interval": "0"}
@@ -91,43 +88,27 @@ class Trace:
         }
 
 
-def write_jobs(path: Path, jobs: Sequence[Mapping[str, Any]]) -> None:
-    atomic_write(path, yaml.safe_dump({"jobs": list(jobs)}, sort_keys=False))
-
-
-def _truth(lab: Any) -> dict[str, Any]:
+def _truth(lab: Lab) -> dict[str, Any]:
     try:
         return dict(json.loads(lab.paths.truth.read_text()))
     except (OSError, ValueError):
         return {}
 
 
-def _point(lab: Any, t0: float, state_file: Path | None) -> Point | None:
+def _point(lab: Lab, t0: float, state_dir: Path | None) -> Point | None:
+    """A sample of *lab*'s truth (None before the lab wrote one), with the tuning state of
+    the agent whose state is in *state_dir* (None: no agent)."""
     truth = _truth(lab)
     if not truth:
         return None
     its = {j: int(v.get("iterations", 0)) for j, v in truth["jobs"].items() if v.get("running")}
     tuning: dict[str, Any] = {}
-    if state_file is not None:
-        try:
-            tuning = json.loads(state_file.read_text()).get("tuning") or {}
-        except (OSError, ValueError):
-            pass
+    if state_dir is not None:
+        tuning = read_state(state_dir).get("tuning") or {}
     return Point(time.monotonic() - t0, float(truth.get("time_s", 0.0)), its, tuning)
 
 
-def _scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (the agent's own http URL)
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if not s.labels:
-                out[s.name] = s.value
-    return out
-
-
-def lab_up(name: str, root: Path, xgft: str, jobs: Sequence[Mapping[str, Any]]) -> Any:
+def lab_up(name: str, root: Path, xgft: str, jobs: Sequence[Mapping[str, Any]]) -> Lab:
     """A fluid lab of *jobs* on *xgft*, ticking every 0.1 s, reading OpenSM's tables back
     every 1 s."""
     root.mkdir(parents=True, exist_ok=True)
@@ -147,27 +128,19 @@ def lab_up(name: str, root: Path, xgft: str, jobs: Sequence[Mapping[str, Any]]) 
     )
 
 
-def agent_config(lab: Any, workdir: Path, sections: Mapping[str, Mapping[str, Any]]) -> Path:
-    """The lab's ``ibqos.yaml`` with *sections* merged in, its state under *workdir*."""
-    doc = yaml.safe_load(lab.paths.config.read_text())
-    base: dict[str, dict[str, Any]] = {
+def _config(lab: Lab, workdir: Path, sections: Sections) -> Path:
+    """``workdir/ibqos.yaml``: the lab's config with the agent's state under
+    ``workdir/state``, its metrics on any free port (no SL socket: agents of other runs
+    may be up at once), and *sections* merged in last."""
+    own: Sections = {
         "agent": {"state_dir": str(workdir / "state"), "job_poll_s": 0.2, "socket": ""},
         "metrics": {"listen": "127.0.0.1:0"},
     }
-    for key, value in [*base.items(), *sections.items()]:
-        doc.setdefault(key, {}).update(value)
-    path = workdir / "ibqos.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def _metrics_url(log: Path) -> str | None:
-    m = re.search(r"metrics on (http://\S+/metrics)", log.read_text())
-    return None if m is None else m.group(1)
+    return agent_config(lab.paths.config, workdir / "ibqos.yaml", own, sections)
 
 
 def run_policy(
-    lab: Any,
+    lab: Lab,
     policy: Policy,
     workdir: Path,
     *,
@@ -181,7 +154,8 @@ def run_policy(
     Args:
         lab: a lab brought up by :func:`lab_up` (fresh: OpenSM's defaults in force).
         policy: what to run.
-        workdir: the agent's files (config, state, log).
+        workdir: the agent's files (``ibqos.yaml``, ``state/``, ``agent.log``, which is
+            empty without an agent).
         run_s: seconds of model time to run for (from the agent's start).
         until_settled_s: tuning runs: run until tuning settled, at most this many
             seconds, then *after_s* more; the run lasts at least *run_s* all the same.
@@ -189,9 +163,8 @@ def run_policy(
         on_point: called with every sample.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    proc: subprocess.Popen[str] | None = None
-    state_file: Path | None = None
     log_path = workdir / "agent.log"
+    state_dir = None if policy.agent is None else workdir / "state"
     t0 = time.monotonic()
     points: list[Point] = []
     while not points:
@@ -201,27 +174,21 @@ def run_policy(
         else:
             time.sleep(0.1)
     start = points[0].model_s
-    err = log_path.open("w")
-    try:
-        if policy.agent is not None:
-            config = agent_config(lab, workdir, policy.agent)
-            state_file = workdir / "state" / "state.json"
-            proc = subprocess.Popen(
-                ["ibqos", "run", "--config", str(config)],
-                env=lab.env(),
-                cwd=lab.paths.run,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                text=True,
-            )
+    agent: AgentRun | None = None
+    with ExitStack() as stack:  # stops the agent however the run ends
+        if policy.agent is None:
+            log_path.write_text("")
+        else:
+            config = _config(lab, workdir, policy.agent)
+            agent = stack.enter_context(AgentRun.on(lab, config, log_path))
         settled: float | None = None
         # a tuning run ends *after_s* after it settled (at least *run_s* after its start)
         end = start + run_s if until_settled_s is None else math.inf
         while True:
             time.sleep(SAMPLE_S)
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"the agent exited ({proc.returncode}): {log_path}")
-            p = _point(lab, t0, state_file)
+            if agent is not None and (code := agent.poll()) is not None:
+                raise RuntimeError(f"the agent exited ({code}): {log_path}")
+            p = _point(lab, t0, state_dir)
             if p is None:
                 continue
             points.append(p)
@@ -237,14 +204,8 @@ def run_policy(
             if p.model_s >= end:
                 break
         metrics: dict[str, float] = {}
-        if proc is not None:
-            url = _metrics_url(log_path)
-            if url is not None:
-                metrics = _scrape(url)
-    finally:
-        if proc is not None:
-            _stop(proc)
-        err.close()
+        if agent is not None and agent.metrics_url() is not None:
+            metrics = {n: v for (n, labels), v in agent.samples().items() if not labels}
     return Trace(
         policy.name,
         points,
@@ -252,23 +213,12 @@ def run_policy(
         settled,
         metrics,
         points[-1].tuning,
-        log_path.read_text(),
+        "" if agent is None else agent.log_text(),  # read once the agent has stopped
     )
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """End the agent by its pid: SIGTERM (it finishes its cycle), SIGKILL after 30 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def alone_rates(
-    lab: Any, jobs: Sequence[Mapping[str, Any]], *, warm_s: float = 1.0, measure_s: float = 4.0
+    lab: Lab, jobs: Sequence[Mapping[str, Any]], *, warm_s: float = 1.0, measure_s: float = 4.0
 ) -> dict[str, float]:
     """Each job's iterations per second with the fabric to itself: the lab's job file
     holds one job at a time (OpenSM's defaults in force; alone, lanes do not matter).
@@ -296,7 +246,7 @@ def alone_rates(
     return out
 
 
-def wait_running(lab: Any, jobs: Sequence[str], warm_s: float, timeout_s: float = 60.0) -> None:
+def wait_running(lab: Lab, jobs: Sequence[str], warm_s: float, timeout_s: float = 60.0) -> None:
     """Wait until every job of *jobs* runs in the lab and *warm_s* seconds of lab time have
     passed since."""
     t0 = time.monotonic()
