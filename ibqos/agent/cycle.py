@@ -315,6 +315,11 @@ class CycleRunner:
     def soft(self, work: Callable[[], object], *, report: bool = True) -> bool:
         """Run *work*; a failure is logged once per distinct message and counted.
 
+        A failure is an :class:`IbqosError` or any :class:`OSError` (out of file
+        descriptors, a disk that fills, a file that vanishes between two reads): the
+        process's surroundings, not a bug, so the next cycle tries again rather than the
+        daemon ending and systemd's restart limit keeping it down.
+
         With *report*, systemd hears of the outcome: READY after the first success (so
         ``systemctl start`` returns once a plan is in force, or shown in observe mode),
         and a status line after each one.
@@ -322,9 +327,10 @@ class CycleRunner:
         try:
             work()
             self._last_error = ""
-        except IbqosError as err:
+        except (IbqosError, OSError) as err:
             self.counters.failures += 1
-            message = f"{err.category}: {err}"
+            category = err.category if isinstance(err, IbqosError) else "system"
+            message = f"{category}: {err}"
             self.counters.last_error = message
             if message != self._last_error:
                 log.error("cycle failed: %s", message)
