@@ -8,6 +8,7 @@ a local UNIX socket (``agent.socket``, for ``ibqos job-sl``) and optionally on T
 Protocol, one line each way (ASCII, ``\\n``-terminated), one question per connection::
 
     -> SL <job id> [<seconds the asker waits>]
+    -> SL "<job id>" [<seconds the asker waits>]     an id with spaces (``job 7``)
     <- OK <sl>                 the job's SL, in force: OpenSM serves it now
     <- PENDING <text>          the job has an SL in the plan, but OpenSM does not serve it
                                yet (the apply is pending, failed or deferred) and it did not
@@ -15,15 +16,17 @@ Protocol, one line each way (ASCII, ``\\n``-terminated), one question per connec
     <- UNKNOWN <text>          the job source does not run this job
     <- NOSL <text>             it runs, but none of its hosts is on the fabric
     <- TIMEOUT <text>          no answer within the asker's bound
-    <- ERROR <text>            a malformed question
+    <- ERROR <text>            a malformed question, or ``ERROR busy ...``: the asker's
+                               peer (or the server) holds too many connections
 
 Only SLs in force are handed out: an SL that OpenSM maps elsewhere would put the job's
 traffic on a lane the policy never meant for it.  A question for a job the agent does not
 know makes it read its job source at once (an squeue poll) and plan, so a job gets its SL
 at launch even before the next poll; a question for a job whose SL is planned but not in
 force waits for the apply.  Neither waits longer than the asker said.  Every answer that is
-not ``OK`` is a *miss* (the job's tasks start on the default SL): it is logged once per job
-and counted (``ibqos_job_sl_requests_total{result}``).
+not ``OK`` is a *miss* (the job's tasks start on the default SL): it is counted
+(``ibqos_job_sl_requests_total{result}``) and logged once per job, at most
+:data:`MISS_LINES` lines a minute; past that, one line a minute says how many were not logged.
 
 :class:`SlBoard` is the thread-safe meeting point of the agent's loop (which publishes the
 SLs in force) and the server (which answers from it); :class:`SlServer` serves the sockets
@@ -46,11 +49,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ibqos.agent.slserve import (
-    JOB_ID,
     MAX_LINE,
     MAX_WAIT_S,
+    SPACED_JOB_ID,
+    Limits,
     ServeLoop,
+    ServerStats,
     listen_backlog,
+    quote_job_id,
     raise_fd_limit,
 )
 from ibqos.errors import HandoffError
@@ -73,6 +79,10 @@ SOCKET_PATH_MAX = 107
 RESULTS = ("ok", "unknown", "no_sl", "timeout", "pending")
 _WORDS = {"unknown": "UNKNOWN", "no_sl": "NOSL", "timeout": "TIMEOUT", "pending": "PENDING"}
 _MAX_LOGGED = 10000  # (job, result) pairs remembered for logging each miss once
+#: miss lines logged per :data:`MISS_WINDOW_S` at most: 3,000 questions for jobs nobody
+#: runs (a script gone wrong, a scan) are 3,000 misses, counted, not 3,000 log lines
+MISS_LINES = 10
+MISS_WINDOW_S = 60.0
 
 
 def check_job_id(text: str, where: str = "job id") -> str:
@@ -81,9 +91,10 @@ def check_job_id(text: str, where: str = "job id") -> str:
     Raises:
         HandoffError: it does not (``where`` names the input).
     """
-    if not JOB_ID.fullmatch(text):
+    if not SPACED_JOB_ID.fullmatch(text):
         raise HandoffError(
-            f"{where}: expected a job id (letters, digits, '_.+-', at most 64), got {text!r}"
+            f"{where}: expected a job id (letters, digits, '_.+-', single spaces between"
+            f" words, at most 64), got {text!r}"
         )
     return text
 
@@ -131,6 +142,9 @@ class SlBoard:
         self._asked_at = float("-inf")
         self._waiting = 0
         self._logged: set[tuple[str, str]] = set()
+        self._window_end = float("-inf")  # of the current MISS_WINDOW_S
+        self._lines = 0  # miss lines logged in it
+        self._unlogged: Counter[str] = Counter()  # misses not logged in it, by result
         self._listeners: list[Callable[[], None]] = []
 
     def publish(
@@ -261,10 +275,35 @@ class SlBoard:
         if len(self._logged) >= _MAX_LOGGED:
             self._logged.clear()
         self._logged.add(key)
+        self._summarize()
+        if self._lines >= MISS_LINES:
+            self._unlogged[answer.result] += 1
+            return
+        self._lines += 1
         log.warning("job-sl: %s; its tasks start on the default SL", answer.text)
+
+    def _summarize(self) -> None:
+        """At the end of a window: one line for the misses it did not log; a new window."""
+        now = self.clock()
+        if now < self._window_end:
+            return
+        if self._unlogged:
+            by_result = ", ".join(f"{n} {r}" for r, n in sorted(self._unlogged.items()))
+            log.warning(
+                "job-sl: %d more misses in the last %.0f s not logged one by one (%s);"
+                " ibqos_job_sl_requests_total counts them all",
+                sum(self._unlogged.values()),
+                MISS_WINDOW_S,
+                by_result,
+            )
+        self._unlogged.clear()
+        self._lines = 0
+        self._window_end = now + MISS_WINDOW_S
 
     def _changed(self) -> None:
         with self._cond:
+            if self._unlogged:
+                self._summarize()  # the window's summary, even if no miss follows
             listeners = list(self._listeners)
         for callback in listeners:
             callback()
@@ -281,6 +320,11 @@ class SlServer:
             closes only if it is still the one it bound.
         listen: (host, port) for TCP; None: none.  Port 0 takes any free port
             (:attr:`tcp_address` has it).
+        limits: connections it takes at most, in all and per peer, and how long each may
+            take to ask (None: :class:`ibqos.agent.slserve.Limits`' defaults).
+
+    Attributes:
+        stats: what the server counts (connections open, refused, timed out; restarts).
 
     Raises:
         HandoffError: a socket cannot be bound (another ibqos answers there, the address
@@ -292,9 +336,12 @@ class SlServer:
         board: SlBoard,
         socket_path: Path | None,
         listen: tuple[str, int] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.board = board
         self.socket_path = socket_path
+        self.limits = limits if limits is not None else Limits()
+        self.stats = ServerStats()
         self.tcp_address: tuple[str, int] | None = None
         self._socks: list[socket.socket] = []
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we made
@@ -313,13 +360,34 @@ class SlServer:
             self.close()
             raise HandoffError(f"agent.socket: cannot serve on {socket_path}: {err}") from err
         raise_fd_limit()
-        self._loop = ServeLoop(board, self._socks)
-        board.listen(self._loop.poke)
+        self._loop = ServeLoop(board, self._socks, self.limits, self.stats)
+        board.listen(self.supervise)
         self._loop.start()
         where = [str(socket_path)] if socket_path else []
         if self.tcp_address:
             where.append(f"{self.tcp_address[0]}:{self.tcp_address[1]}")
-        log.info("answering job SL questions on %s (backlog %d)", " and ".join(where), backlog)
+        log.info(
+            "answering job SL questions on %s (backlog %d, at most %d connections, %d per peer)",
+            " and ".join(where),
+            backlog,
+            self.stats.cap,
+            self.limits.per_peer,
+        )
+
+    def supervise(self) -> None:
+        """Tell the loop that the board changed, and start its thread again if it ended
+        (it never should: its loop survives errors; called after every publish)."""
+        loop = self._loop
+        if loop is None:
+            return
+        if loop.alive():
+            loop.poke()
+            return
+        log.error("job-sl: the server's thread had ended; starting it again")
+        loop.stop(0.0)
+        self.stats.restarts += 1
+        self._loop = ServeLoop(self.board, self._socks, self.limits, self.stats)
+        self._loop.start()
 
     def _bind_unix(self, path: Path, backlog: int) -> None:
         try:
@@ -356,7 +424,7 @@ class SlServer:
     def close(self) -> None:
         """Stop serving; remove the socket file if it is still the one this server bound."""
         if self._loop is not None:
-            self.board.unlisten(self._loop.poke)
+            self.board.unlisten(self.supervise)
             self._loop.stop()
             self._loop = None
         for sock in self._socks:
@@ -458,7 +526,7 @@ def ask_sl(
                 raise HandoffError(f"ibqos is not running (nothing answers on {where})") from err
             # the agent waits a little less than we do, so its answer still reaches us
             wait = max(0.0, deadline - time.monotonic() - 0.1)
-            conn.sendall(f"SL {job_id} {wait:.3f}\n".encode())
+            conn.sendall(f"SL {quote_job_id(job_id)} {wait:.3f}\n".encode())
             reply = _read_line(conn, deadline)
     except TimeoutError as err:
         raise HandoffError(f"no answer from ibqos on {where} within {timeout_s:g} s") from err

@@ -7,6 +7,14 @@ once, and parks a question that must wait (for a read of the jobs, or for the jo
 come into force) until the board changes (:meth:`ServeLoop.poke`, from the agent's loop)
 or the asker's bound runs out.  A parked question holds only its socket.
 
+No asker can take the agent down (docs/reliability.md): connections are bounded per peer
+(a UNIX socket's peer is its user, from ``SO_PEERCRED``; TCP's is its address) and in all
+(:class:`Limits`), the whole never near the process's limit of open files, so that a cycle
+always finds the descriptors it needs; a connection that sends no whole question in time is
+closed.  An error in one connection closes that connection, an unexpected one restarts the
+loop, and the server's owner restarts a thread that ended anyway
+(:meth:`ibqos.agent.handoff.SlServer.supervise`); :class:`ServerStats` counts all of it.
+
 The protocol is in :mod:`ibqos.agent.handoff`, which owns the sockets and the board.
 """
 
@@ -21,19 +29,26 @@ import re
 import resource
 import selectors
 import socket
+import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BACKLOG", "JOB_ID", "MAX_LINE", "MAX_WAIT_S", "ServeLoop", "listen_backlog"]
-__all__ += ["parse_question", "raise_fd_limit"]
+__all__ += ["FD_RESERVE", "SPACED_JOB_ID", "Limits", "ServerStats", "connection_cap"]
+__all__ += ["parse_question", "quote_job_id", "raise_fd_limit"]
 
-#: job ids as schedulers write them (Slurm: digits; files: any short token)
+#: job ids as schedulers write them (Slurm: digits; files: any short token), sent bare
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+#: job ids with single spaces between words too (a job file's ``job 7``), at most 64
+#: characters; one with a space is sent in double quotes (:func:`quote_job_id`)
+SPACED_JOB_ID = re.compile(r"(?=[^\n]{1,64}\Z)[A-Za-z0-9][A-Za-z0-9_.+-]*(?: [A-Za-z0-9_.+-]+)*")
+#: the question: ``SL <id> [<seconds>]``, the id bare or in double quotes
+_QUESTION = re.compile(r'SL[ \t]+(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s"]+))(?:[ \t]+(?P<wait>\S+))?')
 #: seconds the server waits at most, whatever the asker says it would
 MAX_WAIT_S = 30.0
 #: seconds the server waits when the asker gives no bound
@@ -46,28 +61,56 @@ MAX_LINE = 256
 BACKLOG = 65535
 #: open files the agent asks for (soft limit, up to the hard one): one per parked question
 FD_LIMIT = 65536
-#: seconds a connection may take to send its question (or to take its answer)
+#: open files the SL server leaves to the rest of the agent: a cycle reads and writes
+#: OpenSM's files and their backups, runs squeue/saquery (3 pipes each), holds its MAD
+#: device, its locks, its log and the metrics endpoint's connections; ~40 at most on the lab
+FD_RESERVE = 128
+#: seconds a connection may take to send its question (or to take its answer), by default
 _IO_TIMEOUT_S = 5.0
+#: connections at once, in all and per peer (user or address), by default
+MAX_CONNECTIONS = 4096
+MAX_PER_PEER = 1024
 #: connections accepted per turn, so that answers go out during a burst
 _ACCEPT_BATCH = 512
 #: seconds to stop accepting when out of file descriptors (the kernel queues meanwhile)
 _PAUSE_S = 0.1
+#: seconds between two log lines about connections refused or errors (counted meanwhile)
+_LOG_EVERY_S = 60.0
+#: seconds the loop waits before serving again after an unexpected error
+_RESTART_S = 1.0
+_UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+_EXPECTED = "ERROR expected 'SL <job id> [<seconds>]'"
+
+
+def quote_job_id(job_id: str) -> str:
+    """*job_id* as a question carries it: bare, or in double quotes if it has a space (an
+    agent older than quoting answers those with ``ERROR``, never for another job)."""
+    return job_id if JOB_ID.fullmatch(job_id) else f'"{job_id}"'
 
 
 def parse_question(line: str) -> tuple[str, float] | str:
-    """A question line as (job id, seconds the server may wait), or the ``ERROR`` reply."""
-    words = line.split()
-    if len(words) not in (2, 3) or words[0] != "SL" or not JOB_ID.fullmatch(words[1]):
-        return "ERROR expected 'SL <job id> [<seconds>]'"
+    """A question line as (job id, seconds the server may wait), or the ``ERROR`` reply.
+
+    The id is bare (``SL 42 2.5``) or, when it has spaces, in double quotes
+    (``SL "job 7" 2.5``).  A bare id is one word: ``SL job 7`` still asks for job ``job``,
+    waiting 7 s, as it always did.
+    """
+    match = _QUESTION.fullmatch(line.strip())
+    if match is None:
+        return _EXPECTED
+    quoted = match["quoted"] is not None
+    job = match["quoted"] if quoted else match["bare"]
+    if not (SPACED_JOB_ID if quoted else JOB_ID).fullmatch(job):
+        return _EXPECTED
     wait = DEFAULT_WAIT_S
-    if len(words) == 3:
+    if match["wait"] is not None:
         try:
-            wait = float(words[2])
+            wait = float(match["wait"])
         except ValueError:
-            return f"ERROR bad wait {words[2][:20]!r}: expected seconds"
+            return f"ERROR bad wait {match['wait'][:20]!r}: expected seconds"
     if wait != wait:  # NaN: min() and max() would keep it
         wait = 0.0
-    return words[1], max(0.0, min(wait, MAX_WAIT_S))
+    return job, max(0.0, min(wait, MAX_WAIT_S))
 
 
 def listen_backlog() -> int:
@@ -88,6 +131,81 @@ def raise_fd_limit() -> None:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
             log.debug("open files: soft limit raised from %d to %d", soft, want)
+
+
+def connection_cap(wanted: int) -> int:
+    """Connections the server may hold at once: *wanted*, but never so many that the
+    process's soft limit of open files has less than :data:`FD_RESERVE` left (or half of
+    it, under a very low limit): the cycle must find the descriptors it needs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, max(soft - FD_RESERVE, soft // 2)))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server takes at most (``agent.sl_*``, docs/slurm.md).
+
+    Attributes:
+        total: connections at once, in all (capped by :func:`connection_cap`).
+        per_peer: connections at once from one peer: one user on the UNIX socket, one
+            address over TCP.
+        idle_s: seconds a connection may take to send its whole question (or to take its
+            answer); then it is closed.
+    """
+
+    total: int = MAX_CONNECTIONS
+    per_peer: int = MAX_PER_PEER
+    idle_s: float = field(default_factory=lambda: _IO_TIMEOUT_S)
+
+
+@dataclass
+class ServerStats:
+    """What the server counts since the agent started (read by the metrics' scrape; only
+    the server's threads write it).
+
+    Attributes:
+        up: the server's thread runs.
+        open: connections open now.
+        cap: connections it may hold at once (:func:`connection_cap` of
+            ``agent.sl_max_connections``).
+        refused: connections closed at once, by reason: "peer" (the peer had
+            ``agent.sl_max_per_peer`` open), "total" (the server had :attr:`cap` open).
+        timed_out: connections closed because no whole question came (or the answer
+            was not taken) within ``agent.sl_idle_s``.
+        fd_pauses: times accepting paused because the process was out of file descriptors.
+        restarts: times serving started again after an unexpected error (the loop, or
+            its thread by :meth:`ibqos.agent.handoff.SlServer.supervise`).
+    """
+
+    up: bool = False
+    open: int = 0
+    cap: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: {"peer": 0, "total": 0})
+    timed_out: int = 0
+    fd_pauses: int = 0
+    restarts: int = 0
+
+
+class _Throttle:
+    """Logs a kind of event once per :data:`_LOG_EVERY_S`, with how many came meanwhile."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._next: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str, *args: object, exc: bool = False) -> None:
+        now = self._clock()
+        if now < self._next.get(kind, float("-inf")):
+            self._quiet[kind] = self._quiet.get(kind, 0) + 1
+            return
+        self._next[kind] = now + _LOG_EVERY_S
+        more = self._quiet.pop(kind, 0)
+        if more:
+            message += f" ({more} more since the last such line)"
+        log.warning(message, *args, exc_info=exc)
 
 
 class Reply(Protocol):
@@ -123,6 +241,7 @@ class _Conn:
 
     sock: socket.socket
     due: float
+    peer: object = None
     buf: bytes = b""
     job: str = ""
     asked: float = 0.0
@@ -136,10 +255,25 @@ class ServeLoop:
     """Answers questions on *listeners* from *board*, in a thread of its own.
 
     The listeners stay the caller's (it binds and closes them); the loop only accepts.
+
+    Args:
+        board: what to answer from.
+        listeners: the bound, listening sockets.
+        limits: what it takes at most (None: the defaults).
+        stats: where it counts (shared with the loop it replaces, if any).
     """
 
-    def __init__(self, board: Board, listeners: list[socket.socket]) -> None:
+    def __init__(
+        self,
+        board: Board,
+        listeners: list[socket.socket],
+        limits: Limits | None = None,
+        stats: ServerStats | None = None,
+    ) -> None:
         self.board = board
+        self.limits = limits if limits is not None else Limits()
+        self.stats = stats if stats is not None else ServerStats()
+        self.stats.cap = connection_cap(self.limits.total)
         self._listeners = listeners
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -148,19 +282,28 @@ class ServeLoop:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         for lst in listeners:
             lst.setblocking(False)
-            self._sel.register(lst, selectors.EVENT_READ, lst)
+        self._accepting = False
+        self._listen(True)
         self._open: set[_Conn] = set()
         self._parked: set[_Conn] = set()
+        self._peers: dict[object, int] = {}
         self._timers: list[tuple[float, int, _Conn]] = []
         self._seq = itertools.count()
         self._paused_until: float | None = None
         self._warned_fds = False
+        self._throttle = _Throttle(board.clock)
         self._stop = False
+        self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ibqos-sl", daemon=True)
 
     def start(self) -> None:
         """Start serving."""
+        self.stats.up = True
         self._thread.start()
+
+    def alive(self) -> bool:
+        """Whether its thread runs (or has not started yet)."""
+        return self._thread.ident is None or self._thread.is_alive()
 
     def poke(self) -> None:
         """The board changed: look at the parked questions again (any thread)."""
@@ -170,6 +313,7 @@ class ServeLoop:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop serving: parked questions get their miss, connections close."""
         self._stop = True
+        self._halt.set()
         self.poke()
         if self._thread.ident is not None:
             self._thread.join(timeout_s)
@@ -181,22 +325,40 @@ class ServeLoop:
     def _run(self) -> None:
         try:
             while not self._stop:
-                changed = False
-                for key, mask in self._sel.select(self._timeout()):
-                    if key.data is None:
-                        self._drain()
-                        changed = True
-                    elif isinstance(key.data, socket.socket):
-                        self._accept(key.data)
-                    else:
-                        self._ready(key.data, mask)
-                if changed:
-                    self._recheck()
-                self._due()
-        except Exception:  # a bug must not leave askers hanging: they get EOF at once
-            log.exception("job-sl: the server stopped on an unexpected error")
+                try:
+                    self._serve()
+                except Exception:  # a bug: askers get EOF at once, and serving goes on
+                    self.stats.restarts += 1
+                    self._throttle.warn(
+                        "loop", "job-sl: the server restarts after an unexpected error", exc=True
+                    )
+                    self._wind_up()
+                    self._halt.wait(_RESTART_S)
         finally:
+            self.stats.up = False
             self._wind_up()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            changed = False
+            for key, mask in self._sel.select(self._timeout()):
+                if key.data is None:
+                    self._drain()
+                    changed = True
+                elif isinstance(key.data, socket.socket):
+                    self._accept(key.data)
+                else:
+                    conn = key.data
+                    try:
+                        self._ready(conn, mask)
+                    except Exception:  # this connection's, not the server's
+                        self._throttle.warn(
+                            "conn", "job-sl: a connection failed unexpectedly", exc=True
+                        )
+                        self._close(conn)
+            if changed:
+                self._recheck()
+            self._due()
 
     def _timeout(self) -> float | None:
         when = self._timers[0][0] if self._timers else None
@@ -209,10 +371,23 @@ class ServeLoop:
             while self._wake_r.recv(4096):
                 pass
 
+    def _listen(self, on: bool) -> None:
+        """Accept (the listeners in the selector) or not (askers wait in the kernel's
+        queue, which costs the process no file descriptor)."""
+        if on == self._accepting:
+            return
+        self._accepting = on
+        for lst in self._listeners:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                if on:
+                    self._sel.register(lst, selectors.EVENT_READ, lst)
+                else:
+                    self._sel.unregister(lst)
+
     def _accept(self, listener: socket.socket) -> None:
         for _ in range(_ACCEPT_BATCH):
             try:
-                sock, _ = listener.accept()
+                sock, addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as err:
@@ -220,19 +395,53 @@ class ServeLoop:
                     self._pause(err)
                     return
                 continue  # this asker gave up (ECONNABORTED): the next one
+            try:
+                self._take(sock, addr)
+            except Exception:  # e.g. EINVAL from setblocking: this asker only
+                self._throttle.warn("take", "job-sl: a new connection failed", exc=True)
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _take(self, sock: socket.socket, addr: object) -> None:
+        """A new connection: refused if its peer or the server is at the limit, else read."""
+        peer = _peer(sock, addr)
+        held = self._peers.get(peer, 0)
+        why = ""
+        if len(self._open) >= self.stats.cap:
+            why = "total"
+        elif held >= self.limits.per_peer:
+            why = "peer"
+        if why:
+            self.stats.refused[why] += 1
+            self._throttle.warn(
+                why,
+                "job-sl: refusing connections (%s): %d open, %d from this peer",
+                "the server's limit" if why == "total" else "agent.sl_max_per_peer",
+                len(self._open),
+                held,
+            )
+            with contextlib.suppress(OSError):
+                sock.send(b"ERROR busy: too many connections, ask again later\n", _DONTWAIT)
+            sock.close()
+            return
+        conn = _Conn(sock, self.board.clock() + self.limits.idle_s, peer)
+        self._open.add(conn)
+        self._peers[peer] = held + 1
+        self.stats.open = len(self._open)
+        try:
             sock.setblocking(False)
-            conn = _Conn(sock, self.board.clock() + _IO_TIMEOUT_S)
-            self._open.add(conn)
             # the question usually came with the connection: a known job's asker is then
             # answered and gone without the selector ever seeing its socket
             self._read(conn)
+        except Exception:
+            self._close(conn)
+            raise
 
     def _pause(self, err: OSError) -> None:
         """Out of file descriptors: leave the askers in the kernel's queue for a moment."""
-        for lst in self._listeners:
-            with contextlib.suppress(KeyError, ValueError):
-                self._sel.unregister(lst)
+        self._listen(False)
         self._paused_until = self.board.clock() + _PAUSE_S
+        self.stats.fd_pauses += 1
         if not self._warned_fds:
             self._warned_fds = True
             log.warning(
@@ -295,8 +504,7 @@ class ServeLoop:
         now = self.board.clock()
         if self._paused_until is not None and now >= self._paused_until:
             self._paused_until = None
-            for lst in self._listeners:
-                self._sel.register(lst, selectors.EVENT_READ, lst)
+            self._listen(True)
         while self._timers and self._timers[0][0] <= now:
             when, _, conn = heapq.heappop(self._timers)
             if conn.closed or conn.due != when:
@@ -305,6 +513,7 @@ class ServeLoop:
                 self._parked.discard(conn)
                 self._reply(conn, self.board.expire(conn.job).line())
             else:
+                self.stats.timed_out += 1
                 self._close(conn)  # no question, or the answer not taken, in time
 
     def _reply(self, conn: _Conn, line: str) -> None:
@@ -324,7 +533,7 @@ class ServeLoop:
             self._close(conn)
         elif not conn.writing:
             conn.writing = conn.registered = True
-            conn.due = self.board.clock() + _IO_TIMEOUT_S
+            conn.due = self.board.clock() + self.limits.idle_s
             self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
             self._timer(conn)
 
@@ -335,15 +544,22 @@ class ServeLoop:
         if conn.closed:
             return
         conn.closed = True
-        self._open.discard(conn)
+        if conn in self._open:
+            self._open.discard(conn)
+            left = self._peers.pop(conn.peer, 1) - 1
+            if left > 0:
+                self._peers[conn.peer] = left
+            self.stats.open = len(self._open)
         self._parked.discard(conn)
         if conn.registered:
-            with contextlib.suppress(KeyError, ValueError):
+            with contextlib.suppress(KeyError, ValueError, OSError):
                 self._sel.unregister(conn.sock)
-        conn.sock.close()
+        with contextlib.suppress(OSError):
+            conn.sock.close()
 
     def _wind_up(self) -> None:
-        """Stopping: every parked question gets its miss now, every connection closes."""
+        """Stopping (or restarting): every parked question gets its miss now, every
+        connection closes."""
         for conn in list(self._parked):
             line = self.board.expire(conn.job).line()
             with contextlib.suppress(OSError):
@@ -352,3 +568,18 @@ class ServeLoop:
             self._close(conn)
         self._parked.clear()
         self._timers.clear()
+        self._peers.clear()
+        self.stats.open = 0
+
+
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+
+
+def _peer(sock: socket.socket, addr: object) -> object:
+    """Who is at the other end: ("uid", n) on a UNIX socket (its user, from SO_PEERCRED),
+    ("ip", address) over TCP."""
+    if sock.family == socket.AF_UNIX:
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        return ("uid", _UCRED.unpack(cred)[1])
+    host = addr[0] if isinstance(addr, tuple) and addr else addr
+    return ("ip", host)

@@ -137,10 +137,17 @@ def test_a_silent_agent_is_a_timeout(tmp_path) -> None:
         assert time.monotonic() - t0 < 2.0
 
 
-@pytest.mark.parametrize("bad", ["", "a b", "../x", "x" * 65, "-1"])
+@pytest.mark.parametrize(
+    "bad", ["", "a  b", "a b ", " a", "a\tb", 'a "b', "../x", "x" * 65, "x" * 60 + " yyyy", "-1"]
+)
 def test_job_ids_are_checked(bad) -> None:
     with pytest.raises(HandoffError, match="JOB_ID: expected a job id"):
         check_job_id(bad, "JOB_ID")
+
+
+@pytest.mark.parametrize("good", ["42", "123+0", "job 7", "a b.c d-e"])
+def test_a_job_id_with_single_spaces_is_one(good) -> None:
+    assert check_job_id(good) == good
 
 
 # -- only SLs in force are handed out ---------------------------------------------------
