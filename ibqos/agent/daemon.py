@@ -158,6 +158,7 @@ class Agent:
         self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
         metrics.tuning.status = lambda: parts.tuning.status(clock())
         metrics.health.sl_answers = self.sl.board.counts
+        metrics.health.sl_server = self.sl.health
         metrics.health.job_source_up = parts.source_up
         metrics.health.routes = lambda: parts.pipeline.routes.status()
         freeze_heap()

@@ -526,7 +526,10 @@ def ask_sl(
                 raise HandoffError(f"ibqos is not running (nothing answers on {where})") from err
             # the agent waits a little less than we do, so its answer still reaches us
             wait = max(0.0, deadline - time.monotonic() - 0.1)
-            conn.sendall(f"SL {quote_job_id(job_id)} {wait:.3f}\n".encode())
+            try:
+                conn.sendall(f"SL {quote_job_id(job_id)} {wait:.3f}\n".encode())
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused at once ("ERROR busy"): its reason may be there to read
             reply = _read_line(conn, deadline)
     except TimeoutError as err:
         raise HandoffError(f"no answer from ibqos on {where} within {timeout_s:g} s") from err

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.pipeline import Pipeline
 from ibqos.agent.predictor import make_predictor
+from ibqos.agent.slserve import Limits
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.classify.prior import Priors
 from ibqos.collect.discover import fabric_from_config
@@ -30,6 +31,7 @@ from ibqos.errors import IbqosError
 from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters
 from ibqos.metrics.server import Exporter, metrics_app
+from ibqos.metrics.slserver import SlServerHealth
 from ibqos.opensm.apply import Applier, make_signaller
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import HOLD_FILE
@@ -225,6 +227,7 @@ class SlService:
         self.board = SlBoard(wake=wake)
         self.server: SlServer | None = None
         self.wanted = False
+        self._meant = False  # serving is meant: enforcing, with a socket or sl_listen
 
     def serve(self, cfg: AgentConfig, *, observing: bool) -> None:
         """Answer job SL questions on ``agent.socket`` / ``agent.sl_listen`` (if set).
@@ -237,15 +240,37 @@ class SlService:
         """
         self.wanted = True
         if observing:
+            self._meant = False
             return
-        if self.server is None and (cfg.socket is not None or cfg.sl_listen is not None):
+        self._meant = cfg.socket is not None or cfg.sl_listen is not None
+        if self.server is None and self._meant:
+            limits = Limits(cfg.sl_max_connections, cfg.sl_max_per_peer, cfg.sl_idle_s)
             try:
-                self.server = SlServer(self.board, cfg.socket, cfg.sl_listen)
+                self.server = SlServer(self.board, cfg.socket, cfg.sl_listen, limits)
             except IbqosError as err:
                 log.error("job SLs are not served: %s", err)
 
+    def health(self) -> SlServerHealth | None:
+        """The server's health for the metrics; None while it is not meant to serve
+        (observe mode, no socket configured)."""
+        if not self._meant:
+            return None
+        if self.server is None:
+            return SlServerHealth(up=False)  # its socket could not be bound
+        stats = self.server.stats
+        return SlServerHealth(
+            up=stats.up,
+            open=stats.open,
+            cap=stats.cap,
+            refused=dict(stats.refused),
+            timed_out=stats.timed_out,
+            fd_pauses=stats.fd_pauses,
+            restarts=stats.restarts,
+        )
+
     def close(self) -> None:
         """Stop serving (questions then fail as for an agent that is not running)."""
+        self._meant = False
         if self.server is not None:
             self.server.close()
             self.server = None

@@ -68,8 +68,8 @@ FD_RESERVE = 128
 #: seconds a connection may take to send its question (or to take its answer), by default
 _IO_TIMEOUT_S = 5.0
 #: connections at once, in all and per peer (user or address), by default
-MAX_CONNECTIONS = 4096
-MAX_PER_PEER = 1024
+MAX_CONNECTIONS = 65536
+MAX_PER_PEER = 4096
 #: connections accepted per turn, so that answers go out during a burst
 _ACCEPT_BATCH = 512
 #: seconds to stop accepting when out of file descriptors (the kernel queues meanwhile)

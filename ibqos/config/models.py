@@ -195,12 +195,21 @@ class AgentConfig:
             (or ""): not served.
         sl_listen: (host, port) where the same questions are answered over TCP, for
             TaskProlog scripts on compute nodes (``docs/slurm.md``); None: not served.
+        sl_max_connections: connections the SL server holds at once, in all; never more
+            than the soft limit of open files less 128 (kept for the cycle).
+        sl_max_per_peer: connections it holds at once from one peer (a user on the
+            socket, an address over TCP); more are answered ``ERROR busy`` and closed.
+        sl_idle_s: seconds a connection may take to send its whole question; then it is
+            closed.
     """
 
     state_dir: Annotated[Path, file_name(absolute=True)] = Path("/var/lib/ibqos")
     job_poll_s: Annotated[float, number(0.05)] = 0.5
     socket: Annotated[Path | None, file_name(off=True)] = Path("/run/ibqos/ibqos.sock")
     sl_listen: Annotated[tuple[str, int] | None, address()] = None
+    sl_max_connections: Annotated[int, number(1, integer=True)] = 65536
+    sl_max_per_peer: Annotated[int, number(1, integer=True)] = 4096
+    sl_idle_s: Annotated[float, number(0.1, 600)] = 5.0
 
 
 @dataclass(frozen=True, config=_SECTION)

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from ibqos import __version__
 from ibqos.metrics.families import SnapshotCollector
+from ibqos.metrics.slserver import SlServerHealth, sl_server_families
 from ibqos.metrics.tuning import TuningCollector
 
 __all__ = ["AgentMetrics", "Counters", "HealthCollector"]
@@ -162,6 +163,8 @@ class HealthCollector(Collector):
             current version is valid); None: not known yet, and no metric.
         routes: the forwarding tables in use (``source``, ``switches``, ``read_s``,
             ``problem``: :meth:`ibqos.collect.routes.RouteSource.status`); None: no metric.
+        sl_server: the job-SL server's health (:mod:`ibqos.metrics.slserver`); None: not
+            meant to serve, and no metric.
     """
 
     def __init__(self, counters: Counters, fabric: str, routing_engine: str, dry_run: bool):
@@ -172,6 +175,7 @@ class HealthCollector(Collector):
         self.sl_answers: Mapping[str, int] = {}
         self.job_source_up: Callable[[], bool | None] = lambda: None
         self.routes: Callable[[], Mapping[str, Any] | None] = lambda: None
+        self.sl_server: Callable[[], SlServerHealth | None] = lambda: None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -189,6 +193,7 @@ class HealthCollector(Collector):
         for result, count in sorted(dict(self.sl_answers).items()):
             answers.add_metric([result], count)
         yield answers
+        yield from sl_server_families(self.sl_server())
         up = self.job_source_up()
         if up is not None:
             yield GaugeMetricFamily(
