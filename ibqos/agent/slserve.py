@@ -67,7 +67,8 @@ FD_LIMIT = 65536
 FD_RESERVE = 128
 #: seconds a connection may take to send its question (or to take its answer), by default
 _IO_TIMEOUT_S = 5.0
-#: connections at once, in all and per peer (user or address), by default
+#: connections at once, in all and per peer (user or address), by default (as the
+#: defaults of agent.sl_max_connections and agent.sl_max_per_peer)
 MAX_CONNECTIONS = 65536
 MAX_PER_PEER = 4096
 #: connections accepted per turn, so that answers go out during a burst
@@ -579,7 +580,10 @@ def _peer(sock: socket.socket, addr: object) -> object:
     """Who is at the other end: ("uid", n) on a UNIX socket (its user, from SO_PEERCRED),
     ("ip", address) over TCP."""
     if sock.family == socket.AF_UNIX:
-        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        try:
+            cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        except OSError:
+            return ("uid", None)  # not told: such askers share one bound
         return ("uid", _UCRED.unpack(cred)[1])
     host = addr[0] if isinstance(addr, tuple) and addr else addr
     return ("ip", host)
