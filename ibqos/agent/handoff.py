@@ -385,8 +385,12 @@ class SlServer:
             return
         log.error("job-sl: the server's thread had ended; starting it again")
         loop.stop(0.0)
+        try:
+            self._loop = ServeLoop(self.board, self._socks, self.limits, self.stats)
+        except OSError as err:  # out of descriptors for its wake-up pair: the next time
+            log.error("job-sl: cannot start the server again: %s", err)
+            return
         self.stats.restarts += 1
-        self._loop = ServeLoop(self.board, self._socks, self.limits, self.stats)
         self._loop.start()
 
     def _bind_unix(self, path: Path, backlog: int) -> None:
