@@ -64,7 +64,9 @@ from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import Hold, load_hold, save_hold
 from ibqos.opensm.osmlog import SWEEP_DONE, LogMark, LogReport, follower, readable
 from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
+from ibqos.opensm.pidcheck import opensm_pid
 from ibqos.opensm.signallers import (
+    PROBE_TIMEOUT_S,
     CommandSignaller,
     Liveness,
     PidFileSignaller,
@@ -72,6 +74,7 @@ from ibqos.opensm.signallers import (
     Signaller,
     UnitSignaller,
 )
+from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
     from ibqos.config.models import OpenSMConfig
@@ -439,7 +442,7 @@ class Applier:
             ApplyError: the signal failed (nothing waited for).
         """
         log_ok = self._log_readable()
-        mark = self._log.mark()
+        mark = self._log.mark(self._opensm_pid() if log_ok else None)
         t0 = time.monotonic()
         self._signal()
         return self._wait(mark, t0, log_ok)
@@ -491,6 +494,22 @@ class Applier:
             live = Liveness(None, "cannot tell")
         self.opensm_up = live.up
         return live
+
+    def _opensm_pid(self) -> int | None:
+        """OpenSM's pid, from its checked pid file or its unit's main process (None: not
+        known), for the log's follower to find a log renamed away before it looked."""
+        signaller = self.signaller
+        if isinstance(signaller, PidFileSignaller):
+            try:
+                return opensm_pid(signaller.pid_file)
+            except OpenSMNotRunning:
+                return None
+        if isinstance(signaller, UnitSignaller):
+            argv = ("systemctl", "show", "--property=MainPID", "--value", signaller.unit)
+            run = run_tool(argv, timeout_s=PROBE_TIMEOUT_S)
+            text = run.stdout.strip() if run.returncode == 0 else ""
+            return int(text) if text.isdigit() and int(text) > 1 else None
+        return None
 
     def _log_readable(self) -> bool:
         """Whether OpenSM's log can be read; warned about once while it cannot."""

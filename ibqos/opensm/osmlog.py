@@ -39,7 +39,8 @@ OpenSM 3.3.23 does then (``main.c``, ``osm_log.c``):
 
 A renamed file is let go once the file at the path has lines (OpenSM opened it, on SIGUSR1
 or a restart) and it stopped growing.  A log renamed away without a reopen before ibqos first
-looked cannot be found: ibqos never had it open.
+looked is found through OpenSM's open files in /proc, when its pid is known and /proc may be
+read (root, or OpenSM's user); otherwise it cannot be: ibqos never had it open.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -198,11 +200,14 @@ class LogFollower:
         self._lock = threading.Lock()
         weakref.finalize(self, _close_all, self._files)
 
-    def mark(self) -> LogMark:
-        """Where every followed file ends now (the file at the path opened if new)."""
+    def mark(self, pid: int | None = None) -> LogMark:
+        """Where every followed file ends now (the file at the path opened if new, and with
+        OpenSM's *pid* the files it writes under the log's name, :meth:`_adopt`)."""
         with self._lock:
             current = self._track()
             self._let_go(current)
+            if pid is not None:
+                self._adopt(pid)
             ends = {}
             for key, f in self._files.items():
                 end = _end(f.fd)
@@ -278,6 +283,39 @@ class LogFollower:
                 drop.add(key)
         for key in drop:
             os.close(self._files.pop(key).fd)
+
+    def _adopt(self, pid: int) -> None:
+        """Follow the files process *pid* (OpenSM) holds open under the log's name
+        (``<log>.1``, ``<log> (deleted)``) that are not followed yet: a log renamed away
+        without a reopen before ibqos first looked.  /proc tells, where ibqos may read it
+        (root, or OpenSM's user)."""
+        names = {str(self.path), str(self.path.resolve())}
+        try:
+            held = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError as err:
+            log.debug("OpenSM's open files (pid %d): %s", pid, err.strerror or err)
+            return
+        for entry in held:
+            try:
+                target = str(entry.readlink())
+                # <log>.1, <log>-20250101, "<log> (deleted)"; the file at the path is
+                # followed anyway
+                if not any(
+                    target[len(n) : len(n) + 1] in (".", "-", " ")
+                    for n in names
+                    if target.startswith(n)
+                ):
+                    continue
+                fd = os.open(entry, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            if key in self._files or not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                continue
+            self._files[key] = _Followed(fd, (st.st_size, _tail(fd, st.st_size)))
+            log.info("OpenSM (pid %d) writes its log into %s: following it", pid, target)
 
     def _note_end(self, f: _Followed, now: tuple[int, bytes]) -> None:
         """Count a truncation in place of *f* since it was last looked at."""

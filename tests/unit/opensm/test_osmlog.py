@@ -5,6 +5,10 @@ the apply path that waits on it, with one signal per apply whatever the rotation
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import IO
 
@@ -193,6 +197,46 @@ def test_renamed_files_are_let_go_past_the_limit(writer: Writer) -> None:
     assert len(log._files) == MAX_RENAMED + 1  # the limit, and the file at the path
     log.close()
     assert log._files == {}
+
+
+# appends a line on SIGHUP to the log it holds open; ready once it wrote "up"
+_OPENSM = """\
+import signal, sys
+fh = open(sys.argv[1], "a")
+def hup(*_):
+    fh.write("SUBNET UP\\n"); fh.flush()
+signal.signal(signal.SIGHUP, hup)
+fh.write("up\\n"); fh.flush()
+while True:
+    signal.pause()
+"""
+
+
+def test_a_log_renamed_before_the_first_look_is_found_through_proc(tmp_path: Path) -> None:
+    """Renamed without a reopen before ibqos ever opened it: OpenSM's open files tell
+    where it writes (a sibling log of another name is not taken)."""
+    path = tmp_path / "opensm.log"
+    proc = subprocess.Popen([sys.executable, "-c", _OPENSM, str(path)])
+    try:
+        deadline = time.monotonic() + 10
+        while not (path.exists() and path.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        rename(path)
+        (tmp_path / "opensm.logbook").write_text(UP)
+        log = LogFollower(path)
+        mark = log.mark(proc.pid)
+        assert len(log._files) == 2  # the empty file at the path, and the renamed one
+        proc.send_signal(signal.SIGHUP)
+        while not log.read_since(mark).swept:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # no such process: the file at the path only
+        assert len(LogFollower(path).mark(2**22 + 1).ends) == 1
+        log.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_a_follower_is_shared_per_path(tmp_path: Path) -> None:
