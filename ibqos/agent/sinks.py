@@ -86,6 +86,7 @@ def enforce(
     """Apply *files* (write, signal, check, verify, roll back) and count what happened,
     whether the apply returns or raises (ApplyError: nothing applied)."""
     before = (applier.signals_sent, applier.write_errors, applier.deferred)
+    rotations = applier.log_rotations
     try:
         result = applier.apply(files, verify)
     finally:
@@ -100,6 +101,7 @@ def enforce(
         counters.opensm_up = applier.opensm_up
         counters.opensm_rejected = applier.held is not None
         counters.opensm_log_missing = applier.log_missing
+        counters.log_rotations += applier.log_rotations - rotations
         budget = applier.budget
         counters.reload_tokens = None if budget is None else budget.tokens()
     if result.changed:

@@ -1,4 +1,5 @@
-"""Faults around OpenSM's files, for tests: its log gone, a stale pid in its pid file.
+"""Faults around OpenSM's files, for tests: its log gone or rotated, a stale pid in its pid
+file.
 
 Both work on any lab, in-process or supervised, from the test's own process (the paths
 are in ``ibqos lab status NAME --format json``).  OpenSM itself is stopped, started and
@@ -12,6 +13,8 @@ most 10 clients at once (OpenSM, each agent, each diag running).
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -131,3 +134,80 @@ def stale_pid(pid_file: Path) -> Iterator[Decoy]:
             else:
                 atomic_write(pid_file, before)
         decoy.stop()
+
+
+#: the ways :func:`rotate_log` rotates OpenSM's log, as logrotate can
+ROTATIONS = ("rename", "signal", "copytruncate")
+
+
+def rotate_log(log: Path, how: str, pid: int | None = None, timeout: float = 10.0) -> Path:
+    """Rotate OpenSM's log as logrotate does; the rotated files move up first (``<log>.1``
+    to ``<log>.2``, ...), as logrotate's ``rotate N`` does.
+
+    - ``rename``: renamed to ``<log>.1`` and an empty ``<log>`` created (logrotate's
+      ``create``); OpenSM is not told, so it writes on into ``<log>.1``;
+    - ``signal``: the same, then SIGUSR1 to OpenSM's *pid*, as Debian's logrotate
+      ``postrotate`` does: OpenSM 3.3.23 closes its log and opens ``<log>`` again
+      (``osm_log_reopen_file``); this returns once it has (its open files in /proc);
+    - ``copytruncate``: copied to ``<log>.1``, then truncated in place (what OpenSM writes
+      between the two is lost, as with logrotate).
+
+    Returns:
+        ``<log>.1``.
+
+    Raises:
+        LabError: no log to rotate, an unknown *how*, no *pid* for ``signal``, or OpenSM did
+            not reopen its log within *timeout* seconds.
+    """
+    if how not in ROTATIONS:
+        raise LabError(f"no such log rotation: {how!r} (one of {', '.join(ROTATIONS)})")
+    if how == "signal" and pid is None:
+        raise LabError("rotating OpenSM's log with SIGUSR1 needs OpenSM's pid")
+    rotated = log.with_name(f"{log.name}.1")
+    try:
+        _shift(log)
+        if how == "copytruncate":
+            shutil.copy2(log, rotated)
+            os.truncate(log, 0)
+            return rotated
+        mode = log.stat().st_mode & 0o7777
+        log.rename(rotated)
+        log.touch(mode)
+    except OSError as err:
+        raise LabError(f"cannot rotate OpenSM's log {log}: {err.strerror}") from err
+    if how == "signal":
+        assert pid is not None
+        os.kill(pid, signal.SIGUSR1)
+        _wait_reopened(log, pid, timeout)
+    return rotated
+
+
+def _shift(log: Path) -> None:
+    """Move ``<log>.N`` to ``<log>.N+1``, the highest first."""
+    numbered = []
+    for path in log.parent.glob(f"{log.name}.*"):
+        suffix = path.name[len(log.name) + 1 :]
+        if suffix.isdigit():
+            numbered.append((int(suffix), path))
+    for n, path in sorted(numbered, reverse=True):
+        path.rename(log.with_name(f"{log.name}.{n + 1}"))
+
+
+def _wait_reopened(log: Path, pid: int, timeout: float) -> None:
+    """Wait until process *pid* holds the file now at *log* open."""
+    inode = log.stat().st_ino
+    deadline = time.monotonic() + timeout
+    fds = Path(f"/proc/{pid}/fd")
+    while time.monotonic() < deadline:
+        try:
+            held = list(fds.iterdir())
+        except OSError as err:
+            raise LabError(f"OpenSM (pid {pid}) is gone: {err.strerror}") from err
+        for fd in held:
+            try:
+                if fd.stat().st_ino == inode:
+                    return
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise LabError(f"OpenSM (pid {pid}) did not reopen its log {log} within {timeout:g} s")

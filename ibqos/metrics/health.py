@@ -70,6 +70,7 @@ class Counters:
             not looked at yet).
         opensm_rejected: ibqos holds: OpenSM rejects its own files (the admin's part).
         opensm_log_missing: OpenSM's log could not be read at the last apply.
+        log_rotations: rotations of OpenSM's log seen while following it.
     """
 
     cycles: int = 0
@@ -103,6 +104,7 @@ class Counters:
     opensm_up: bool | None = None
     opensm_rejected: bool = False
     opensm_log_missing: bool = False
+    log_rotations: int = 0
 
 
 #: (attribute, metric name without _total, help)
@@ -137,6 +139,12 @@ _COUNTED = (
         "write_errors",
         "ibqos_opensm_write_errors",
         "Applies that failed because OpenSM's files or their backups could not be written.",
+    ),
+    (
+        "log_rotations",
+        "ibqos_opensm_log_rotations",
+        "Rotations of OpenSM's log seen (renamed, or truncated in place); it is followed"
+        " across them.",
     ),
     (
         "state_write_errors",

@@ -17,9 +17,10 @@ The one path by which ibqos changes what OpenSM reads (docs/design.md §9):
    first, any failure (disk full, a directory not writable) changing nothing; then one
    rename each, the current files kept under a second name beside them so that a
    rollback is a rename too and needs no free space;
-6. note the size of OpenSM's log, signal OpenSM (SIGHUP re-reads opensm.conf and the policy
-   in a heavy sweep, docs/design.md §6.3) and wait for the ``SUBNET UP`` line that ends that
-   sweep, looking every second whether OpenSM still runs;
+6. note where OpenSM's log ends, file by file (it is followed across rotations,
+   :class:`~ibqos.opensm.osmlog.LogFollower`), signal OpenSM (SIGHUP re-reads opensm.conf
+   and the policy in a heavy sweep, docs/design.md §6.3) and wait for the ``SUBNET UP``
+   line that ends that sweep, looking every second whether OpenSM still runs;
 7. read what OpenSM logged since (:mod:`ibqos.opensm.osmlog`): a fatal policy error fails
    the apply, a non-fatal one is reported once; then run the verifier (SA records of the
    new tables, a PathRecord SL per job);
@@ -31,7 +32,8 @@ Every wait is bounded, calls the heartbeat (the systemd watchdog ping) every
 A signal or a wait cut short before OpenSM's sweep was seen puts the previous files back
 and signals again, since OpenSM may have read the new ones; OpenSM gone after the signal
 gets its previous files back on disk, unsignalled.  Without a readable log ibqos waits
-:data:`SETTLE_S` after a signal and relies on the verifier.
+:data:`SETTLE_S` after a signal and relies on the verifier; so it does once the log was
+truncated in place during the wait (``copytruncate``: the sweep's end may be lost).
 
 No OSError leaves :meth:`Applier.apply`: every failure is an :class:`ApplyError`, and every
 apply that returns says how it ended (:class:`~ibqos.opensm.outcome.ApplyResult`).
@@ -60,9 +62,11 @@ from ibqos.errors import (
 from ibqos.fsio import FileSwap, atomic_write
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import Hold, load_hold, save_hold
-from ibqos.opensm.osmlog import SWEEP_DONE, LogReport, log_size, read_since, readable
+from ibqos.opensm.osmlog import SWEEP_DONE, LogMark, LogReport, follower, readable
 from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
+from ibqos.opensm.pidcheck import opensm_pid
 from ibqos.opensm.signallers import (
+    PROBE_TIMEOUT_S,
     CommandSignaller,
     Liveness,
     PidFileSignaller,
@@ -70,6 +74,7 @@ from ibqos.opensm.signallers import (
     Signaller,
     UnitSignaller,
 )
+from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
     from ibqos.config.models import OpenSMConfig
@@ -134,6 +139,8 @@ class Applier:
     Attributes:
         opensm_up: whether OpenSM ran when last looked at (None: cannot tell, or not yet).
         log_missing: OpenSM's log could not be read at the last apply.
+        log_rotations: rotations of OpenSM's log seen so far (:attr:`LogFollower.rotations
+            <ibqos.opensm.osmlog.LogFollower.rotations>`).
         signals_sent: signals sent so far (applies, rollbacks, repeats).
         write_errors: applies that failed because a file could not be written.
         deferred: applies not started because the reload budget was spent.
@@ -170,6 +177,12 @@ class Applier:
         self._hold: Hold | None = load_hold(hold_file)
         self._warned: set[str] = set()
         self._log_warned = False
+        self._log = follower(log_path)  # followed across rotations, shared per path
+
+    @property
+    def log_rotations(self) -> int:
+        """Rotations of OpenSM's log seen so far (renamed, or truncated in place)."""
+        return self._log.rotations
 
     @property
     def held(self) -> str | None:
@@ -429,17 +442,20 @@ class Applier:
             ApplyError: the signal failed (nothing waited for).
         """
         log_ok = self._log_readable()
-        offset = log_size(self.log_path)
+        mark = self._log.mark(self._opensm_pid() if log_ok else None)
         t0 = time.monotonic()
         self._signal()
-        return self._wait(offset, t0, log_ok)
+        return self._wait(mark, t0, log_ok)
 
-    def _wait(self, offset: int, t0: float, log_ok: bool) -> _Waited:
-        """Wait for the heavy sweep's end in the log past *offset* (or :attr:`settle_s`
-        without a log), looking every :data:`PROBE_EVERY_S` whether OpenSM still runs,
-        calling the heartbeat every :data:`POLL_S`; cut to :data:`STOP_GRACE_S` by a stop."""
+    def _wait(self, mark: LogMark, t0: float, log_ok: bool) -> _Waited:
+        """Wait for the heavy sweep's end in what the log gained since *mark* (or
+        :attr:`settle_s` without a log), looking every :data:`PROBE_EVERY_S` whether OpenSM
+        still runs, calling the heartbeat every :data:`POLL_S`; cut to :data:`STOP_GRACE_S`
+        by a stop.  A log truncated in place meanwhile may have lost the sweep's end: the
+        wait ends :attr:`settle_s` after that is seen, unless the line turns up, and the
+        verifier decides, as without a log."""
         deadline = t0 + (self.sweep_timeout_s if log_ok else self.settle_s)
-        cut = False
+        cut = lossy = False
         next_probe = t0 + PROBE_EVERY_S
         report = LogReport()
         while True:
@@ -448,11 +464,18 @@ class Applier:
             if not cut and self._stopping() and now + STOP_GRACE_S < deadline:
                 deadline, cut = now + STOP_GRACE_S, True
             if log_ok:
-                report = read_since(self.log_path, offset)
+                report = self._log.read_since(mark)
                 if report.swept:
                     return _Waited(report, now - t0)
+                if report.truncated and not lossy:
+                    lossy, deadline = True, min(deadline, now + self.settle_s)
+                    log.warning(
+                        "OpenSM's log %s was truncated in place (copytruncate) while waiting"
+                        " for its sweep: the sweep's end may be lost; relying on the SA check",
+                        self.log_path,
+                    )
             if now >= deadline:
-                return _Waited(report, timed_out=log_ok and not cut, cut_short=cut)
+                return _Waited(report, timed_out=log_ok and not cut and not lossy, cut_short=cut)
             if now >= next_probe:
                 next_probe = now + PROBE_EVERY_S
                 live = self._probe()
@@ -471,6 +494,22 @@ class Applier:
             live = Liveness(None, "cannot tell")
         self.opensm_up = live.up
         return live
+
+    def _opensm_pid(self) -> int | None:
+        """OpenSM's pid, from its checked pid file or its unit's main process (None: not
+        known), for the log's follower to find a log renamed away before it looked."""
+        signaller = self.signaller
+        if isinstance(signaller, PidFileSignaller):
+            try:
+                return opensm_pid(signaller.pid_file)
+            except OpenSMNotRunning:
+                return None
+        if isinstance(signaller, UnitSignaller):
+            argv = ("systemctl", "show", "--property=MainPID", "--value", signaller.unit)
+            run = run_tool(argv, timeout_s=PROBE_TIMEOUT_S)
+            text = run.stdout.strip() if run.returncode == 0 else ""
+            return int(text) if text.isdigit() and int(text) > 1 else None
+        return None
 
     def _log_readable(self) -> bool:
         """Whether OpenSM's log can be read; warned about once while it cannot."""

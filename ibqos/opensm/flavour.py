@@ -18,12 +18,20 @@ The flavour is told, in this order, by:
 3. otherwise upstream, the safe guess: its keys are a subset of NVIDIA's.
 
 ``opensm.flavour`` in ibqos.yaml overrides the detection.
+
+The banner is looked for once per OpenSM start (:class:`BannerWatch`): the whole log when it
+is a new file, was truncated, or OpenSM's pid changed, else only what it gained since the last
+look; the flavour it told is kept while no newer banner turns up.  A rotated log holds no
+banner (OpenSM logs it only when it starts), and reading it alone would take an NVIDIA
+OpenSM for upstream and drop its ``qos_sw2sw_*`` keys.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +44,10 @@ __all__ = [
     "NVIDIA_MARKERS",
     "NVIDIA_QOS_KEYS",
     "UPSTREAM_QOS_KEYS",
+    "BannerWatch",
     "Detected",
     "Flavour",
+    "banner_watch",
     "detect_flavour",
     "log_version",
     "managed_types",
@@ -129,13 +139,109 @@ def detect_flavour(
     return Detected("upstream", "no OpenSM version found, no NVIDIA-only option in opensm.conf")
 
 
-def resolve_flavour(setting: str, conf: Mapping[str, str], log_path: Path | None) -> Detected:
+def resolve_flavour(
+    setting: str, conf: Mapping[str, str], log_path: Path | None, pid: int | None = None
+) -> Detected:
     """The flavour for the ``opensm.flavour`` *setting*: itself unless "auto", else
-    :func:`detect_flavour` with the version banner of OpenSM's log at *log_path*."""
+    :func:`detect_flavour` with the version banner of OpenSM's log at *log_path*, as its
+    :class:`BannerWatch` keeps it (*pid*: OpenSM's, None: not known)."""
     if setting in FLAVOURS:
         return Detected("nvidia" if setting == "nvidia" else "upstream", "opensm.flavour")
-    version = log_version(log_path) if log_path is not None else None
+    version = banner_watch(log_path).version(pid) if log_path is not None else None
     return detect_flavour(conf, version, f" in {log_path}")
+
+
+@dataclass(frozen=True)
+class _Looked:
+    """How the log was when last looked at: its file, the bytes looked at (up to the end
+    of a line) and the :data:`_TAIL` bytes before that, OpenSM's pid, the banner found."""
+
+    key: tuple[int, int]
+    scanned: int
+    tail: bytes
+    pid: int | None
+    version: str | None
+
+
+#: bytes before the part of the log looked at, kept to tell a log rewritten in place
+_TAIL = 64
+
+
+class BannerWatch:
+    """OpenSM's last version banner in its log at *path*, looked for once per OpenSM start
+    and kept across rotations (the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._looked: _Looked | None = None
+        self._lock = threading.Lock()
+
+    def version(self, pid: int | None = None) -> str | None:
+        """The last banner OpenSM logged (``OpenSM 3.3.23``); None: none seen yet.
+
+        Args:
+            pid: OpenSM's pid now (None: not known); a new one has the whole log read.
+        """
+        with self._lock:
+            before = self._looked
+            kept = before.version if before is not None else None
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as err:
+                log.debug("OpenSM log %s: %s", self.path, err.strerror or err)
+                return kept
+            try:
+                st = os.fstat(fd)
+                key, size = (st.st_dev, st.st_ino), st.st_size
+                start = 0
+                if (
+                    before is not None
+                    and before.key == key
+                    and size >= before.scanned
+                    and _tail(fd, before.scanned) == before.tail
+                    and (pid is None or before.pid is None or pid == before.pid)
+                ):
+                    start = before.scanned  # the same log, grown: only what is new
+                found, scanned = _last_banner(fd, start, size)
+                version = found or kept
+                if found and found != kept:
+                    log.info("OpenSM's log %s: %s", self.path, found)
+                known = pid if pid is not None else (before.pid if before is not None else None)
+                self._looked = _Looked(key, scanned, _tail(fd, scanned), known, version)
+            except OSError as err:
+                log.debug("OpenSM log %s: %s", self.path, err.strerror or err)
+                return kept
+            finally:
+                os.close(fd)
+            return version
+
+
+def _tail(fd: int, end: int) -> bytes:
+    return os.pread(fd, min(_TAIL, end), max(0, end - _TAIL))
+
+
+def _last_banner(fd: int, start: int, end: int) -> tuple[str | None, int]:
+    """The last banner in bytes [*start*, *end*) of the file (its last MiB, else its first),
+    and where the last whole line there ends (the next look starts there)."""
+    tail_from = max(start, end - _LOG_WINDOW)
+    text = os.pread(fd, end - tail_from, tail_from)
+    newline = text.rfind(b"\n")
+    scanned = tail_from + newline + 1 if newline >= 0 else tail_from
+    m = list(_VERSION.finditer(text[: scanned - tail_from].decode(errors="replace")))
+    if not m and tail_from > start:
+        head = os.pread(fd, min(_LOG_WINDOW, tail_from - start), start)
+        m = list(_VERSION.finditer(head.decode(errors="replace")))
+    return (m[-1].group(0) if m else None), scanned
+
+
+_watches: dict[Path, BannerWatch] = {}
+_watches_lock = threading.Lock()
+
+
+def banner_watch(path: Path) -> BannerWatch:
+    """The :class:`BannerWatch` of the log at *path* (one per path, for the process's life)."""
+    with _watches_lock:
+        return _watches.setdefault(path, BannerWatch(path))
 
 
 def managed_types(port_types: Iterable[str], flavour: Flavour) -> tuple[str, ...]:

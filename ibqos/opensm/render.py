@@ -100,7 +100,7 @@ def render_checked(
     """
     conf_source, policy_source = str(cfg.conf), str(cfg.policy_file)
     admin_conf = read_file(cfg.conf) or ""
-    flavour = resolve_flavour(cfg.flavour, parse_conf(admin_conf), cfg.log)
+    flavour = resolve_flavour(cfg.flavour, parse_conf(admin_conf), cfg.log, _pid(cfg.pid_file))
     log.debug("rendering for OpenSM %s", flavour)
     values = managed_values(plan.tables, managed_types(cfg.port_types, flavour.flavour))
     conf = render_conf(admin_conf, values, source=conf_source)
@@ -139,6 +139,17 @@ def render_checked(
         raise RenderError(f"{errors[0]}{more}; nothing written")
     files = {cfg.conf: conf, cfg.policy_file: policy}
     return Rendered(files, tuple(findings), flavour)
+
+
+def _pid(pid_file: Path | None) -> int | None:
+    """The pid in OpenSM's pid file (None: no file, or no pid in it): a new one is a new
+    OpenSM, whose version banner is looked for in its whole log."""
+    if pid_file is None:
+        return None
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _partitions(conf: str) -> Partitions | None:

@@ -17,6 +17,7 @@ from ibqos.opensm.check import check_conf, check_file
 from ibqos.opensm.conf import BEGIN_MARK, END_MARK, find_block, parse_conf, split_lines
 from ibqos.opensm.flavour import (
     NVIDIA_QOS_KEYS,
+    BannerWatch,
     Detected,
     detect_flavour,
     log_version,
@@ -182,3 +183,50 @@ def test_upstream_opensm_gets_no_sw2sw_keys(tmp_path: Path) -> None:
 def test_opensm_flavour_overrides_the_detection(tmp_path: Path) -> None:
     cfg = _site(tmp_path, "qos TRUE\n", f"{STAMP}OpenSM 3.3.23\n", flavour="nvidia")
     assert all(key in parse_conf(_render(cfg)[1].files[cfg.conf]) for key in SW2SW)
+
+
+# -- the flavour kept across rotations ------------------------------------------------------
+
+
+def test_an_nvidia_opensm_keeps_its_sw2sw_keys_across_a_rotation(tmp_path: Path) -> None:
+    """The banner is logged once per start: a rotated log holds none, and the flavour
+    found before is kept (opensm.conf has no NVIDIA-only key to tell it otherwise)."""
+    cfg = _site(tmp_path, HANDWRITTEN.read_text(), f"{STAMP}{STDOUT.read_text()}")
+    first = _render(cfg)[1]
+    assert first.flavour is not None and first.flavour.flavour == "nvidia"
+    for rotate in ("rename", "copytruncate"):
+        if rotate == "rename":
+            cfg.log.rename(tmp_path / "opensm.log.1")
+            cfg.log.write_text(f"{STAMP}SUBNET UP\n")
+        else:
+            cfg.log.write_text("")  # truncated in place
+        after = _render(cfg)[1]
+        assert after.flavour == first.flavour, rotate
+        assert all(key in parse_conf(after.files[cfg.conf]) for key in SW2SW), rotate
+    cfg.log.unlink()  # gone: kept too
+    assert _render(cfg)[1].flavour == first.flavour
+
+
+def test_the_banner_is_looked_for_once_per_opensm_start(tmp_path: Path) -> None:
+    log = tmp_path / "opensm.log"
+    watch = BannerWatch(log)
+    assert watch.version() is None  # no log yet
+    log.write_text(f"{STAMP}OpenSM 3.3.23\n" + f"{STAMP}SUBNET UP\n" * 10)
+    assert watch.version(100) == "OpenSM 3.3.23"
+    with log.open("a") as fh:  # a restart appends its banner to the same log
+        fh.write(f"{STAMP}OpenSM 5.21.12.MLNX20250617.f74e01b8\n{STAMP}SUBN")
+        fh.flush()
+        assert watch.version(101) == "OpenSM 5.21.12.MLNX20250617.f74e01b8"
+        fh.write("ET UP\n" + f"{STAMP}SUBNET UP\n" * 3)
+    assert watch.version(101) == "OpenSM 5.21.12.MLNX20250617.f74e01b8"
+    # rewritten in place by a start with -e (erase_log_file), longer than before: told by
+    # its bytes, read whole
+    log.write_text(f"{STAMP}OpenSM 3.3.23\n" + "x" * 5000 + "\n")
+    assert watch.version(101) == "OpenSM 3.3.23"
+    # a banner cut in the middle is read once whole
+    with log.open("a") as fh:
+        fh.write(f"{STAMP}OpenSM 5.2")
+        fh.flush()
+        assert watch.version(102) == "OpenSM 3.3.23"
+        fh.write("1.12.MLNX20250617.f74e01b8\n")
+    assert watch.version(102) == "OpenSM 5.21.12.MLNX20250617.f74e01b8"
