@@ -68,6 +68,9 @@ class Counters:
         opensm_up: OpenSM ran when last looked at; None: cannot tell (a reload command,
             not looked at yet).
         opensm_rejected: ibqos holds: OpenSM rejects its own files (the admin's part).
+        outside_writes: rewrites of OpenSM's files by another writer seen (one per cycle
+            that found one).
+        outside_writer: ibqos holds: another writer rewrites OpenSM's files.
         opensm_log_missing: OpenSM's log could not be read at the last apply.
     """
 
@@ -102,6 +105,8 @@ class Counters:
     opensm_up: bool | None = None
     opensm_rejected: bool = False
     opensm_log_missing: bool = False
+    outside_writes: int = 0
+    outside_writer: bool = False
 
 
 #: (attribute, metric name without _total, help)
@@ -136,6 +141,12 @@ _COUNTED = (
         "write_errors",
         "ibqos_opensm_write_errors",
         "Applies that failed because OpenSM's files or their backups could not be written.",
+    ),
+    (
+        "outside_writes",
+        "ibqos_opensm_outside_writes",
+        "Rewrites of OpenSM's files by another writer (ibqos's lines changed or gone) seen by"
+        " an apply; ibqos holds instead of writing them back.",
     ),
     (
         "state_write_errors",
@@ -314,6 +325,13 @@ def _apply_gauges(c: Counters) -> Iterator[Metric]:
         "1 while ibqos holds because OpenSM rejects its own files (the admin's part):"
         " nothing is written until they change.",
         value=int(c.opensm_rejected),
+    )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_outside_writer",
+        "1 while ibqos holds because another writer rewrites OpenSM's files (config"
+        " management whose template lacks ibqos's blocks): nothing is written until the files"
+        " carry the blocks again or stand unchanged for opensm.outside_quiet_s.",
+        value=int(c.outside_writer),
     )
     yield GaugeMetricFamily(
         "ibqos_opensm_log_missing",

@@ -7,9 +7,12 @@ The one path by which ibqos changes what OpenSM reads (docs/design.md §9):
 2. compare each rendered file with what is on disk and stop if nothing changed: OpenSM is
    signalled only for a real change, since every signal costs a heavy sweep;
 3. refuse, with nothing written, while a hold is in force (OpenSM rejected its own files,
-   :mod:`ibqos.opensm.hold`), while OpenSM is not running (its pid file names no live
-   OpenSM, its unit is not active), or while the reload budget holds too little for the
-   apply and its rollback (:mod:`ibqos.opensm.budget`);
+   or another writer rewrites them: :mod:`ibqos.opensm.hold`), while OpenSM is not
+   running (its pid file names no live OpenSM, its unit is not active), or while the
+   reload budget holds too little for the apply and its rollback
+   (:mod:`ibqos.opensm.budget`); files that differ from what ibqos last wrote or found in
+   force, while the rendered ones are exactly that, were rewritten by another writer:
+   the applier holds at once rather than fight it (nothing written, nothing signalled);
 4. keep the current version of each changed file (``<state_dir>/backup/<name>.prev``), and
    the very first version ibqos found (``<name>.orig``, or an empty ``<name>.orig.absent``
    when there was no file), for ``ibqos restore``;
@@ -40,6 +43,7 @@ OpenSM is never bypassed: SL2VL and VLArb change only through opensm.conf.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import logging
@@ -54,12 +58,24 @@ from typing import TYPE_CHECKING, Any
 from ibqos.errors import (
     ApplyError,
     ApplyWriteError,
+    OpenSMHeld,
     OpenSMNotRunning,
     ReloadDeferred,
 )
 from ibqos.fsio import FileSwap, atomic_write
 from ibqos.opensm.budget import ReloadBudget
-from ibqos.opensm.hold import Hold, load_hold, save_hold
+from ibqos.opensm.hold import (
+    OUTSIDE,
+    QUIET_CAP_S,
+    Hold,
+    Written,
+    digest,
+    load_hold,
+    load_written,
+    save_hold,
+    save_written,
+    stamp,
+)
 from ibqos.opensm.osmlog import SWEEP_DONE, LogReport, log_size, read_since, readable
 from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
 from ibqos.opensm.signallers import (
@@ -80,6 +96,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 #: seconds between two looks at whether OpenSM still runs while waiting for its sweep
 PROBE_EVERY_S = 1.0
+#: seconds OpenSM's files must stand unchanged after another writer's last rewrite before
+#: ibqos writes them once more (``opensm.outside_quiet_s``)
+OUTSIDE_QUIET_S = 300.0
 #: seconds a wait for OpenSM goes on once a stop is asked for (twice that bounds an apply
 #: cut short: its own wait, then the wait after it signals the previous files)
 STOP_GRACE_S = 4.0
@@ -130,6 +149,10 @@ class Applier:
         budget: the reload budget every signal draws on (None: unlimited).
         hold_file: where a hold is kept across restarts (None: in this object only).
         settle_s: seconds waited after a signal when OpenSM's log cannot be read.
+        written_file: where the record of what ibqos last wrote is kept across restarts
+            (None: in this object only).
+        outside_quiet_s: seconds the files must stand unchanged after another writer's
+            last rewrite before ibqos writes them once more.
 
     Attributes:
         opensm_up: whether OpenSM ran when last looked at (None: cannot tell, or not yet).
@@ -137,6 +160,8 @@ class Applier:
         signals_sent: signals sent so far (applies, rollbacks, repeats).
         write_errors: applies that failed because a file could not be written.
         deferred: applies not started because the reload budget was spent.
+        outside_writes: rewrites of OpenSM's files by another writer seen so far (one per
+            apply that found one).
     """
 
     def __init__(
@@ -151,6 +176,8 @@ class Applier:
         budget: ReloadBudget | None = None,
         hold_file: Path | None = None,
         settle_s: float = SETTLE_S,
+        written_file: Path | None = None,
+        outside_quiet_s: float = OUTSIDE_QUIET_S,
     ) -> None:
         self.state_dir = state_dir
         self.backups = state_dir / "backup"
@@ -167,14 +194,29 @@ class Applier:
         self.signals_sent = 0
         self.write_errors = 0
         self.deferred = 0
+        self.outside_writes = 0
+        self.written_file = written_file
+        self.outside_quiet_s = outside_quiet_s
+        self._written: Written = load_written(written_file)
         self._hold: Hold | None = load_hold(hold_file)
         self._warned: set[str] = set()
         self._log_warned = False
 
     @property
     def held(self) -> str | None:
-        """Why ibqos holds (OpenSM rejects its own files); None: no hold."""
+        """Why ibqos holds (OpenSM rejects its own files, another writer rewrites them);
+        None: no hold."""
         return None if self._hold is None else self._hold.reason
+
+    @property
+    def rejected(self) -> bool:
+        """Whether ibqos holds because OpenSM rejects its own files."""
+        return self._hold is not None and self._hold.kind != OUTSIDE
+
+    @property
+    def outside_writer(self) -> bool:
+        """Whether ibqos holds because another writer rewrites OpenSM's files."""
+        return self._hold is not None and self._hold.kind == OUTSIDE
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -231,10 +273,15 @@ class Applier:
         changed = self.pending(files)
         live = self._probe()
         if not changed:
+            self._in_force(files)
             return ApplyResult()
-        if self._hold is not None:
-            self._hold.check()
-            self._set_hold(None)
+        if self._hold is not None and self._hold.kind == OUTSIDE:
+            self._outside_held()  # returns once the quiet period passed: write once more
+        else:
+            if self._hold is not None:
+                self._hold.check()
+                self._set_hold(None)
+            self._outside_check(files)
         if self._stopping():
             raise ApplyError("not applied: ibqos is stopping")
         if live.up is False:
@@ -266,6 +313,7 @@ class Applier:
             return self._reload(swap, tuple(changed), tuple(files), verify)
         finally:
             swap.close()
+            self._remember(tuple(files))
 
     def _reload(
         self,
@@ -342,6 +390,89 @@ class Applier:
     def _set_hold(self, hold: Hold | None) -> None:
         self._hold = hold
         save_hold(self.hold_file, hold)
+
+    # -- another writer --------------------------------------------------------------------
+
+    def _in_force(self, files: Mapping[Path, str | None]) -> None:
+        """The files on disk are *files*: note them as ibqos's, and end a hold on another
+        writer (its template keeps out of ibqos's blocks now, or they were put back)."""
+        self._note({str(path): digest(text) for path, text in files.items()}, strikes=None)
+        if self._hold is not None and self._hold.kind == OUTSIDE:
+            log.warning(
+                "OpenSM's files carry ibqos's lines as it writes them again: the hold on"
+                " the other writer ends"
+            )
+            self._note(self._written.files, strikes=0)
+            self._set_hold(None)
+
+    def _remember(self, files: tuple[Path, ...]) -> None:
+        """Note *files* as they are on disk after ibqos wrote them (or put them back)."""
+        try:
+            seen = {str(path): digest(read_file(path)) for path in files}
+        except OSError as err:  # not known: the next apply cannot tell another writer
+            log.debug("cannot read back %s: %s", err.filename, err.strerror or err)
+            seen = {}
+        self._note(seen, strikes=None)
+
+    def _note(self, seen: Mapping[str, str], *, strikes: int | None) -> None:
+        """Keep *seen* (and *strikes*, None: as they are) as what ibqos wrote."""
+        old = self._written
+        new = Written(dict(seen), old.strikes if strikes is None else strikes, old.released_s)
+        if new != old:
+            self._written = new
+            save_written(self.written_file, new)
+
+    def _outside_check(self, files: Mapping[Path, str | None]) -> None:
+        """Hold at once when another writer changed what ibqos last wrote, while ibqos
+        would write exactly that again (a fight: each rewrite a reload, undone at the
+        writer's next run).
+
+        Raises:
+            OpenSMHeld: such a writer is seen; nothing is to be written.
+        """
+        fought = []
+        for path, text in files.items():
+            mine = self._written.files.get(str(path))
+            if mine is not None and digest(text) == mine and digest(read_file(path)) != mine:
+                fought.append(path)
+        if not fought:
+            return
+        self.outside_writes += 1
+        old = self._written
+        now = time.time()
+        strikes = old.strikes + 1 if now - old.released_s < QUIET_CAP_S else 1
+        cap = max(self.outside_quiet_s, QUIET_CAP_S)
+        quiet = min(self.outside_quiet_s * 2.0 ** (strikes - 1), cap)
+        self._note(old.files, strikes=strikes)
+        self._set_hold(Hold.outside(fought, files, quiet))
+        raise OpenSMHeld(f"held, nothing written: {self.held}")
+
+    def _outside_held(self) -> None:
+        """Go on holding while another writer rewrites the files, or they have not stood
+        unchanged for the quiet period since; return (the hold ended, logged) after it.
+
+        Raises:
+            OpenSMHeld: still holding; nothing is to be written.
+        """
+        hold = self._hold
+        assert hold is not None
+        now = time.time()
+        now_stamp = stamp(hold.files)
+        if now_stamp != hold.fingerprint:
+            self.outside_writes += 1
+            hold = dataclasses.replace(hold, fingerprint=now_stamp, changed_s=now)
+            self._set_hold(hold)
+        if now - hold.changed_s < hold.quiet_s:
+            raise OpenSMHeld(f"held, nothing written: {hold.reason}")
+        log.warning(
+            "OpenSM's files stood unchanged for %g s since another writer last rewrote"
+            " them: ibqos writes them once more",
+            hold.quiet_s,
+        )
+        old = self._written
+        self._written = Written(old.files, old.strikes, now)
+        save_written(self.written_file, self._written)
+        self._set_hold(None)
 
     def _keep(self, previous: Mapping[Path, str | None]) -> None:
         """Keep the current version of each file, and the first one ibqos ever found."""
