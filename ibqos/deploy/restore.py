@@ -20,9 +20,11 @@ PathRecord between the first and the last port of each job ibqos's policy block 
 to :data:`VERIFY_PATHS` of them; LIDs from the fabric as the config's ``fabric`` section
 gives it).  Where the admin's policy has no match rule and no ULP line but ``default``,
 every such path must carry the admin's DEFAULT SL (0 without one, and without a policy
-file): any other SL is a problem and restore exits 1, the files staying restored.  Where
-the admin's own rules decide (ibqos does not evaluate them), the SL each path carries is
-reported, and the check is that the SA serves one.
+file).  Where the admin's own rules decide (ibqos does not evaluate them), the SL each
+path carries is reported, and the check is that the SA serves one.  A check that fails is
+the apply's verification failing: the files of before the restore go back and restore
+exits 1.  No fabric to find the jobs' LIDs in, or no job bound: a note says the SA was
+not asked, and OpenSM's log alone decides.
 
 Restore refuses while any agent runs on the state directory (``ibqos.agent.lock``): one
 in enforce mode would rewrite the files at its next cycle, and one in observe mode
@@ -68,15 +70,12 @@ class Restored:
             was none before ibqos).
         notes: things the admin should know, one line each.
         verified: what the SA serves on the paths checked, one line each.
-        problems: paths the SA serves otherwise than the restored files give, one line
-            each (the files stay restored).
     """
 
     result: ApplyResult
     files: dict[Path, str | None]
     notes: tuple[str, ...] = ()
     verified: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
 
 
 def originals(config: Config) -> dict[Path, str | None]:
@@ -169,13 +168,19 @@ def _restore(config: Config) -> Restored:
     files = stripped(config)
     if not files:
         return Restored(ApplyResult(), files, tuple(notes))
+    check = None
+    if config.opensm.verify and files != {p: read_file(p) for p in files}:
+        check, note = sa_check(config, parse_policy(before), files)
+        if note:
+            notes.append(note)
     applier = Applier(
         state_dir,
         make_signaller(config.opensm),
         config.opensm.log,
         sweep_timeout_s=config.opensm.sweep_timeout_s,
     )
-    result = applier.apply(files)
+    result = applier.apply(files, check)
+    verified = () if check is None else tuple(check.lines)
     if not result.ok:
         return Restored(result, files, tuple(notes))
     for kept in (HOLD_FILE, WRITTEN_FILE):  # the admin acted: the next agent starts afresh
@@ -183,28 +188,67 @@ def _restore(config: Config) -> Restored:
             atomic_remove(state_dir / kept)
         except OSError as err:
             notes.append(f"{state_dir / kept}: cannot remove ({err.strerror}); remove it")
-    if not result.changed:
-        return Restored(result, files, tuple(notes))
-    _remember(config, result)
-    if config.opensm.verify and result.signalled:
-        verified, problems = verify(config, parse_policy(before), files)
-        return Restored(result, files, tuple(notes), verified, problems)
-    return Restored(result, files, tuple(notes))
+    if result.changed:
+        _remember(config, result)
+    return Restored(result, files, tuple(notes), verified)
 
 
-def verify(
+class SACheck:
+    """The SA check after a restore (the module docstring): PathRecords of ibqos's
+    removed jobs, each on the admin's DEFAULT SL (*default*), or, where the admin's own
+    rules decide (*default* None), served at all.
+
+    Attributes:
+        lines: what the SA served, one line each, once checked.
+    """
+
+    def __init__(
+        self, paths: Sequence[tuple[str, int, int]], default: int | None, runner: SmpqueryRunner
+    ) -> None:
+        self.paths = tuple(paths)
+        self.default = default
+        self.runner = runner
+        self.lines: list[str] = []
+
+    def __call__(self) -> list[str]:
+        """Problems, one line each (the apply rolls the restore back on any)."""
+        self.lines.clear()
+        if self.default is not None:
+            checks = tuple(PathCheck(j, a, b, self.default) for j, a, b in self.paths)
+            problems = check_until(Expected(paths=checks), self.runner)
+            if not problems:
+                self.lines.append(
+                    f"the SA serves SL {self.default} (the admin's DEFAULT) on"
+                    f" {len(self.paths)} path(s) of ibqos's jobs"
+                )
+            return problems
+        problems = []
+        for job_id, slid, dlid in self.paths:
+            argv = ["saquery", "PR", "--slid", str(slid), "--dlid", str(dlid)]
+            try:
+                sl = parse_path_sl(self.runner(argv))
+            except IbqosError as err:
+                problems.append(f"job {job_id}: no PathRecord lid {slid}->{dlid}: {err}")
+                continue
+            self.lines.append(
+                f"job {job_id}: the SA serves SL {sl} lid {slid}->{dlid} (the admin's rules)"
+            )
+        return problems
+
+
+def sa_check(
     config: Config, block: Policy, files: dict[Path, str | None]
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What the SA serves on the jobs' paths of ibqos's removed *block*, after a restore
-    of *files*: (lines saying what it serves, problems); see the module docstring."""
+) -> tuple[SACheck | None, str]:
+    """The SA check of a restore of *files* that removes ibqos's policy *block*, and a
+    note when there is none (no job bound, no fabric to find the jobs' LIDs)."""
     ports = job_ports(block)
     if not ports:
-        return ("no job of ibqos's was bound: no path to check",), ()
+        return None, ""
     try:
         fabric = fabric_from_config(config)
         runner = SmpqueryRunner(10.0, binary="saquery")
     except IbqosError as err:
-        return (), (f"not verified through the SA: {err}",)
+        return None, f"not verified through the SA: {err}"
     lid = {
         fp.port_guid: fp.lid
         for fp in fabric.ports.values()
@@ -216,20 +260,10 @@ def verify(
         if len(lids) >= 2 and len(paths) < VERIFY_PATHS:
             paths.append((job_id, lids[0], lids[-1]))
     if not paths:
-        return ("no job of ibqos's has two ports in the fabric: no path to check",), ()
+        return None, "not verified through the SA: no job of ibqos's has two ports in the fabric"
     policy_path = config.opensm.policy_file
     admin = parse_policy(files.get(policy_path, read_file(policy_path)) or "")
-    default = _default_sl(admin)
-    if default is not None:
-        expected = Expected(paths=tuple(PathCheck(j, a, b, default) for j, a, b in paths))
-        problems = check_until(expected, runner)
-        if problems:
-            return (), tuple(problems)
-        return (
-            f"the SA serves SL {default} (the admin's DEFAULT) on {len(paths)} path(s) of"
-            " ibqos's jobs",
-        ), ()
-    return _served(paths, runner)
+    return SACheck(paths, _default_sl(admin), runner), ""
 
 
 def _default_sl(admin: Policy) -> int | None:
@@ -241,22 +275,6 @@ def _default_sl(admin: Policy) -> int | None:
         return None
     sl = admin.default_sl
     return 0 if sl is None else sl
-
-
-def _served(
-    paths: Sequence[tuple[str, int, int]], runner: SmpqueryRunner
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The SL the SA serves on each path, where the admin's rules decide it."""
-    lines, problems = [], []
-    for job_id, slid, dlid in paths:
-        argv = ["saquery", "PR", "--slid", str(slid), "--dlid", str(dlid)]
-        try:
-            sl = parse_path_sl(runner(argv))
-        except IbqosError as err:
-            problems.append(f"job {job_id}: no PathRecord lid {slid}->{dlid}: {err}")
-            continue
-        lines.append(f"job {job_id}: the SA serves SL {sl} lid {slid}->{dlid} (the admin's rules)")
-    return tuple(lines), tuple(problems)
 
 
 def _remember(config: Config, result: ApplyResult) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,12 @@ from ibqos.agent.lock import AgentLock
 from ibqos.agent.state import AgentState, load_state, save_state
 from ibqos.config.load import parse_config
 from ibqos.config.models import Config
-from ibqos.deploy.restore import originals, restore, stripped
+from ibqos.deploy.restore import SACheck, _default_sl, originals, restore, stripped
 from ibqos.errors import ApplyError
 from ibqos.opensm.apply import Applier, make_signaller
 from ibqos.opensm.conf import render_conf
 from ibqos.opensm.hold import HOLD_FILE, WRITTEN_FILE
-from ibqos.opensm.policy import PolicyJob, render_policy
+from ibqos.opensm.policy import PolicyJob, parse_policy, render_policy
 
 ADMIN_CONF = "# the admin's opensm.conf\nlog_max_size 0\n"
 SUBNET_UP = "Nov 22 10:00:00 000001 [0] 0x02 -> SUBNET UP"
@@ -203,3 +204,37 @@ def test_restore_holds_the_agent_lock_while_it_works(tmp_path: Path) -> None:
     assert restore(during).result.ok
     assert "another ibqos agent runs on state directory" in seen.read_text()
     assert AgentLock(cfg.agent.state_dir, "enforce")  # and let go of it afterwards
+
+
+def test_the_sa_check_wants_the_admins_default_where_no_rule_of_the_admin_decides() -> None:
+    answers = {"2": "\t\tsl.......................0x1\n", "4": "\t\tsl.......................3\n"}
+
+    def saquery(argv: Sequence[str]) -> str:
+        return answers[argv[-1]]
+
+    check = SACheck([("A", 1, 2), ("B", 3, 4)], 1, saquery)  # type: ignore[arg-type]
+    problems = check()
+    assert problems == ["job B: PathRecord lid 3->4 has SL 3, the policy gives SL 1"]
+    assert check.lines == []
+    answers["4"] = answers["2"]
+    assert check() == [] and check.lines == [
+        "the SA serves SL 1 (the admin's DEFAULT) on 2 path(s) of ibqos's jobs"
+    ]
+    # the admin's own match rules decide: each path's SL is reported, none is wrong
+    answers["4"] = "\t\tsl.......................3\n"
+    served = SACheck([("A", 1, 2), ("B", 3, 4)], None, saquery)  # type: ignore[arg-type]
+    assert served() == []
+    assert served.lines[1] == "job B: the SA serves SL 3 lid 3->4 (the admin's rules)"
+
+
+@pytest.mark.parametrize(
+    ("policy", "sl"),
+    [
+        ("", 0),  # no policy: SL 0
+        ("qos-levels\nqos-level\nname: DEFAULT\nsl: 2\nend-qos-level\nend-qos-levels\n", 2),
+        ("qos-ulps\ndefault : 4\nend-qos-ulps\n", 4),
+        ("qos-ulps\ndefault : 0\nipoib : 3\nend-qos-ulps\n", None),  # the admin's ULPs
+    ],
+)
+def test_the_sl_a_path_gets_from_the_admins_policy_alone(policy: str, sl: int | None) -> None:
+    assert _default_sl(parse_policy(policy)) == sl
