@@ -43,7 +43,6 @@ OpenSM is never bypassed: SL2VL and VLArb change only through opensm.conf.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import fcntl
 import logging
@@ -64,18 +63,7 @@ from ibqos.errors import (
 )
 from ibqos.fsio import FileSwap, atomic_write
 from ibqos.opensm.budget import ReloadBudget
-from ibqos.opensm.hold import (
-    OUTSIDE,
-    QUIET_CAP_S,
-    Hold,
-    Written,
-    digest,
-    load_hold,
-    load_written,
-    save_hold,
-    save_written,
-    stamp,
-)
+from ibqos.opensm.hold import OUTSIDE, Hold, load_hold, save_hold
 from ibqos.opensm.osmlog import SWEEP_DONE, LogReport, log_size, read_since, readable
 from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
 from ibqos.opensm.signallers import (
@@ -86,6 +74,7 @@ from ibqos.opensm.signallers import (
     Signaller,
     UnitSignaller,
 )
+from ibqos.opensm.writers import Record
 
 if TYPE_CHECKING:
     from ibqos.config.models import OpenSMConfig
@@ -160,8 +149,6 @@ class Applier:
         signals_sent: signals sent so far (applies, rollbacks, repeats).
         write_errors: applies that failed because a file could not be written.
         deferred: applies not started because the reload budget was spent.
-        outside_writes: rewrites of OpenSM's files by another writer seen so far (one per
-            apply that found one).
     """
 
     def __init__(
@@ -194,10 +181,7 @@ class Applier:
         self.signals_sent = 0
         self.write_errors = 0
         self.deferred = 0
-        self.outside_writes = 0
-        self.written_file = written_file
-        self.outside_quiet_s = outside_quiet_s
-        self._written: Written = load_written(written_file)
+        self._record = Record(written_file, outside_quiet_s)
         self._hold: Hold | None = load_hold(hold_file)
         self._warned: set[str] = set()
         self._log_warned = False
@@ -207,6 +191,12 @@ class Applier:
         """Why ibqos holds (OpenSM rejects its own files, another writer rewrites them);
         None: no hold."""
         return None if self._hold is None else self._hold.reason
+
+    @property
+    def outside_writes(self) -> int:
+        """Rewrites of OpenSM's files by another writer seen so far (one per apply that
+        found one: :mod:`ibqos.opensm.writers`)."""
+        return self._record.writes
 
     @property
     def rejected(self) -> bool:
@@ -273,15 +263,20 @@ class Applier:
         changed = self.pending(files)
         live = self._probe()
         if not changed:
-            self._in_force(files)
+            if self._record.in_force(files, self._hold):
+                self._set_hold(None)
             return ApplyResult()
         if self._hold is not None and self._hold.kind == OUTSIDE:
-            self._outside_held()  # returns once the quiet period passed: write once more
+            held = self._record.still_held(self._hold)
+            if held != self._hold:
+                self._set_hold(held)  # None: the quiet period passed, write once more
+        elif self._hold is not None:
+            self._hold.check()
+            self._set_hold(None)
         else:
-            if self._hold is not None:
-                self._hold.check()
-                self._set_hold(None)
-            self._outside_check(files)
+            self._set_hold(self._record.fought(files))
+        if self._hold is not None:
+            raise OpenSMHeld(f"held, nothing written: {self._hold.reason}")
         if self._stopping():
             raise ApplyError("not applied: ibqos is stopping")
         if live.up is False:
@@ -313,7 +308,7 @@ class Applier:
             return self._reload(swap, tuple(changed), tuple(files), verify)
         finally:
             swap.close()
-            self._remember(tuple(files))
+            self._record.remember(tuple(files))
 
     def _reload(
         self,
@@ -390,89 +385,6 @@ class Applier:
     def _set_hold(self, hold: Hold | None) -> None:
         self._hold = hold
         save_hold(self.hold_file, hold)
-
-    # -- another writer --------------------------------------------------------------------
-
-    def _in_force(self, files: Mapping[Path, str | None]) -> None:
-        """The files on disk are *files*: note them as ibqos's, and end a hold on another
-        writer (its template keeps out of ibqos's blocks now, or they were put back)."""
-        self._note({str(path): digest(text) for path, text in files.items()}, strikes=None)
-        if self._hold is not None and self._hold.kind == OUTSIDE:
-            log.warning(
-                "OpenSM's files carry ibqos's lines as it writes them again: the hold on"
-                " the other writer ends"
-            )
-            self._note(self._written.files, strikes=0)
-            self._set_hold(None)
-
-    def _remember(self, files: tuple[Path, ...]) -> None:
-        """Note *files* as they are on disk after ibqos wrote them (or put them back)."""
-        try:
-            seen = {str(path): digest(read_file(path)) for path in files}
-        except OSError as err:  # not known: the next apply cannot tell another writer
-            log.debug("cannot read back %s: %s", err.filename, err.strerror or err)
-            seen = {}
-        self._note(seen, strikes=None)
-
-    def _note(self, seen: Mapping[str, str], *, strikes: int | None) -> None:
-        """Keep *seen* (and *strikes*, None: as they are) as what ibqos wrote."""
-        old = self._written
-        new = Written(dict(seen), old.strikes if strikes is None else strikes, old.released_s)
-        if new != old:
-            self._written = new
-            save_written(self.written_file, new)
-
-    def _outside_check(self, files: Mapping[Path, str | None]) -> None:
-        """Hold at once when another writer changed what ibqos last wrote, while ibqos
-        would write exactly that again (a fight: each rewrite a reload, undone at the
-        writer's next run).
-
-        Raises:
-            OpenSMHeld: such a writer is seen; nothing is to be written.
-        """
-        fought = []
-        for path, text in files.items():
-            mine = self._written.files.get(str(path))
-            if mine is not None and digest(text) == mine and digest(read_file(path)) != mine:
-                fought.append(path)
-        if not fought:
-            return
-        self.outside_writes += 1
-        old = self._written
-        now = time.time()
-        strikes = old.strikes + 1 if now - old.released_s < QUIET_CAP_S else 1
-        cap = max(self.outside_quiet_s, QUIET_CAP_S)
-        quiet = min(self.outside_quiet_s * 2.0 ** (strikes - 1), cap)
-        self._note(old.files, strikes=strikes)
-        self._set_hold(Hold.outside(fought, files, quiet))
-        raise OpenSMHeld(f"held, nothing written: {self.held}")
-
-    def _outside_held(self) -> None:
-        """Go on holding while another writer rewrites the files, or they have not stood
-        unchanged for the quiet period since; return (the hold ended, logged) after it.
-
-        Raises:
-            OpenSMHeld: still holding; nothing is to be written.
-        """
-        hold = self._hold
-        assert hold is not None
-        now = time.time()
-        now_stamp = stamp(hold.files)
-        if now_stamp != hold.fingerprint:
-            self.outside_writes += 1
-            hold = dataclasses.replace(hold, fingerprint=now_stamp, changed_s=now)
-            self._set_hold(hold)
-        if now - hold.changed_s < hold.quiet_s:
-            raise OpenSMHeld(f"held, nothing written: {hold.reason}")
-        log.warning(
-            "OpenSM's files stood unchanged for %g s since another writer last rewrote"
-            " them: ibqos writes them once more",
-            hold.quiet_s,
-        )
-        old = self._written
-        self._written = Written(old.files, old.strikes, now)
-        save_written(self.written_file, self._written)
-        self._set_hold(None)
 
     def _keep(self, previous: Mapping[Path, str | None]) -> None:
         """Keep the current version of each file, and the first one ibqos ever found."""
