@@ -101,7 +101,7 @@ COMMANDS: dict[str, Entry] = {
         "ibqos.cli.deploy",
         "restore_command",
         "Take ibqos's blocks and keys out of OpenSM's files, keeping every other line as it"
-        " is now, signal OpenSM and check its log and the SA; on an error in the log the"
+        " is now, signal OpenSM, check its log and verify through the SA; on an error the"
         " files of before the restore go back.",
     ),
     "run": Entry(
