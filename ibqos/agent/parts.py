@@ -34,7 +34,7 @@ from ibqos.metrics.server import Exporter, metrics_app
 from ibqos.metrics.slserver import SlServerHealth
 from ibqos.opensm.apply import Applier, make_signaller
 from ibqos.opensm.budget import ReloadBudget
-from ibqos.opensm.hold import HOLD_FILE
+from ibqos.opensm.hold import HOLD_FILE, WRITTEN_FILE
 from ibqos.opensm.observe import Observer
 from ibqos.plan.tuning import TuningDriver
 from ibqos.slurm.source import SlurmJobSource
@@ -148,6 +148,8 @@ class AgentParts:
             should_stop=self._should_stop,
             budget=budget,
             hold_file=config.agent.state_dir / HOLD_FILE,
+            written_file=config.agent.state_dir / WRITTEN_FILE,
+            outside_quiet_s=osm.outside_quiet_s,
         )
 
     def _tuning(self, config: Config) -> TuningDriver:

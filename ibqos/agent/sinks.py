@@ -85,21 +85,24 @@ def enforce(
 ) -> ApplyResult:
     """Apply *files* (write, signal, check, verify, roll back) and count what happened,
     whether the apply returns or raises (ApplyError: nothing applied)."""
-    before = (applier.signals_sent, applier.write_errors, applier.deferred)
+    before = (applier.signals_sent, applier.write_errors, applier.deferred, applier.outside_writes)
     rotations = applier.log_rotations
     try:
         result = applier.apply(files, verify)
     finally:
-        signals, write_errors, deferred = (
+        signals, write_errors, deferred, outside = (
             applier.signals_sent - before[0],
             applier.write_errors - before[1],
             applier.deferred - before[2],
+            applier.outside_writes - before[3],
         )
         counters.reloads += signals
         counters.write_errors += write_errors
         counters.reloads_deferred += deferred
         counters.opensm_up = applier.opensm_up
-        counters.opensm_rejected = applier.held is not None
+        counters.outside_writes += outside
+        counters.opensm_rejected = applier.rejected
+        counters.outside_writer = applier.outside_writer
         counters.opensm_log_missing = applier.log_missing
         counters.log_rotations += applier.log_rotations - rotations
         budget = applier.budget

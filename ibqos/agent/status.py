@@ -33,7 +33,7 @@ def render_status(state: AgentState, state_dir: Path) -> str:
         since = datetime.fromtimestamp(hold.since_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         lines.append(
             f"HELD since {since}: {hold.reason}; ibqos writes nothing to OpenSM until"
-            f" {', '.join(str(p) for p in hold.files)} change"
+            f" {hold.until()}"
         )
     plan = state.plan or {}
     jobs = plan.get("jobs", [])

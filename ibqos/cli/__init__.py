@@ -100,8 +100,9 @@ COMMANDS: dict[str, Entry] = {
     "restore": Entry(
         "ibqos.cli.deploy",
         "restore_command",
-        "Put back the OpenSM files ibqos first found (kept in the state directory), signal"
-        " OpenSM and check its log; on an error the files of before the restore go back.",
+        "Take ibqos's blocks and keys out of OpenSM's files, keeping every other line as it"
+        " is now, signal OpenSM, check its log and verify through the SA; on an error the"
+        " files of before the restore go back.",
     ),
     "run": Entry(
         "ibqos.cli.run",

@@ -85,26 +85,30 @@ def install_command(
 @click.command("restore")
 @config_option()
 def restore_command(path: Path | None) -> None:
-    """Put back the OpenSM files ibqos first found (kept in the state directory), signal
-    OpenSM and check its log; on an error the files of before the restore go back.
+    """Take ibqos's blocks and keys out of OpenSM's files, keeping every other line as it
+    is now, signal OpenSM, check its log and verify through the SA; on an error the files
+    of before the restore go back.
 
     Refuses while an ibqos agent runs on the state directory (in either mode it would
-    overwrite the restore): stop it first.  Exit 1 if OpenSM did not take the files.
+    overwrite the restore): stop it first.  Exit 1 if OpenSM did not take the files (its
+    log, or the SA serving the jobs' paths otherwise than the restored files give).
     """
     config = load_config(find_config(path))
     done = restore(config)
     for note in done.notes:
         click.echo(f"note: {note}", err=True)
-    if not done.originals:
+    if not done.files:
         backups = config.agent.state_dir / "backup"
         click.echo(f"nothing to restore: ibqos never wrote OpenSM's files (no {backups}/*.orig)")
         return
     result = done.result
-    if not result.changed:
-        click.echo("nothing to restore: OpenSM's files are the ones ibqos first found")
-        return
     if not result.ok:
         raise ApplyError(f"restore failed, {result.summary()}")
-    for file, text in done.originals.items():
+    if not result.changed:
+        click.echo("nothing to restore: OpenSM's files hold no ibqos lines")
+        return
+    for file, text in done.files.items():
         click.echo(f"restored {file}" if text is not None else f"removed {file} (none at first)")
     click.echo(f"OpenSM: {result.summary()}")
+    for line in done.verified:
+        click.echo(f"verified: {line}")

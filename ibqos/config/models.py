@@ -157,6 +157,9 @@ class OpenSMConfig:
         flavour: the OpenSM that reads the files: "upstream" (3.3.x), "nvidia" (5.x), or
             "auto" (told from the version OpenSM logs, else from opensm.conf's keys).
         sweep_timeout_s: seconds to wait for OpenSM's heavy sweep after a signal.
+        outside_quiet_s: seconds OpenSM's files must stand unchanged after another writer
+            (config management) last rewrote ibqos's lines before ibqos writes them once
+            more; until then it holds (docs/deploy.md).
         verify: after a reload, check through SA that OpenSM serves the new tables and SLs.
         reload_budget: how often OpenSM may be signalled (a token bucket).
     """
@@ -172,6 +175,7 @@ class OpenSMConfig:
     port_types: Annotated[tuple[str, ...], members(PORT_TYPES)] = ("ca", "swe")
     flavour: Annotated[str, choice(OPENSM_FLAVOURS)] = "auto"
     sweep_timeout_s: Annotated[float, number(1)] = 30.0
+    outside_quiet_s: Annotated[float, number(1)] = 300.0
     verify: Annotated[bool, flag()] = True
     reload_budget: ReloadBudgetConfig = dataclasses.field(default_factory=ReloadBudgetConfig)
 

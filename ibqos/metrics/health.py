@@ -69,6 +69,9 @@ class Counters:
         opensm_up: OpenSM ran when last looked at; None: cannot tell (a reload command,
             not looked at yet).
         opensm_rejected: ibqos holds: OpenSM rejects its own files (the admin's part).
+        outside_writes: rewrites of OpenSM's files by another writer seen (one per cycle
+            that found one).
+        outside_writer: ibqos holds: another writer rewrites OpenSM's files.
         opensm_log_missing: OpenSM's log could not be read at the last apply.
         log_rotations: rotations of OpenSM's log seen while following it.
     """
@@ -105,6 +108,8 @@ class Counters:
     opensm_rejected: bool = False
     opensm_log_missing: bool = False
     log_rotations: int = 0
+    outside_writes: int = 0
+    outside_writer: bool = False
 
 
 #: (attribute, metric name without _total, help)
@@ -145,6 +150,12 @@ _COUNTED = (
         "ibqos_opensm_log_rotations",
         "Rotations of OpenSM's log seen (renamed, or truncated in place); it is followed"
         " across them.",
+    ),
+    (
+        "outside_writes",
+        "ibqos_opensm_outside_writes",
+        "Rewrites of OpenSM's files by another writer (ibqos's lines changed or gone) seen by"
+        " an apply; ibqos holds instead of writing them back.",
     ),
     (
         "state_write_errors",
@@ -327,6 +338,13 @@ def _apply_gauges(c: Counters) -> Iterator[Metric]:
         "1 while ibqos holds because OpenSM rejects its own files (the admin's part):"
         " nothing is written until they change.",
         value=int(c.opensm_rejected),
+    )
+    yield GaugeMetricFamily(
+        "ibqos_opensm_outside_writer",
+        "1 while ibqos holds because another writer rewrites OpenSM's files (config"
+        " management whose template lacks ibqos's blocks): nothing is written until the files"
+        " carry the blocks again or stand unchanged for opensm.outside_quiet_s.",
+        value=int(c.outside_writer),
     )
     yield GaugeMetricFamily(
         "ibqos_opensm_log_missing",

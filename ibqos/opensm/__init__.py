@@ -12,7 +12,8 @@ safely, and verify that OpenSM serves them.
   signal, log check, rollback, hold), with :mod:`~ibqos.opensm.outcome` (how an apply
   ended), :mod:`~ibqos.opensm.signallers` (how OpenSM is signalled and whether it runs),
   :mod:`~ibqos.opensm.pidcheck`, :mod:`~ibqos.opensm.osmlog` (what its log says),
-  :mod:`~ibqos.opensm.budget` (the reload budget) and :mod:`~ibqos.opensm.hold`;
+  :mod:`~ibqos.opensm.budget` (the reload budget), :mod:`~ibqos.opensm.hold` and
+  :mod:`~ibqos.opensm.writers` (another writer of the files);
 - :mod:`ibqos.opensm.verify`: SA queries that show OpenSM serves what was written;
 - :mod:`ibqos.opensm.observe`: observe mode, which keeps what would be written beside the
   state instead.

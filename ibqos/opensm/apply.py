@@ -7,9 +7,12 @@ The one path by which ibqos changes what OpenSM reads (docs/design.md §9):
 2. compare each rendered file with what is on disk and stop if nothing changed: OpenSM is
    signalled only for a real change, since every signal costs a heavy sweep;
 3. refuse, with nothing written, while a hold is in force (OpenSM rejected its own files,
-   :mod:`ibqos.opensm.hold`), while OpenSM is not running (its pid file names no live
-   OpenSM, its unit is not active), or while the reload budget holds too little for the
-   apply and its rollback (:mod:`ibqos.opensm.budget`);
+   or another writer rewrites them: :mod:`ibqos.opensm.hold`), while OpenSM is not
+   running (its pid file names no live OpenSM, its unit is not active), or while the
+   reload budget holds too little for the apply and its rollback
+   (:mod:`ibqos.opensm.budget`); files that differ from what ibqos last wrote or found in
+   force, while the rendered ones are exactly that, were rewritten by another writer:
+   the applier holds at once rather than fight it (nothing written, nothing signalled);
 4. keep the current version of each changed file (``<state_dir>/backup/<name>.prev``), and
    the very first version ibqos found (``<name>.orig``, or an empty ``<name>.orig.absent``
    when there was no file), for ``ibqos restore``;
@@ -56,12 +59,13 @@ from typing import TYPE_CHECKING, Any
 from ibqos.errors import (
     ApplyError,
     ApplyWriteError,
+    OpenSMHeld,
     OpenSMNotRunning,
     ReloadDeferred,
 )
 from ibqos.fsio import FileSwap, atomic_write
 from ibqos.opensm.budget import ReloadBudget
-from ibqos.opensm.hold import Hold, load_hold, save_hold
+from ibqos.opensm.hold import OUTSIDE, Hold, load_hold, save_hold
 from ibqos.opensm.osmlog import SWEEP_DONE, LogMark, LogReport, follower, readable
 from ibqos.opensm.outcome import SETTLE_S, ApplyOutcome, ApplyResult
 from ibqos.opensm.pidcheck import opensm_pid
@@ -74,6 +78,7 @@ from ibqos.opensm.signallers import (
     Signaller,
     UnitSignaller,
 )
+from ibqos.opensm.writers import Record
 from ibqos.tools import run_tool
 
 if TYPE_CHECKING:
@@ -85,6 +90,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 #: seconds between two looks at whether OpenSM still runs while waiting for its sweep
 PROBE_EVERY_S = 1.0
+#: seconds OpenSM's files must stand unchanged after another writer's last rewrite before
+#: ibqos writes them once more (``opensm.outside_quiet_s``)
+OUTSIDE_QUIET_S = 300.0
 #: seconds a wait for OpenSM goes on once a stop is asked for (twice that bounds an apply
 #: cut short: its own wait, then the wait after it signals the previous files)
 STOP_GRACE_S = 4.0
@@ -135,6 +143,10 @@ class Applier:
         budget: the reload budget every signal draws on (None: unlimited).
         hold_file: where a hold is kept across restarts (None: in this object only).
         settle_s: seconds waited after a signal when OpenSM's log cannot be read.
+        written_file: where the record of what ibqos last wrote is kept across restarts
+            (None: in this object only).
+        outside_quiet_s: seconds the files must stand unchanged after another writer's
+            last rewrite before ibqos writes them once more.
 
     Attributes:
         opensm_up: whether OpenSM ran when last looked at (None: cannot tell, or not yet).
@@ -158,6 +170,8 @@ class Applier:
         budget: ReloadBudget | None = None,
         hold_file: Path | None = None,
         settle_s: float = SETTLE_S,
+        written_file: Path | None = None,
+        outside_quiet_s: float = OUTSIDE_QUIET_S,
     ) -> None:
         self.state_dir = state_dir
         self.backups = state_dir / "backup"
@@ -174,6 +188,7 @@ class Applier:
         self.signals_sent = 0
         self.write_errors = 0
         self.deferred = 0
+        self._record = Record(written_file, outside_quiet_s)
         self._hold: Hold | None = load_hold(hold_file)
         self._warned: set[str] = set()
         self._log_warned = False
@@ -186,8 +201,25 @@ class Applier:
 
     @property
     def held(self) -> str | None:
-        """Why ibqos holds (OpenSM rejects its own files); None: no hold."""
+        """Why ibqos holds (OpenSM rejects its own files, another writer rewrites them);
+        None: no hold."""
         return None if self._hold is None else self._hold.reason
+
+    @property
+    def outside_writes(self) -> int:
+        """Rewrites of OpenSM's files by another writer seen so far (one per apply that
+        found one: :mod:`ibqos.opensm.writers`)."""
+        return self._record.writes
+
+    @property
+    def rejected(self) -> bool:
+        """Whether ibqos holds because OpenSM rejects its own files."""
+        return self._hold is not None and self._hold.kind != OUTSIDE
+
+    @property
+    def outside_writer(self) -> bool:
+        """Whether ibqos holds because another writer rewrites OpenSM's files."""
+        return self._hold is not None and self._hold.kind == OUTSIDE
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -244,10 +276,20 @@ class Applier:
         changed = self.pending(files)
         live = self._probe()
         if not changed:
+            if self._record.in_force(files, self._hold):
+                self._set_hold(None)
             return ApplyResult()
-        if self._hold is not None:
+        if self._hold is not None and self._hold.kind == OUTSIDE:
+            held = self._record.still_held(self._hold)
+            if held != self._hold:
+                self._set_hold(held)  # None: the quiet period passed, write once more
+        elif self._hold is not None:
             self._hold.check()
             self._set_hold(None)
+        else:
+            self._set_hold(self._record.fought(files))
+        if self._hold is not None:
+            raise OpenSMHeld(f"held, nothing written: {self._hold.reason}")
         if self._stopping():
             raise ApplyError("not applied: ibqos is stopping")
         if live.up is False:
@@ -279,6 +321,7 @@ class Applier:
             return self._reload(swap, tuple(changed), tuple(files), verify)
         finally:
             swap.close()
+            self._record.remember(tuple(files))
 
     def _reload(
         self,

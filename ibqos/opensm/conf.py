@@ -22,6 +22,10 @@ When the routing engine owns SLs (lash, dfsssp, torus-2QoS, nue; docs/design.md 
 no tables: ibqos then owns only ``qos TRUE``, the block says why, and the admin's (or
 OpenSM's default) SL2VL and VLArb stay in force.
 
+:func:`strip_conf` is the reverse, for ``ibqos restore``: it takes ibqos's block out of
+the file as it is now and puts back, where the block was, the admin's lines for the keys
+ibqos took over (from the copy ibqos first found); every other line stays.
+
 This module also reads opensm.conf the way OpenSM does (``osm_subn_parse_conf_file`` and
 ``clean_val`` in osm_subnet.c), for values read back and for :mod:`ibqos.opensm.check`.
 """
@@ -54,6 +58,7 @@ __all__ = [
     "render_conf",
     "routing_engine",
     "split_lines",
+    "strip_conf",
     "strtoul",
 ]
 
@@ -194,6 +199,63 @@ def render_conf(admin_text: str, values: Mapping[str, str], *, source: str = "op
     if not any(key.startswith("qos_") for key in values):
         new.insert(1, _NO_TABLES_NOTE)
     out[where:where] = [*new, _END_LINE]
+    return "".join(out)
+
+
+def strip_conf(text: str, original: str | None = None, *, source: str = "opensm.conf") -> str:
+    """opensm.conf *text* without ibqos's block: the admin's file as ibqos found it, with
+    every change made since outside the block kept.
+
+    Args:
+        text: the file as it is now.
+        original: the file as ibqos first found it (its ``.orig`` copy; None: unknown or
+            there was none).  Its lines for the keys ibqos manages (``qos`` and every
+            ``qos_<type>_*`` field of :data:`PORT_TYPES`), which :func:`render_conf` took
+            out, go back where the block was, in their order, unless the admin has a line
+            for that key outside the block now.
+        source: the file's name, for messages.
+
+    Returns:
+        The text without the block (*text* itself when it has none: ibqos's lines are
+        not there to take out).
+
+    Raises:
+        RenderError: the file's ibqos markers do not delimit one block (:func:`find_block`).
+    """
+    lines = split_lines(text)
+    block = find_block(lines, BEGIN_MARK, END_MARK, source)
+    if block is None:
+        return text
+    kept = lines[: block[0]] + lines[block[1] + 1 :]
+    owned = set(managed_keys(PORT_TYPES))
+    present = {entry[0] for entry in map(_key_value, kept) if entry is not None}
+    # where each kept line is: (its text, which occurrence of that text) -> index
+    at: dict[tuple[str, int], int] = {}
+    counts: dict[str, int] = {}
+    for i, line in enumerate(kept):
+        counts[line] = counts.get(line, 0) + 1
+        at[(line, counts[line])] = i
+    # an original line goes back after the admin's line it followed in the original
+    # (before kept line *i*), or where the block was when that line is gone or there was
+    # none (render_conf put the block where the first of them was)
+    back: dict[int, list[str]] = {}
+    counts, after = {}, block[0]
+    for line in split_lines(original or ""):
+        entry = _key_value(line)
+        if entry is not None and entry[0] in owned and entry[0] not in present:
+            back.setdefault(after, []).append(line if line.endswith("\n") else line + "\n")
+        else:
+            counts[line] = counts.get(line, 0) + 1
+            found = at.get((line, counts[line]))
+            after = block[0] if found is None else found + 1
+    out: list[str] = []
+    for i, line in enumerate(kept):
+        out += back.pop(i, [])
+        out.append(line)
+    for rest in back.values():  # after the last kept line
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n"
+        out += rest
     return "".join(out)
 
 

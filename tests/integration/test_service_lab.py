@@ -390,6 +390,6 @@ def test_restore_gives_opensm_its_first_files_back(make_lab, tmp_path):
     assert osm.log.read_text().count("SUBNET UP") > sweeps  # OpenSM re-read them
     assert path_sl(lab, lid["cn0001"], lid["cn0006"]) == 0  # the default SL again
     status = ibqos("status").stdout
-    assert "last apply: restored the original files (ibqos restore)" in status
+    assert "last apply: restored the files without ibqos's lines (ibqos restore)" in status
     again = ibqos("restore")
     assert again.returncode == 0 and "nothing to restore" in again.stdout

@@ -24,7 +24,15 @@ from ibqos.opensm.policy.model import (
     fold,
 )
 from ibqos.opensm.policy.parser import parse_policy
-from ibqos.opensm.policy.render import BEGIN_MARK, END_MARK, PolicyJob, job_sls, render_policy
+from ibqos.opensm.policy.render import (
+    BEGIN_MARK,
+    END_MARK,
+    PolicyJob,
+    job_ports,
+    job_sls,
+    render_policy,
+    strip_policy,
+)
 
 __all__ = [
     "BEGIN_MARK",
@@ -39,8 +47,10 @@ __all__ = [
     "Token",
     "UlpRule",
     "fold",
+    "job_ports",
     "job_sls",
     "parse_policy",
     "render_policy",
+    "strip_policy",
     "tokenize",
 ]

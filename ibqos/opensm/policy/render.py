@@ -54,7 +54,15 @@ from ibqos.opensm.conf import find_block, split_lines
 from ibqos.opensm.policy.model import Policy, fold
 from ibqos.opensm.policy.parser import parse_policy
 
-__all__ = ["BEGIN_MARK", "END_MARK", "PolicyJob", "job_sls", "render_policy"]
+__all__ = [
+    "BEGIN_MARK",
+    "END_MARK",
+    "PolicyJob",
+    "job_ports",
+    "job_sls",
+    "render_policy",
+    "strip_policy",
+]
 
 BEGIN_MARK = "# BEGIN ibqos managed block"
 END_MARK = "# END ibqos managed block"
@@ -130,6 +138,21 @@ def render_policy(
         )
     taken = {fold(g.name) for g in parsed.port_groups} | {fold(q.name) for q in parsed.qos_levels}
     return admin + _block(sorted(jobs, key=_natural), parsed, taken, default_sl)
+
+
+def strip_policy(text: str, *, source: str = "qos-policy.conf") -> str:
+    """The policy *text* without ibqos's block (for ``ibqos restore``): every line outside
+    the markers stays, the admin's changes since ibqos's first write included.
+
+    Raises:
+        RenderError: the file's ibqos markers do not delimit one block
+            (:func:`ibqos.opensm.conf.find_block`).
+    """
+    lines = split_lines(text)
+    block = find_block(lines, BEGIN_MARK, END_MARK, source)
+    if block is None:
+        return text
+    return "".join(lines[: block[0]] + lines[block[1] + 1 :])
 
 
 def _check_jobs(jobs: Sequence[PolicyJob], default_sl: int) -> None:
@@ -222,6 +245,17 @@ def _level(name: str, use: str, sl: int) -> list[str]:
         f"    sl: {sl}\n",
         "  end-qos-level\n",
     ]
+
+
+def job_ports(policy: Policy) -> dict[str, tuple[int, ...]]:
+    """Job id -> port GUIDs of the jobs ibqos's block binds (its ``ibqos_job_*``
+    port-groups, read as :func:`job_sls` reads them)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for group in policy.port_groups:
+        m = re.match(r"ibqos job (\S+)", group.use)
+        if m is not None and fold(group.name).startswith(_GROUP_PREFIX):
+            out.setdefault(m.group(1), group.exact_guids)
+    return out
 
 
 def job_sls(policy: Policy) -> dict[str, int]:
