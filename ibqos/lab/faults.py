@@ -1,5 +1,5 @@
 """Faults around OpenSM's files, for tests: its log gone or rotated, a stale pid in its pid
-file.
+file; and a user flooding the agent's job-SL socket (:class:`SocketFlood`).
 
 Both work on any lab, in-process or supervised, from the test's own process (the paths
 are in ``ibqos lab status NAME --format json``).  OpenSM itself is stopped, started and
@@ -12,10 +12,14 @@ most 10 clients at once (OpenSM, each agent, each diag running).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
 import shutil
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -211,3 +215,64 @@ def _wait_reopened(log: Path, pid: int, timeout: float) -> None:
                 continue
         time.sleep(0.02)
     raise LabError(f"OpenSM (pid {pid}) did not reopen its log {log} within {timeout:g} s")
+
+
+class SocketFlood:
+    """*count* connections to the agent's job-SL socket *path*, each sending an unfinished
+    question (``SL 4``, no newline) and nothing more: a user holding the socket's
+    connections.  One the agent closes (refused as over its bounds, or idle too long) is
+    replaced at once.  A context manager: the flood runs in a thread of its own until the
+    block ends, and every connection is closed then.
+
+    Attributes:
+        busy: refusals read (``ERROR busy`` lines).
+        opened: connections opened so far.
+    """
+
+    def __init__(self, path: Path, count: int) -> None:
+        self.path = path
+        self.count = count
+        self.busy = 0
+        self.opened = 0
+        self._sel = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="flood", daemon=True)
+
+    def __enter__(self) -> SocketFlood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for key in list(self._sel.get_map().values()):
+            conn: socket.socket = key.fileobj  # type: ignore[assignment]
+            conn.close()
+        self._sel.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            while len(self._sel.get_map()) < self.count and not self._stop.is_set():
+                if not self._open():
+                    break  # the listen queue is full: try again in a moment
+            for key, _ in self._sel.select(0.05):
+                conn: socket.socket = key.fileobj  # type: ignore[assignment]
+                with contextlib.suppress(OSError):
+                    if conn.recv(256).startswith(b"ERROR busy"):
+                        self.busy += 1
+                self._sel.unregister(conn)
+                conn.close()
+
+    def _open(self) -> bool:
+        conn = socket.socket(socket.AF_UNIX)
+        conn.settimeout(0.5)
+        try:
+            conn.connect(str(self.path))
+            conn.sendall(b"SL 4")
+        except OSError:
+            conn.close()
+            return False
+        conn.setblocking(False)
+        self._sel.register(conn, selectors.EVENT_READ)
+        self.opened += 1
+        return True

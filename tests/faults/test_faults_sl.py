@@ -9,12 +9,7 @@ refused connections must show, and ``job-sl`` must answer once the flood ends.
 
 from __future__ import annotations
 
-import contextlib
-import selectors
-import socket
-import threading
-from pathlib import Path
-
+from ibqos.lab.faults import SocketFlood
 from tests.faults.faultcheck import job
 from tests.support.agentrun import write_jobs
 
@@ -30,53 +25,6 @@ FLOOD = 400
 RESERVE = 128
 
 
-class Flood:
-    """*count* connections to *path*, each sending an unfinished question and never more;
-    one the agent closes (refused, or idle too long) is replaced at once."""
-
-    def __init__(self, path: Path, count: int) -> None:
-        self.path = path
-        self.count = count
-        self.busy = 0  # "ERROR busy" lines read
-        self.opened = 0
-        self._sel = selectors.DefaultSelector()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="flood", daemon=True)
-
-    def __enter__(self) -> Flood:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for key in list(self._sel.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._sel.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            while len(self._sel.get_map()) < self.count and not self._stop.is_set():
-                conn = socket.socket(socket.AF_UNIX)
-                conn.settimeout(0.5)
-                try:
-                    conn.connect(str(self.path))
-                    conn.sendall(b"SL 4")
-                except OSError:  # the listen queue is full: try again in a moment
-                    conn.close()
-                    break
-                conn.setblocking(False)
-                self._sel.register(conn, selectors.EVENT_READ)
-                self.opened += 1
-            for key, _ in self._sel.select(0.05):
-                conn = key.fileobj
-                with contextlib.suppress(OSError):
-                    if conn.recv(256).startswith(b"ERROR busy"):  # type: ignore[union-attr]
-                        self.busy += 1
-                self._sel.unregister(conn)
-                conn.close()  # type: ignore[union-attr]
-
-
 def test_a_connection_flood_under_a_low_open_file_limit_kills_nothing(agent_on_lab) -> None:
     guard = agent_on_lab(A, B, start=False)
     guard.start(prefix=("prlimit", f"--nofile={NOFILE}", "--"))
@@ -87,7 +35,7 @@ def test_a_connection_flood_under_a_low_open_file_limit_kills_nothing(agent_on_l
     assert guard.metric("ibqos_sl_server_up") == 1
     failures = guard.metric("ibqos_cycle_failures_total")
     sweeps = guard.sweeps()
-    with Flood(guard.socket, FLOOD) as flood:
+    with SocketFlood(guard.socket, FLOOD) as flood:
         guard.drive(lambda: (guard.metric("ibqos_sl_connections") or 0) >= NOFILE - RESERVE, 20)
         guard.drive(
             lambda: (guard.metric("ibqos_sl_connections_refused_total", reason="total") or 0) > 0,
