@@ -35,9 +35,10 @@ from ibqos.lab.files import (
     load_state,
     pick_sm,
     write_files,
+    write_opensm,
 )
 from ibqos.lab.ibsim import LINK_COMMANDS, IbSim, client_env, link_line
-from ibqos.lab.opensm import OpenSM
+from ibqos.lab.opensm import FAST_FAILOVER, OpenSM
 from ibqos.lab.progress import WINDOW_S
 from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
 from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
@@ -74,6 +75,8 @@ class Lab:
         self.contention: str = self.spec.get("contention", "crude")
         self.ibsim: IbSim | None = None
         self.opensm: OpenSM | None = None
+        #: the lab's other OpenSMs by name, each on a host of its own (:meth:`add_opensm`)
+        self.others: dict[str, OpenSM] = {}
         self.model: TrafficModel | None = None
         self.readback: ReadBack | None = None
         self._mix_changed = False
@@ -331,15 +334,19 @@ class Lab:
         return counters.truth(self.model, self.readback, self.ticks, self.lines_last_tick)
 
     # -- OpenSM and links, for fault injection ----------------------------------------
-    def stop_opensm(self) -> int | None:
-        """End the lab's OpenSM (its own child process) and reap it; its exit status.
+    def stop_opensm(self, name: str | None = None) -> int | None:
+        """End the lab's OpenSM (its own child process, by pid) and reap it; its exit status.
 
-        ibsim, the ticks and the diags go on; SA queries fail until :meth:`start_opensm`.
+        ibsim, the ticks and the diags go on; SA queries fail until :meth:`start_opensm`
+        (or until another OpenSM of the lab, standing by, takes over).
+
+        Args:
+            name: another OpenSM of the lab (:meth:`add_opensm`); None: the first one.
 
         Raises:
-            LabError: the lab or its OpenSM is not running.
+            LabError: the lab or that OpenSM is not running.
         """
-        osm = self._opensm()
+        osm = self._opensm(name)
         if not osm.running:
             raise LabError(f"lab {self.paths.name}: OpenSM is not running ({osm.note})")
         code = osm.stop()
@@ -347,13 +354,21 @@ class Lab:
         self._save_state(self._status())
         return code
 
-    def start_opensm(self, timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> float:
+    def start_opensm(
+        self,
+        timeout: float = 60.0,
+        abort: Callable[[], bool] | None = None,
+        *,
+        name: str | None = None,
+    ) -> float:
         """Start the lab's OpenSM again (same opensm.conf, pid file, log appended to,
-        environment under umad2sim) and return once it logs MASTER and SUBNET UP.
+        environment under umad2sim) and return once it logs MASTER and SUBNET UP (another
+        OpenSM of the lab, *name*: once it is master or stands by).
 
         Args:
             timeout: seconds to wait for the subnet to come up.
             abort: polled while waiting; True gives up (the lab is being taken down).
+            name: another OpenSM of the lab (:meth:`add_opensm`); None: the first one.
 
         Returns:
             seconds it took.
@@ -362,13 +377,16 @@ class Lab:
             LabError: OpenSM runs already, exited, or was not up within *timeout* (it is
                 ended again); the message has its last log lines.
         """
-        osm, t0 = self._opensm(), time.monotonic()
+        osm, t0 = self._opensm(name), time.monotonic()
         if osm.running:
             raise LabError(f"lab {self.paths.name}: OpenSM already runs (pid {osm.info()['pid']})")
         osm.spawn()
         self._save_state(self._status())  # its pid, before the wait: 'lab down' may come
         try:
-            osm.wait_up(timeout, abort)
+            if name is None and not self.others:
+                osm.wait_up(timeout, abort)
+            else:  # beside another OpenSM it may stand by
+                osm.wait_role(timeout=timeout, abort=abort)
         except LabError as err:
             osm.stop()
             osm.note = f"failed to start: {err}"
@@ -385,6 +403,61 @@ class Lab:
         if self._opensm().running:
             self.stop_opensm()
         return self.start_opensm(timeout, abort)
+
+    def add_opensm(
+        self,
+        host: str,
+        *,
+        priority: int,
+        name: str | None = None,
+        options: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> OpenSM:
+        """Start another OpenSM, on *host*, beside the lab's first one: a second subnet
+        manager, as on a fabric with two SM hosts.
+
+        It has a directory of its own under the lab (opensm.conf, policy, log, pid file,
+        cache: :meth:`ibqos.lab.files.LabPaths.other_opensm`), starts from the options the
+        lab was made with, then :data:`~ibqos.lab.opensm.FAST_FAILOVER`, then ``sm_priority``
+        *priority*, then *options*; it is attached to *host*'s HCA through umad2sim
+        (``SIM_HOST``).  Of two OpenSMs the one of higher priority (on a tie, the lower
+        port GUID) is master, the other stands by; a standby takes over once the master has
+        missed ``polling_retry_number`` polls.  The first OpenSM does not poll faster unless
+        the lab was made with :data:`FAST_FAILOVER` in its options.
+
+        Args:
+            host: host name (or node id) of a CA other than the first OpenSM's.
+            priority: its ``sm_priority`` (0-15).
+            name: its name and directory (default ``opensm-<host>``).
+            options: opensm.conf options over the others.
+            timeout: seconds to wait until it is master (subnet up) or stands by.
+
+        Returns:
+            the OpenSM (stop it with ``stop_opensm(name)``; :meth:`stop` ends it too).
+
+        Raises:
+            LabError: the lab is not running, the host is the first OpenSM's or unknown,
+                the name is taken, or it exited or settled in neither role in time.
+        """
+        if self.ibsim is None:
+            raise LabError(f"lab {self.paths.name} is not running")
+        node = self.resolve_node(host)
+        if self.topo.nodes[node].kind == "switch":
+            raise LabError(f"lab {self.paths.name}: {host} is a switch, OpenSM runs on a CA")
+        if node == self.sm_node:
+            raise LabError(f"lab {self.paths.name}: {host} runs the lab's first OpenSM")
+        name = name or f"opensm-{self.topo.nodes[node].hostname}"
+        files = self.paths.other_opensm(name)
+        if name in self.others or files.dir.exists():
+            raise LabError(f"lab {self.paths.name}: an OpenSM named {name} exists")
+        values = dict(self.spec.get("opensm_options", {})) | FAST_FAILOVER
+        values |= {"sm_priority": str(priority)} | dict(options or {})
+        files.dir.mkdir()
+        write_opensm(files, values, f"opensm.conf of OpenSM {name} of ibqos lab {self.paths.name}")
+        osm = OpenSM(files, self.env(node), self.paths.run)
+        self.others[name] = osm
+        self.start_opensm(timeout, name=name)
+        return osm
 
     def check_opensm(self) -> int | None:
         """Reap and record an OpenSM that exited on its own; its status if it just did."""
@@ -445,16 +518,22 @@ class Lab:
         log.info("lab %s: %s", self.paths.name, "; ".join(done))
         return done
 
-    def _opensm(self) -> OpenSM:
+    def _opensm(self, name: str | None = None) -> OpenSM:
         if self.opensm is None or self.ibsim is None:
             raise LabError(f"lab {self.paths.name} is not running")
-        return self.opensm
+        if name is None:
+            return self.opensm
+        if name not in self.others:
+            raise LabError(f"lab {self.paths.name}: no OpenSM named {name}")
+        return self.others[name]
 
     def _status(self) -> str:
         return str(load_state(self.paths).get("status", "up"))
 
     def stop(self, status: str = "stopped") -> None:
-        """End OpenSM and ibsim (this lab's own processes); keep the directory."""
+        """End OpenSM (every one) and ibsim (this lab's own processes); keep the directory."""
+        for other in self.others.values():
+            other.stop()
         if self.opensm is not None:
             self.opensm.stop()
         if self.ibsim is not None:
@@ -539,15 +618,16 @@ class Lab:
         state = load_state(self.paths)
         state["status"] = status
         recorded = state.setdefault("procs", {})
-        children = (
+        children = [
             ("ibsim", self.ibsim.proc if self.ibsim else None),
             ("opensm", self.opensm.proc if self.opensm else None),
-        )
+        ]
+        children += [(f"opensm:{name}", osm.proc) for name, osm in self.others.items()]
         for key, proc in children:
             if proc is not None and proc.poll() is None:
                 if recorded.get(key, {}).get("pid") != proc.pid:
                     recorded[key] = procs.ref_of(proc.pid).to_dict()
-            elif key == "opensm" and proc is not None:
+            elif key.startswith("opensm") and proc is not None:
                 recorded.pop(key, None)
         if self.opensm is not None:
             state["opensm"] = self.opensm.info()
