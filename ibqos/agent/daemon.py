@@ -144,6 +144,7 @@ class Agent:
         )
         counters = self.telemetry.counters
         metrics = self.telemetry.metrics
+        parts.watch_sm(counters)  # a standby OpenSM's agent stands by (ibqos.agent.standby)
         self.cycles = CycleRunner(
             parts,
             state,
