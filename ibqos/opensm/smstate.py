@@ -13,10 +13,12 @@ the master's SA serves.
 - the SMInfo of the local port: ``sminfo -D 0`` sends SubnGet(SMInfo) along the empty
   direct route, to the port itself, and the SM that runs there answers with its GUID,
   priority and SMState (0 NOTACTIVE, 1 DISCOVERING, 2 STANDBY, 3 MASTER, as in the
-  SMInfo attribute of the InfiniBand specification).  No answer: no SM runs on that port.
-  The port is ``collect.ca``/``collect.port`` (the port ibqos sends its MADs from, the
-  fabric's port on that host); where opensm.conf binds OpenSM to a port (``guid``), an
-  answer from an SM with another GUID is not OpenSM's and is ignored;
+  SMInfo attribute of the InfiniBand specification).  The port is ``collect.ca``/
+  ``collect.port`` (the port ibqos sends its MADs from, the fabric's port on that host);
+  where opensm.conf binds OpenSM to a port (``guid``), an answer from an SM with another
+  GUID is not OpenSM's.  No answer from OpenSM there (it does not run, or runs on another
+  port): plain ``sminfo`` asks the fabric's master, through the SM LID of the port, and a
+  master that is not OpenSM means OpenSM does not run the fabric: read as NOTACTIVE;
 - OpenSM's log: ``osm_report_sm_state`` logs ``Entering <STATE> state`` at every change,
   at level OSM_LOG_SYS, which OpenSM logs whatever ``log_flags`` say, with the names of
   ``osm_get_sm_mgr_state_str``: NOTACTIVE, DISCOVERING, STANDBY, MASTER.  The log is read
