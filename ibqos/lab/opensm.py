@@ -228,8 +228,8 @@ class OpenSM:
 
     def role(self) -> str | None:
         """What the OpenSM last spawned is, from its log since: ``master`` once it entered
-        MASTER state and a heavy sweep ended after that, ``standby``, ``discovering`` (or
-        a master whose first sweep has not ended), ``not active``; None: nothing logged."""
+        MASTER state and a heavy sweep ended after that (``sweeping`` before), ``standby``,
+        ``discovering``, ``not active``; None: nothing logged."""
         state, swept = None, False
         for m in _STATE_OR_SWEEP.finditer(self._log_text()):
             if m.group(1) is None:
@@ -239,7 +239,7 @@ class OpenSM:
         if state is None:
             return None
         if state == "MASTER":
-            return "master" if swept else "discovering"
+            return "master" if swept else "sweeping"
         return "not active" if state == "NOTACTIVE" else state.lower()
 
     def wait_role(

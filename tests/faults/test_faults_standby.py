@@ -10,6 +10,7 @@ the new master's SA serves, while the old master's agent hands out none.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_a_failover_moves_the_sls_to_the_agent_beside_the_new_master(agent_on_la
         second.drive(lambda: second.proc is not None and second.proc.metrics_url() is not None, 60)
         second.drive(lambda: second.metric("ibqos_opensm_sm_state") == 2, 30)
         write_jobs(lab, A, B, C)
-        first.in_force(*JOBS)
+        first.steady(*JOBS)  # C measured and its class in force: no plan change is due
         cycles = second.metric("ibqos_cycles_total") or 0
         second.settle(4)
         # no 30 s waits for a sweep that never comes: the cycles go on at their pace
@@ -96,9 +97,15 @@ def test_a_failover_moves_the_sls_to_the_agent_beside_the_new_master(agent_on_la
         first.check_sls(JOBS)
 
         # the master stopped by pid: the standby takes over, and its agent too
+        t0 = time.monotonic()
         lab.stop_opensm()
         osm.wait_role(("master",), timeout=60)
+        t1 = time.monotonic()
         sls = second.in_force(*JOBS, timeout=60)
+        print(
+            f"failover: the standby OpenSM master {t1 - t0:.1f} s after the master stopped,"
+            f" its agent's SLs served by its SA {time.monotonic() - t0:.1f} s after"
+        )
         assert set(sls) == set(JOBS)
         assert second.metric("ibqos_opensm_sm_state") == 3
         assert second.metric("ibqos_opensm_takeovers_total") == 1
@@ -116,9 +123,15 @@ def test_a_failover_moves_the_sls_to_the_agent_beside_the_new_master(agent_on_la
         first.check_files()
         first.check_alive("C")
 
-        # the old master back: it stands by (the new master keeps the fabric), so does its agent
+        # the old master back with a lower priority (with its higher one it would take the
+        # fabric back): it stands by, and so does its agent
+        conf = lab.paths.opensm.conf
+        assert "\nsm_priority 10\n" in conf.read_text()
+        conf.write_text(conf.read_text().replace("sm_priority 10\n", "sm_priority 1\n"))
+        first.good = first.files()
         sweeps = first.sweeps()
         lab.start_opensm()
+        assert lab.opensm.role() == "standby"
         first.drive(lambda: first.metric("ibqos_opensm_sm_state") == 2, 30)
         first.settle(3)
         assert first.sweeps() == sweeps
