@@ -22,6 +22,11 @@ has job J?" on ``agent.socket`` (and ``agent.sl_listen``) from its own threads
 (:mod:`ibqos.agent.handoff`); a question for a job it does not know yet wakes the loop, which
 re-reads the job source and plans at once, so a job's tasks get its SL at launch.
 
+A standby OpenSM.  Each enforcing cycle reads the SM state of its OpenSM; beside one that
+is not the master it stands by (nothing written or signalled, no SL handed out) and takes
+over once it is (:mod:`ibqos.agent.standby`), as on a fabric with two SM hosts, an agent
+beside each.
+
 Dry-run and observe mode.  The same pipeline, but OpenSM's files stay byte-identical and
 OpenSM is never signalled: ``--dry-run`` prints the plan and unified diffs of the files it
 would write; ``mode: observe`` keeps them in the state directory (:mod:`ibqos.opensm.observe`),

@@ -3,13 +3,14 @@
 :class:`AgentParts` holds the config in force and what is built from it: the decision
 cycle's :class:`~ibqos.agent.pipeline.Pipeline` (fabric, lanes, decider, route source,
 job source, collector), the apply path, observe mode's :class:`~ibqos.opensm.observe.
-Observer` and tuning's driver.  A SIGHUP hands it a new config (:meth:`AgentParts.take`,
-from :mod:`ibqos.agent.reload`), and it rebuilds what depends on the sections that
-changed.  :class:`MetricsService` holds what the agent counts, its metrics and their
-endpoint; :class:`SlService` the SL board the cycles publish to and the server that
-answers from it while OpenSM is enforced.  :class:`ibqos.agent.daemon.Agent` puts them
-together with the cycles' runner (:mod:`ibqos.agent.cycle`) and the SIGHUP re-read
-(:mod:`ibqos.agent.reload`).
+Observer`, tuning's driver, and the gate that makes the enforcing cycles stand by beside
+a standby OpenSM (:mod:`ibqos.agent.standby`).  A SIGHUP hands it a new config
+(:meth:`AgentParts.take`, from :mod:`ibqos.agent.reload`), and it rebuilds what depends on
+the sections that changed.  :class:`MetricsService` holds what the agent counts, its
+metrics and their endpoint; :class:`SlService` the SL board the cycles publish to and the
+server that answers from it while OpenSM is enforced.  :class:`ibqos.agent.daemon.Agent`
+puts them together with the cycles' runner (:mod:`ibqos.agent.cycle`) and the SIGHUP
+re-read (:mod:`ibqos.agent.reload`).
 """
 
 from __future__ import annotations
