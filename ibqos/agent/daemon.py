@@ -161,6 +161,11 @@ class Agent:
             echo=echo,
             simulate=simulate,
         )
+        gate = parts.sm_gate
+        if gate is not None and self.cycles.in_force and not parts.observing and gate.stand_by():
+            # restarted beside a standby OpenSM: the SLs its state keeps in force are not
+            # the master's, so none is handed out, not even before the first cycle
+            self.cycles.in_force, self.cycles.in_force_plan = {}, None
         self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
         metrics.tuning.status = lambda: parts.tuning.status(clock())
         metrics.health.sl_answers = self.sl.board.counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -120,7 +121,7 @@ def sminfo(agent: Agent, tmp_path: Path, answer: str) -> FakeSminfo:
 
 
 def test_an_agent_beside_a_standby_writes_nothing_and_takes_over_later(
-    config: tuple[Path, dict], tmp_path: Path
+    config: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, _ = config
     agent = Agent(load_config(path), path)
@@ -130,11 +131,17 @@ def test_an_agent_beside_a_standby_writes_nothing_and_takes_over_later(
     finally:
         agent.close()
     conf = (tmp_path / "etc/opensm.conf").read_text()
-    agent = Agent(load_config(path), path)  # restarted: its state says the plan is in force
+    run = FakeSminfo(STANDBY)
+
+    def reader(*args: Any, **kwargs: Any) -> SmStateReader:
+        return SmStateReader(*args, runner=run, **kwargs)
+
+    # restarted beside a standby: its state says the plan is in force, but none of it is
+    monkeypatch.setattr("ibqos.agent.parts.SmStateReader", reader)
+    agent = Agent(load_config(path), path)
     try:
         counters = agent.telemetry.counters
-        assert agent.cycles.in_force
-        run = sminfo(agent, tmp_path, STANDBY)
+        assert agent.cycles.in_force == {} and counters.sm_state == 2
         assert plan_now(agent)  # a cycle that stands by is no failure
         assert agent.cycles.in_force == {} and agent.sl.board.known("A") is None
         assert agent.cycles.state.in_force is None  # nor after a restart
