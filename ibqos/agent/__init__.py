@@ -12,7 +12,9 @@
 - :mod:`~ibqos.agent.sdnotify`: systemd's READY, STATUS and watchdog;
 - :mod:`~ibqos.agent.handoff`: a job's SL for its launch (``ibqos job-sl``), served by
   :mod:`~ibqos.agent.slserve` (one thread, one selector);
-- :mod:`~ibqos.agent.lanes`: the lanes as the config says, with its ``auto`` values read.
+- :mod:`~ibqos.agent.lanes`: the lanes as the config says, with its ``auto`` values read;
+- :mod:`~ibqos.agent.standby`: beside a standby OpenSM the cycles stand by, and take over
+  once it is the master.
 """
 
 from typing import TYPE_CHECKING

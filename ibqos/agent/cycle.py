@@ -183,6 +183,11 @@ class CycleRunner:
             except StateError:
                 self.counters.state_write_errors += 1
                 raise
+        elif parts.sm_gate is not None and parts.sm_gate.stand_by():
+            # standby SM gate (ibqos.agent.standby): OpenSM is not the master, so nothing
+            # is written or signalled and no SL handed out; the plan goes on being made
+            self.in_force, self.in_force_plan = {}, None
+            self._publish(decision.plan, running, in_force=False)
         else:
             new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
             verify = verifier(
@@ -200,7 +205,10 @@ class CycleRunner:
                 self.applying = False
             if result.signalled:  # OpenSM reloaded: the next sweep has the reload in it
                 self.reloaded_since_sweep = True
-            if result.ok:  # OpenSM serves the plan (or already did): its SLs are in force
+            # OpenSM serves the plan (or already did): its SLs are in force; after standing
+            # by, only once the SA confirms it (standby SM gate, ibqos.agent.standby)
+            gate = parts.sm_gate
+            if result.ok and (gate is None or gate.confirm(result, verify)):
                 self._publish(decision.plan, running, in_force=True)
         self.last = decision
         budget = parts.applier.budget

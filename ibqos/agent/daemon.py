@@ -22,6 +22,11 @@ has job J?" on ``agent.socket`` (and ``agent.sl_listen``) from its own threads
 (:mod:`ibqos.agent.handoff`); a question for a job it does not know yet wakes the loop, which
 re-reads the job source and plans at once, so a job's tasks get its SL at launch.
 
+A standby OpenSM.  Each enforcing cycle reads the SM state of its OpenSM; beside one that
+is not the master it stands by (nothing written or signalled, no SL handed out) and takes
+over once it is (:mod:`ibqos.agent.standby`), as on a fabric with two SM hosts, an agent
+beside each.
+
 Dry-run and observe mode.  The same pipeline, but OpenSM's files stay byte-identical and
 OpenSM is never signalled: ``--dry-run`` prints the plan and unified diffs of the files it
 would write; ``mode: observe`` keeps them in the state directory (:mod:`ibqos.opensm.observe`),
@@ -144,6 +149,7 @@ class Agent:
         )
         counters = self.telemetry.counters
         metrics = self.telemetry.metrics
+        parts.watch_sm(counters)  # a standby OpenSM's agent stands by (ibqos.agent.standby)
         self.cycles = CycleRunner(
             parts,
             state,
@@ -155,6 +161,11 @@ class Agent:
             echo=echo,
             simulate=simulate,
         )
+        gate = parts.sm_gate
+        if gate is not None and self.cycles.in_force and not parts.observing and gate.stand_by():
+            # restarted beside a standby OpenSM: the SLs its state keeps in force are not
+            # the master's, so none is handed out, not even before the first cycle
+            self.cycles.in_force, self.cycles.in_force_plan = {}, None
         self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
         metrics.tuning.status = lambda: parts.tuning.status(clock())
         metrics.health.sl_answers = self.sl.board.counts

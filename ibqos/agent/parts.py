@@ -3,13 +3,14 @@
 :class:`AgentParts` holds the config in force and what is built from it: the decision
 cycle's :class:`~ibqos.agent.pipeline.Pipeline` (fabric, lanes, decider, route source,
 job source, collector), the apply path, observe mode's :class:`~ibqos.opensm.observe.
-Observer` and tuning's driver.  A SIGHUP hands it a new config (:meth:`AgentParts.take`,
-from :mod:`ibqos.agent.reload`), and it rebuilds what depends on the sections that
-changed.  :class:`MetricsService` holds what the agent counts, its metrics and their
-endpoint; :class:`SlService` the SL board the cycles publish to and the server that
-answers from it while OpenSM is enforced.  :class:`ibqos.agent.daemon.Agent` puts them
-together with the cycles' runner (:mod:`ibqos.agent.cycle`) and the SIGHUP re-read
-(:mod:`ibqos.agent.reload`).
+Observer`, tuning's driver, and the gate that makes the enforcing cycles stand by beside
+a standby OpenSM (:mod:`ibqos.agent.standby`).  A SIGHUP hands it a new config
+(:meth:`AgentParts.take`, from :mod:`ibqos.agent.reload`), and it rebuilds what depends on
+the sections that changed.  :class:`MetricsService` holds what the agent counts, its
+metrics and their endpoint; :class:`SlService` the SL board the cycles publish to and the
+server that answers from it while OpenSM is enforced.  :class:`ibqos.agent.daemon.Agent`
+puts them together with the cycles' runner (:mod:`ibqos.agent.cycle`) and the SIGHUP
+re-read (:mod:`ibqos.agent.reload`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.pipeline import Pipeline
 from ibqos.agent.predictor import make_predictor
 from ibqos.agent.slserve import Limits
+from ibqos.agent.standby import SmGate
 from ibqos.attribute.jobmap import FileJobSource
 from ibqos.classify.prior import Priors
 from ibqos.collect.discover import fabric_from_config
@@ -36,6 +38,8 @@ from ibqos.opensm.apply import Applier, make_signaller
 from ibqos.opensm.budget import ReloadBudget
 from ibqos.opensm.hold import HOLD_FILE, WRITTEN_FILE
 from ibqos.opensm.observe import Observer
+from ibqos.opensm.signallers import Probed
+from ibqos.opensm.smstate import SmStateReader
 from ibqos.plan.tuning import TuningDriver
 from ibqos.slurm.source import SlurmJobSource
 
@@ -59,6 +63,9 @@ class AgentParts:
         applier: the apply path of the ``opensm`` section (rebuilt by every SIGHUP).
         observer: where observe mode keeps the files it would write.
         tuning: tuning's driver (rebuilt when its terms change).
+        sm_gate: reads the SM state of OpenSM for the enforcing cycles, which stand by
+            beside a standby (:mod:`ibqos.agent.standby`); None until :meth:`watch_sm`,
+            and in a dry run.
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class AgentParts:
         self.applier = self._applier(config)
         self.observer = Observer(config.agent.state_dir)
         self.tuning = self._tuning(config)
+        self.sm_gate: SmGate | None = None
 
     @property
     def observing(self) -> bool:
@@ -112,12 +120,33 @@ class AgentParts:
         self.config = config
         self.pipeline.reconfigure(old, config, lanes, priors)
         self.applier = self._applier(config)
+        if self.sm_gate is not None and _sm_terms(config) != _sm_terms(old):
+            self.sm_gate.reader = self._sm_reader(config)  # standing by or not, it goes on
         if (config.tuning, config.mode, lanes.weight_ratio) != (
             old.tuning,
             old.mode,
             self.tuning.ratio,
         ):
             self.tuning = self._tuning(config)  # a new round, from the law, in the new terms
+
+    def watch_sm(self, counters: Counters) -> None:
+        """Read the SM state of OpenSM from now on (not in a dry run, which enforces
+        nothing); *counters* get the state and the takeovers."""
+        if not self.dry_run:
+            self.sm_gate = SmGate(self._sm_reader(self.config), counters)
+
+    def _sm_reader(self, config: Config) -> SmStateReader:
+        """The SM state of *config*'s OpenSM: SMInfo on the port ibqos sends its MADs
+        from (``collect.ca``/``collect.port``), else OpenSM's log."""
+        osm = config.opensm
+        return SmStateReader(
+            osm.log, osm.conf, ca=config.collect.ca, port=config.collect.port, alive=self._alive
+        )
+
+    def _alive(self) -> bool | None:
+        """Whether OpenSM runs, as the apply path's signaller tells (None: cannot tell)."""
+        signaller = self.applier.signaller
+        return signaller.alive().up if isinstance(signaller, Probed) else None
 
     def source_up(self) -> bool | None:
         """Whether the job source answers (Slurm: squeue; a job file: its current version
@@ -276,6 +305,12 @@ class SlService:
         if self.server is not None:
             self.server.close()
             self.server = None
+
+
+def _sm_terms(config: Config) -> tuple[object, ...]:
+    """What the SM state is read from: OpenSM's log and conf, the MAD port."""
+    osm = config.opensm
+    return (osm.log, osm.conf, config.collect.ca, config.collect.port)
 
 
 def freeze_heap() -> None:

@@ -3,7 +3,7 @@
 Layout of ``<root>/<name>/``::
 
     lab.json            what the lab is (name, sockname, SM host, tick, contention model,
-                        the address its agent's metrics are served on)
+                        the address its agent's metrics are served on, OpenSM's options)
     state.json          its processes (pid + start time), status, metrics endpoint,
                         whether OpenSM runs
     fabric.net          topology given to ibsim (ibnetdiscover format)
@@ -13,6 +13,8 @@ Layout of ``<root>/<name>/``::
                         the QoS setup read back (fluid contention)
     ibqos.yaml          ibqos configuration for this lab
     opensm/             opensm.conf, qos-policy.conf, opensm.log, opensm.pid, cache/
+    <name>/             the same for another OpenSM on another host (Lab.add_opensm), e.g.
+                        a standby one
     control/            requests to the supervisor and its replies (ibqos.lab.control)
     run/                working directory of umad2sim clients (they create sys-<pid>/),
                         and the socket of the lab's agent (ibqos.sock)
@@ -41,6 +43,7 @@ import yaml
 from ibqos.agent.handoff import SOCKET_PATH_MAX
 from ibqos.config.models import LAB_DISCOVERED_FILE
 from ibqos.errors import LabError, TopologyError
+from ibqos.fabric.routes import parse_lft_dump
 from ibqos.fabric.topology import Port, Topology, format_ibnetdiscover, parse_ibnetdiscover
 from ibqos.fsio import atomic_write
 from ibqos.lab.opensm import MINIMAL_POLICY, PER_MODULE_LOGGING, OpenSMFiles, render_conf
@@ -58,6 +61,7 @@ __all__ = [
     "normalize_for_ibsim",
     "pick_sm",
     "write_files",
+    "write_opensm",
 ]
 
 #: Lane speeds ibsim 0.10 (Debian 12) parses from a net file; NDR came in ibsim 0.11.
@@ -105,6 +109,12 @@ class LabPaths:
     @property
     def opensm(self) -> OpenSMFiles:
         return OpenSMFiles(self.dir / "opensm")
+
+    def other_opensm(self, name: str) -> OpenSMFiles:
+        """The files of another OpenSM of the lab (:meth:`ibqos.lab.lab.Lab.add_opensm`),
+        in a directory of its own: its agent locks it as the first one's locks
+        ``opensm/``."""
+        return OpenSMFiles(self.dir / check_name(name))
 
 
 def check_name(name: str) -> str:
@@ -191,10 +201,7 @@ def write_files(
     atomic_write(paths.net, format_ibnetdiscover(topo))
     atomic_write(paths.jobs, jobs_text)
     osm = paths.opensm
-    header = f"opensm.conf of ibqos lab {paths.name}"
-    atomic_write(osm.conf, render_conf(osm, opensm_options, header))
-    atomic_write(osm.policy, MINIMAL_POLICY)
-    atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
+    write_opensm(osm, opensm_options, f"opensm.conf of ibqos lab {paths.name}")
     sock = agent_socket(paths)
     metrics = f"127.0.0.1:{_agent_port(paths)}"
     config = {
@@ -227,10 +234,20 @@ def write_files(
         "sm_node": sm_node,
         "tick_s": tick_s,
         "agent_metrics": metrics,
+        # another OpenSM of the lab starts from these too (Lab.add_opensm)
+        "opensm_options": dict(opensm_options),
         **extra,
         "created": time.time(),
     }
     atomic_write(paths.spec, json.dumps(spec, indent=1) + "\n")
+
+
+def write_opensm(osm: OpenSMFiles, options: Mapping[str, str], header: str) -> None:
+    """The files one OpenSM of a lab starts from, in its directory: opensm.conf (the lab's
+    defaults and paths, then *options*), a minimal QoS policy, per-module logging."""
+    atomic_write(osm.conf, render_conf(osm, options, header))
+    atomic_write(osm.policy, MINIMAL_POLICY)
+    atomic_write(osm.per_module_logging, PER_MODULE_LOGGING)
 
 
 def normalize_for_ibsim(topo: Topology) -> Topology:
@@ -249,3 +266,39 @@ def normalize_for_ibsim(topo: Topology) -> Topology:
     for link in topo.links:
         out.add_link(link)
     return out
+
+
+def take_lids(topo: Topology, found: Topology) -> None:
+    """Give *topo*'s ports the LIDs the running fabric has (*found*: its ibnetdiscover),
+    matching nodes by GUID.
+
+    Raises:
+        LabError: a node of *topo* is not in *found* (or not of the same kind).
+    """
+    by_guid = {n.guid: n for n in found.nodes.values()}
+    for node in topo.nodes.values():
+        hit = by_guid.get(node.guid)
+        if hit is None or hit.kind != node.kind:
+            raise LabError(f"ibnetdiscover did not find {node.id} ({node.desc})")
+        if node.kind == "switch":
+            topo.lids[Port(node.id, 0)] = found.lids[Port(hit.id, 0)]
+        for p in topo.ports(node.id):
+            if node.kind != "switch":
+                topo.lids[p] = found.lids[Port(hit.id, p.num)]
+
+
+def wait_lft_dump(path: Path, switches: int, timeout: float) -> dict[int, dict[int, int]]:
+    """OpenSM's LFT dump at *path* once it holds a table for each of *switches* switches,
+    or as it is after *timeout* seconds.
+
+    OpenSM writes it at the end of the heavy sweep, around the time it logs SUBNET UP.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            tables = parse_lft_dump(path.read_text(), str(path))
+        except (OSError, LabError):
+            tables = {}  # not there yet, or caught half-written
+        if len(tables) >= switches or time.monotonic() > deadline:
+            return tables
+        time.sleep(0.2)

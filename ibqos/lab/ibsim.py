@@ -15,9 +15,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ibqos.errors import LabError
 from ibqos.lab import procs
+
+if TYPE_CHECKING:
+    from ibqos.fabric.topology import Node
 
 PROMPT = b"sim> "
 MAX_LINE = 127  # the console reads at most 127 characters a line (sim_run_console)
@@ -172,3 +176,42 @@ class IbSim:
                 if left <= 0:
                     raise LabError(f"ibsim did not answer {what} within {timeout:.0f} s")
                 self._cond.wait(left)
+
+
+def set_links(
+    sim: IbSim,
+    action: str,
+    targets: Sequence[tuple[Node, int | None]],
+    names: Sequence[str],
+    lab: str,
+) -> list[str]:
+    """Take links *action* ("down" or "up") in ibsim, one at a time, in order; what was
+    done, e.g. ``cn0001 port 1 down``.
+
+    Args:
+        sim: the lab's ibsim.
+        action: "down" or "up".
+        targets: (node, port) per link; port None: every link of the node.
+        names: how the caller named each node (for the messages).
+        lab: the lab's name (for the messages).
+
+    Raises:
+        LabError: a bad port (nothing is sent), or ibsim refused one (those before it were
+            done, those after it not tried).
+    """
+    lines = []
+    for (node, port), name in zip(targets, names, strict=True):
+        if port is not None and not 1 <= port <= node.nports:
+            raise LabError(f"lab {lab}: {name} has ports 1-{node.nports}")
+        what = f"{name}{'' if port is None else f' port {port}'} {action}"
+        lines.append((what, link_line(action, node.id, port)))
+    done: list[str] = []
+    for what, line in lines:  # one at a time: a refusal then names its target
+        errors = sim.command([line])
+        if errors:
+            raise LabError(
+                f"lab {lab}: ibsim refused {what} ({line}): {errors[0].lstrip('# ')}"
+                + (f"; done: {', '.join(done)}" if done else "")
+            )
+        done.append(what)
+    return done

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ibqos.errors import LabError
-from ibqos.fabric.routes import Router, parse_lft_dump
+from ibqos.fabric.routes import Router
 from ibqos.fabric.topology import Port, Topology, parse_ibnetdiscover
 from ibqos.fsio import atomic_write
 from ibqos.jobs import jobfile as jobsmod
@@ -34,10 +34,13 @@ from ibqos.lab.files import (
     load_net,
     load_state,
     pick_sm,
+    take_lids,
+    wait_lft_dump,
     write_files,
+    write_opensm,
 )
-from ibqos.lab.ibsim import LINK_COMMANDS, IbSim, client_env, link_line
-from ibqos.lab.opensm import OpenSM
+from ibqos.lab.ibsim import LINK_COMMANDS, IbSim, client_env, set_links
+from ibqos.lab.opensm import FAST_FAILOVER, OpenSM
 from ibqos.lab.progress import WINDOW_S
 from ibqos.lab.readback import OPENSM_DEFAULT, ReadBack, pick_probe
 from ibqos.lab.traffic import CONTENTION_MODELS, TrafficModel
@@ -74,6 +77,8 @@ class Lab:
         self.contention: str = self.spec.get("contention", "crude")
         self.ibsim: IbSim | None = None
         self.opensm: OpenSM | None = None
+        #: the lab's other OpenSMs by name, each on a host of its own (:meth:`add_opensm`)
+        self.others: dict[str, OpenSM] = {}
         self.model: TrafficModel | None = None
         self.readback: ReadBack | None = None
         self._mix_changed = False
@@ -192,17 +197,7 @@ class Lab:
         """Read LIDs (ibnetdiscover) and routes (OpenSM's LFT dump) from the running fabric."""
         text = self.run(["ibnetdiscover"], check=True).stdout
         atomic_write(self.paths.discovered, text)
-        found = parse_ibnetdiscover(text, str(self.paths.discovered))
-        by_guid = {n.guid: n for n in found.nodes.values()}
-        for node in self.topo.nodes.values():
-            hit = by_guid.get(node.guid)
-            if hit is None or hit.kind != node.kind:
-                raise LabError(f"ibnetdiscover did not find {node.id} ({node.desc})")
-            if node.kind == "switch":
-                self.topo.lids[Port(node.id, 0)] = found.lids[Port(hit.id, 0)]
-            for p in self.topo.ports(node.id):
-                if node.kind != "switch":
-                    self.topo.lids[p] = found.lids[Port(hit.id, p.num)]
+        take_lids(self.topo, parse_ibnetdiscover(text, str(self.paths.discovered)))
         hosts: dict[str, list[Port]] = {}
         for ca in self.topo.cas():
             hosts.setdefault(ca.hostname, []).extend(self.topo.ports(ca.id))
@@ -262,21 +257,8 @@ class Lab:
             raise LabError(f"ibsim rejected clearing the counters: {errors[0]}")
 
     def _lfts(self, timeout: float = 30.0) -> dict[int, dict[int, int]]:
-        """OpenSM's LFT dump, once it holds a table for every switch.
-
-        OpenSM writes it at the end of the heavy sweep, around the time it logs SUBNET UP.
-        """
-        path = self.paths.opensm.lfts_dump
-        want = len(self.topo.switches())
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                tables = parse_lft_dump(path.read_text(), str(path))
-            except (OSError, LabError):
-                tables = {}  # not there yet, or caught half-written
-            if len(tables) >= want or time.monotonic() > deadline:
-                return tables
-            time.sleep(0.2)
+        """OpenSM's LFT dump, once it holds a table for every switch."""
+        return wait_lft_dump(self.paths.opensm.lfts_dump, len(self.topo.switches()), timeout)
 
     def reload_jobs(self) -> bool:
         """Re-read jobs.yaml if it changed.  Returns True if the mix changed.
@@ -331,15 +313,19 @@ class Lab:
         return counters.truth(self.model, self.readback, self.ticks, self.lines_last_tick)
 
     # -- OpenSM and links, for fault injection ----------------------------------------
-    def stop_opensm(self) -> int | None:
-        """End the lab's OpenSM (its own child process) and reap it; its exit status.
+    def stop_opensm(self, name: str | None = None) -> int | None:
+        """End the lab's OpenSM (its own child process, by pid) and reap it; its exit status.
 
-        ibsim, the ticks and the diags go on; SA queries fail until :meth:`start_opensm`.
+        ibsim, the ticks and the diags go on; SA queries fail until :meth:`start_opensm`
+        (or until another OpenSM of the lab, standing by, takes over).
+
+        Args:
+            name: another OpenSM of the lab (:meth:`add_opensm`); None: the first one.
 
         Raises:
-            LabError: the lab or its OpenSM is not running.
+            LabError: the lab or that OpenSM is not running.
         """
-        osm = self._opensm()
+        osm = self._opensm(name)
         if not osm.running:
             raise LabError(f"lab {self.paths.name}: OpenSM is not running ({osm.note})")
         code = osm.stop()
@@ -347,13 +333,21 @@ class Lab:
         self._save_state(self._status())
         return code
 
-    def start_opensm(self, timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> float:
+    def start_opensm(
+        self,
+        timeout: float = 60.0,
+        abort: Callable[[], bool] | None = None,
+        *,
+        name: str | None = None,
+    ) -> float:
         """Start the lab's OpenSM again (same opensm.conf, pid file, log appended to,
-        environment under umad2sim) and return once it logs MASTER and SUBNET UP.
+        environment under umad2sim) and return once it logs MASTER and SUBNET UP (another
+        OpenSM of the lab, *name*: once it is master or stands by).
 
         Args:
             timeout: seconds to wait for the subnet to come up.
             abort: polled while waiting; True gives up (the lab is being taken down).
+            name: another OpenSM of the lab (:meth:`add_opensm`); None: the first one.
 
         Returns:
             seconds it took.
@@ -362,13 +356,16 @@ class Lab:
             LabError: OpenSM runs already, exited, or was not up within *timeout* (it is
                 ended again); the message has its last log lines.
         """
-        osm, t0 = self._opensm(), time.monotonic()
+        osm, t0 = self._opensm(name), time.monotonic()
         if osm.running:
             raise LabError(f"lab {self.paths.name}: OpenSM already runs (pid {osm.info()['pid']})")
         osm.spawn()
         self._save_state(self._status())  # its pid, before the wait: 'lab down' may come
         try:
-            osm.wait_up(timeout, abort)
+            if name is None and not self.others:
+                osm.wait_up(timeout, abort)
+            else:  # beside another OpenSM it may stand by
+                osm.wait_role(timeout=timeout, abort=abort)
         except LabError as err:
             osm.stop()
             osm.note = f"failed to start: {err}"
@@ -385,6 +382,61 @@ class Lab:
         if self._opensm().running:
             self.stop_opensm()
         return self.start_opensm(timeout, abort)
+
+    def add_opensm(
+        self,
+        host: str,
+        *,
+        priority: int,
+        name: str | None = None,
+        options: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> OpenSM:
+        """Start another OpenSM, on *host*, beside the lab's first one: a second subnet
+        manager, as on a fabric with two SM hosts.
+
+        It has a directory of its own under the lab (opensm.conf, policy, log, pid file,
+        cache: :meth:`ibqos.lab.files.LabPaths.other_opensm`), starts from the options the
+        lab was made with, then :data:`~ibqos.lab.opensm.FAST_FAILOVER`, then ``sm_priority``
+        *priority*, then *options*; it is attached to *host*'s HCA through umad2sim
+        (``SIM_HOST``).  Of two OpenSMs the one of higher priority (on a tie, the lower
+        port GUID) is master, the other stands by; a standby takes over once the master has
+        missed ``polling_retry_number`` polls.  The first OpenSM does not poll faster unless
+        the lab was made with :data:`FAST_FAILOVER` in its options.
+
+        Args:
+            host: host name (or node id) of a CA other than the first OpenSM's.
+            priority: its ``sm_priority`` (0-15).
+            name: its name and directory (default ``opensm-<host>``).
+            options: opensm.conf options over the others.
+            timeout: seconds to wait until it is master (subnet up) or stands by.
+
+        Returns:
+            the OpenSM (stop it with ``stop_opensm(name)``; :meth:`stop` ends it too).
+
+        Raises:
+            LabError: the lab is not running, the host is the first OpenSM's or unknown,
+                the name is taken, or it exited or settled in neither role in time.
+        """
+        if self.ibsim is None:
+            raise LabError(f"lab {self.paths.name} is not running")
+        node = self.resolve_node(host)
+        if self.topo.nodes[node].kind == "switch":
+            raise LabError(f"lab {self.paths.name}: {host} is a switch, OpenSM runs on a CA")
+        if node == self.sm_node:
+            raise LabError(f"lab {self.paths.name}: {host} runs the lab's first OpenSM")
+        name = name or f"opensm-{self.topo.nodes[node].hostname}"
+        files = self.paths.other_opensm(name)
+        if name in self.others or files.dir.exists():
+            raise LabError(f"lab {self.paths.name}: an OpenSM named {name} exists")
+        values = dict(self.spec.get("opensm_options", {})) | FAST_FAILOVER
+        values |= {"sm_priority": str(priority)} | dict(options or {})
+        files.dir.mkdir()
+        write_opensm(files, values, f"opensm.conf of OpenSM {name} of ibqos lab {self.paths.name}")
+        osm = OpenSM(files, self.env(node), self.paths.run)
+        self.others[name] = osm
+        self.start_opensm(timeout, name=name)
+        return osm
 
     def check_opensm(self) -> int | None:
         """Reap and record an OpenSM that exited on its own; its status if it just did."""
@@ -418,43 +470,31 @@ class Lab:
         return self.links("up", [(node, port)])[0]
 
     def links(self, action: str, targets: Sequence[tuple[str, int | None]]) -> list[str]:
-        """Take several links *action* ("down" or "up"), in order; what was done.
-
-        Raises:
-            LabError: a bad target (nothing is sent), or ibsim refused one (those
-                before it were done, those after it not tried).
-        """
+        """Take several links *action* ("down" or "up"), in order; what was done
+        (:func:`ibqos.lab.ibsim.set_links`)."""
         if self.ibsim is None or action not in LINK_COMMANDS:
             raise LabError(f"lab {self.paths.name}: cannot take links {action!r} now")
-        lines = []
-        for name, port in targets:
-            node = self.topo.nodes[self.resolve_node(name)]
-            if port is not None and not 1 <= port <= node.nports:
-                raise LabError(f"lab {self.paths.name}: {name} has ports 1-{node.nports}")
-            what = f"{name}{'' if port is None else f' port {port}'} {action}"
-            lines.append((what, link_line(action, node.id, port)))
-        done: list[str] = []
-        for what, line in lines:  # one at a time: a refusal then names its target
-            errors = self.ibsim.command([line])
-            if errors:
-                raise LabError(
-                    f"lab {self.paths.name}: ibsim refused {what} ({line}): "
-                    f"{errors[0].lstrip('# ')}" + (f"; done: {', '.join(done)}" if done else "")
-                )
-            done.append(what)
+        nodes = [(self.topo.nodes[self.resolve_node(name)], port) for name, port in targets]
+        done = set_links(self.ibsim, action, nodes, [name for name, _ in targets], self.paths.name)
         log.info("lab %s: %s", self.paths.name, "; ".join(done))
         return done
 
-    def _opensm(self) -> OpenSM:
+    def _opensm(self, name: str | None = None) -> OpenSM:
         if self.opensm is None or self.ibsim is None:
             raise LabError(f"lab {self.paths.name} is not running")
-        return self.opensm
+        if name is None:
+            return self.opensm
+        if name not in self.others:
+            raise LabError(f"lab {self.paths.name}: no OpenSM named {name}")
+        return self.others[name]
 
     def _status(self) -> str:
         return str(load_state(self.paths).get("status", "up"))
 
     def stop(self, status: str = "stopped") -> None:
-        """End OpenSM and ibsim (this lab's own processes); keep the directory."""
+        """End OpenSM (every one) and ibsim (this lab's own processes); keep the directory."""
+        for other in self.others.values():
+            other.stop()
         if self.opensm is not None:
             self.opensm.stop()
         if self.ibsim is not None:
@@ -539,15 +579,16 @@ class Lab:
         state = load_state(self.paths)
         state["status"] = status
         recorded = state.setdefault("procs", {})
-        children = (
+        children = [
             ("ibsim", self.ibsim.proc if self.ibsim else None),
             ("opensm", self.opensm.proc if self.opensm else None),
-        )
+        ]
+        children += [(f"opensm:{name}", osm.proc) for name, osm in self.others.items()]
         for key, proc in children:
             if proc is not None and proc.poll() is None:
                 if recorded.get(key, {}).get("pid") != proc.pid:
                     recorded[key] = procs.ref_of(proc.pid).to_dict()
-            elif key == "opensm" and proc is not None:
+            elif key.startswith("opensm") and proc is not None:
                 recorded.pop(key, None)
         if self.opensm is not None:
             state["opensm"] = self.opensm.info()

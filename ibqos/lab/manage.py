@@ -165,7 +165,9 @@ def status(name: str, *, root: Path) -> dict[str, Any]:
     if paths.truth.exists():
         truth = json.loads(paths.truth.read_text())
     # OpenSM may be down on purpose (or crashed) while the lab itself runs on
-    running = bool(processes) and all(p["alive"] for k, p in processes.items() if k != "opensm")
+    running = bool(processes) and all(
+        p["alive"] for k, p in processes.items() if k.partition(":")[0] != "opensm"
+    )
     osm_proc = processes.get("opensm", {"pid": None, "alive": False})
     opensm = {
         "running": running and osm_proc["alive"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,6 +18,12 @@ from ibqos.lab import procs
 
 MASTER_LINE = "Entering MASTER state"
 SUBNET_UP_LINE = "SUBNET UP"
+#: OpenSM's state lines (``osm_report_sm_state``), group 1 the state, and its sweeps' end
+_STATE_OR_SWEEP = re.compile(r"Entering (NOTACTIVE|DISCOVERING|STANDBY|MASTER) state|SUBNET UP")
+#: opensm.conf options of an OpenSM that may stand by: it polls the master every second
+#: and takes over after 2 missed polls (about 3-6 s; OpenSM's defaults, 10 s and 4, make
+#: a failover take about a minute)
+FAST_FAILOVER: dict[str, str] = {"sminfo_polling_timeout": "1000", "polling_retry_number": "2"}
 #: OpenSM options every lab sets; ``opensm_options`` may override them.
 DEFAULT_OPTIONS: dict[str, str] = {
     "routing_engine": "ftree",
@@ -140,7 +147,7 @@ class OpenSM:
         Returns:
             its exit status if it was found gone just now, else None.
         """
-        if self.proc is None or self.note != "up":
+        if self.proc is None or not self.note.startswith("up"):
             return None
         code = self.proc.poll()
         if code is not None:
@@ -214,6 +221,54 @@ class OpenSM:
                 raise LabError(
                     f"OpenSM did not bring the subnet up within {timeout:.0f} s: "
                     f"{self.last_lines()}"
+                )
+            if abort is not None and abort():
+                raise LabError("OpenSM start given up: the lab is stopping")
+            time.sleep(0.1)
+
+    def role(self) -> str | None:
+        """What the OpenSM last spawned is, from its log since: ``master`` once it entered
+        MASTER state and a heavy sweep ended after that (``sweeping`` before), ``standby``,
+        ``discovering``, ``not active``; None: nothing logged."""
+        state, swept = None, False
+        for m in _STATE_OR_SWEEP.finditer(self._log_text()):
+            if m.group(1) is None:
+                swept = True
+            else:
+                state, swept = m.group(1), False
+        if state is None:
+            return None
+        if state == "MASTER":
+            return "master" if swept else "sweeping"
+        return "not active" if state == "NOTACTIVE" else state.lower()
+
+    def wait_role(
+        self,
+        roles: tuple[str, ...] = ("master", "standby"),
+        timeout: float = 60.0,
+        abort: Callable[[], bool] | None = None,
+    ) -> str:
+        """Wait until the OpenSM last spawned is in one of *roles* (:meth:`role`); the role.
+
+        Raises:
+            LabError: it exited, did not get there within *timeout* seconds, or *abort*
+                said so.
+        """
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            role = self.role()
+            if role in roles:
+                assert role is not None
+                self.note = "up" if role == "master" else f"up, {role}"
+                return role
+            code = self.proc.poll()
+            if code is not None:
+                raise LabError(f"OpenSM exited with status {code}: {self.last_lines()}")
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"OpenSM was not {' or '.join(roles)} within {timeout:.0f} s"
+                    f" (it is {role or 'silent'}): {self.last_lines()}"
                 )
             if abort is not None and abort():
                 raise LabError("OpenSM start given up: the lab is stopping")

@@ -74,6 +74,10 @@ class Counters:
         outside_writer: ibqos holds: another writer rewrites OpenSM's files.
         opensm_log_missing: OpenSM's log could not be read at the last apply.
         log_rotations: rotations of OpenSM's log seen while following it.
+        sm_state: SMInfo's SMState of the agent's OpenSM (0 not active, 1 discovering,
+            2 standby, 3 master; :mod:`ibqos.opensm.smstate`); None: not read or not known.
+        sm_takeovers: times the agent took over because its OpenSM became the master
+            after it had stood by (:mod:`ibqos.agent.standby`).
     """
 
     cycles: int = 0
@@ -105,6 +109,9 @@ class Counters:
     write_errors: int = 0
     reload_tokens: float | None = None
     opensm_up: bool | None = None
+    # the SM state of the agent's OpenSM: a standby's agent stands by
+    sm_state: int | None = None
+    sm_takeovers: int = 0
     opensm_rejected: bool = False
     opensm_log_missing: bool = False
     log_rotations: int = 0
@@ -156,6 +163,12 @@ _COUNTED = (
         "ibqos_opensm_outside_writes",
         "Rewrites of OpenSM's files by another writer (ibqos's lines changed or gone) seen by"
         " an apply; ibqos holds instead of writing them back.",
+    ),
+    (
+        "sm_takeovers",
+        "ibqos_opensm_takeovers",
+        "Times the agent's OpenSM became the master after the agent had stood by beside it"
+        " (the agent then took over).",
     ),
     (
         "state_write_errors",
@@ -332,6 +345,13 @@ def _apply_gauges(c: Counters) -> Iterator[Metric]:
             "1 while OpenSM runs (its pid file's process, its unit active), 0 when it does"
             " not; absent when ibqos cannot tell (a reload command).",
             value=int(c.opensm_up),
+        )
+    if c.sm_state is not None:
+        yield GaugeMetricFamily(
+            "ibqos_opensm_sm_state",
+            "SM state of the agent's OpenSM (SMInfo): 0 not active, 1 discovering, 2 standby,"
+            " 3 master; below 3 the agent stands by (writes nothing, hands out no SL).",
+            value=c.sm_state,
         )
     yield GaugeMetricFamily(
         "ibqos_opensm_rejected",
