@@ -1,0 +1,1 @@
+"""Faults together over a long run: ``python -m bench.faults.soak``."""
