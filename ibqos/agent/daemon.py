@@ -159,6 +159,7 @@ class Agent:
         metrics.tuning.status = lambda: parts.tuning.status(clock())
         metrics.health.sl_answers = self.sl.board.counts
         metrics.health.job_source_up = parts.source_up
+        metrics.health.job_source_rejected = parts.source_rejected
         metrics.health.routes = lambda: parts.pipeline.routes.status()
         freeze_heap()
 
