@@ -150,9 +150,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("text", list(VARIANTS.values()), ids=list(VARIANTS))
-def test_a_yaml_file_read_item_by_item_reads_as_a_whole(
-    tmp_path: pathlib.Path, text: str
-) -> None:
+def test_a_yaml_file_read_item_by_item_reads_as_a_whole(tmp_path: pathlib.Path, text: str) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(text)
     reader = JobReader(path)
