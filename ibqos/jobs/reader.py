@@ -99,9 +99,11 @@ class JobReader:
             JobsError: a job file that cannot be read or has any problem (every problem,
                 one per line); a directory that cannot be listed.
         """
-        if self.path.is_dir():
-            return self._read_directory()
-        return self._read_file()
+        reading = self._read_directory() if self.path.is_dir() else self._read_file()
+        log.debug(
+            "loaded %d jobs from %d files under %s", len(reading.jobs), reading.files, self.path
+        )
+        return reading
 
     def _version(self, file: Path) -> Version:
         """*file*'s version: the one read before if its stamp did not change.
