@@ -144,6 +144,11 @@ class FileJobSource(JobSource):
         """Jobs of the directory's current version left out as invalid (0 for a file)."""
         return self._rejected
 
+    @property
+    def problems(self) -> frozenset[str]:
+        """Why the directory's jobs were left out, one line each (empty for a file)."""
+        return self._problems
+
     def jobs(self) -> tuple[Job, ...]:
         """Return the jobs, re-reading the file(s) if they changed since the last call.
 

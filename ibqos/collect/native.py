@@ -334,10 +334,10 @@ class NativeBackend:
             plan = self._plan(targets)
             res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports, self._deadline)
             per_sl = self._per_sl(plan, res) if len(plan.sl_rows) else None
+            table = sweep_table(plan, res, self.vl_xmit_wait)
+            cleared = self._clear_narrow(plan, table)  # within the sweep's time limit too
         finally:
             self._deadline = None  # a probe outside a sweep has no deadline
-        table = sweep_table(plan, res, self.vl_xmit_wait)
-        cleared = self._clear_narrow(plan, table)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         stats = {k: v - stats0.get(k, 0) for k, v in self.pipeline.stats.items()}
         stats["failed"] = int((table["error"] != "").sum())
