@@ -1,12 +1,18 @@
-"""Faults of the job sources: a bad job in a job directory, a big job file that changes."""
+"""Faults of the job sources and of the counters: a bad job in a job directory, a big job
+file that changes, 32-bit PMA counters near their top."""
 
 from __future__ import annotations
 
+import json
+import math
+import sys
 from pathlib import Path
 
 import yaml
 
-from tests.faults.faultcheck import job
+from ibqos.lab.fabric import fabric_from_lab
+from tests.faults.faultcheck import XGFT, job
+from tests.integration.labcheck import QUIET, port_of
 
 A = job("A", "cn[0001-0002]")
 B = job("B", "cn[0003,0007]")
@@ -94,3 +100,54 @@ def test_a_big_job_file_that_changes_costs_no_stall(agent_on_lab, tmp_path) -> N
     guard.check_alive("A")
     print(f"agent RSS after each change: {rss} MB")
     assert rss[-1] - rss[0] < 50, rss
+
+
+# A native backend that takes a lab CA for a PMA without PortCountersExtended (as ibsim
+# says PCE for every port, no lab port is read with 32-bit counters otherwise): two sweeps.
+NARROW_CHILD = """
+import json, sys
+from ibqos.collect.native import NativeBackend, NodeCaps
+from ibqos.collect.rates import RateTracker
+from ibqos.fabric.targets import Target
+target = Target(*json.load(sys.stdin))
+tracker, out = RateTracker(), []
+with NativeBackend(timeout_s=0.2, retries=1) as nb:
+    nb.caps[target.node_guid] = NodeCaps(cap_mask=0, cap_mask2=0)  # no PCE, no XmitWait
+    for _ in range(2):
+        s = nb.sweep([target])
+        rates = tracker.update(s)
+        cleared = None if s.cleared_s is None else float(s.cleared_s[0])
+        out.append({"bits": int(s.table["counter_bits"][0]), "error": s.table["error"][0],
+                    "xmit": int(s.table["xmit_bytes"][0]), "rcv": int(s.table["rcv_bytes"][0]),
+                    "cleared": cleared, "clears": s.stats.get("pc_clears", 0),
+                    "reset": bool(rates["reset"][0]), "rate": float(rates["xmit_bytes_per_s"][0])})
+print(json.dumps(out))
+"""
+
+
+def test_32_bit_counters_near_their_top_are_cleared_in_ibsim(make_lab) -> None:
+    """ibsim's own PMA takes the clear: a port read through PortCounters (32 bits) whose
+    PortXmitData passed half its range is cleared right after the reading, so it never
+    sticks; the next reading counts from 0 at the clear, and is no reset."""
+    lab = make_lab(XGFT, opensm_options=QUIET)
+    target = next(t for t in fabric_from_lab(lab).targets() if not t.is_switch)
+    port = port_of(lab.topo, target)
+    words = 3_000_000_000  # past half the 32-bit range (2^31 words)
+    lines = [f'PerformanceSet "{port.node}"[{port.num}] PortCounters.PortXmitData={words}']
+    assert lab.ibsim.command(lines) == []
+    proc = lab.run(
+        [sys.executable, "-c", NARROW_CHILD],
+        check=False,
+        timeout=60,
+        stdin=json.dumps([*vars(target).values()]),
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(proc.stdout)
+    assert (first["bits"], first["error"], first["xmit"]) == (32, "", 4 * words)
+    assert first["clears"] == 1 and first["cleared"] is not None
+    # after the clear only the collector's own MADs count (288 bytes per hop and Get)
+    assert second["bits"] == 32 and second["xmit"] < 10_000, second
+    # the lab's EDR link carries more than 2^32 words in 1.5 x collect.interval_s (10 s):
+    # its level is 0, so it is cleared at every reading that saw traffic
+    assert second["clears"] == 1 and second["cleared"] is not None
+    assert not second["reset"] and math.isfinite(second["rate"]) and second["rate"] >= 0
