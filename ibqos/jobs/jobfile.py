@@ -153,6 +153,8 @@ class Version:
         items: what each item of a YAML file's ``jobs`` gave, by its text
             (:mod:`ibqos.jobs.chunks`), for the next version's parse; empty where the
             file is not cut so.
+        whole: the document is no job file at all (empty, not a mapping with a list of
+            jobs): most likely one being written, not one with bad jobs.
     """
 
     jobs: tuple[tuple[str, Job], ...]
@@ -161,6 +163,7 @@ class Version:
     entries: Mapping[str, Job] = field(default_factory=dict)
     cause: BaseException | None = None
     items: Mapping[str, object] = field(default_factory=dict)
+    whole: bool = False
 
 
 def _unchanged_entries(
@@ -249,7 +252,8 @@ def _validated(
         else:
             ids.add(job.id)
             kept.append((where, job))
-    return Version(tuple(kept), tuple(problems.lines), rejected, entries, problems.cause)
+    whole = not (isinstance(data, dict) and isinstance(data.get("jobs"), list))
+    return Version(tuple(kept), tuple(problems.lines), rejected, entries, problems.cause, {}, whole)
 
 
 def _read(file: pathlib.Path) -> object:

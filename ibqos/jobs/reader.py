@@ -15,8 +15,9 @@ one file per job), so one bad job must not hold up the others:
 - an invalid job (a bad host list, a missing key, ...) is left out, the others of its
   file are taken; a job whose id a file before it already has (file name order) is left
   out, the first is taken;
-- a file that cannot be read or parsed (a half-written file, a permission) keeps the jobs
-  of its last good version, none if it never had one;
+- a file that cannot be read or parsed, or that is no job file at all (empty, or not a
+  mapping with a list of jobs: a file being written, a permission) keeps the jobs of its
+  last good version, none if it never had one;
 - each such problem is in :attr:`Reading.problems` as long as it lasts, and the jobs left
   out are counted (:attr:`Reading.rejected`).
 
@@ -127,7 +128,8 @@ class JobReader:
             self._versions[file.name] = (stamp, err)
             raise
         self._versions[file.name] = (stamp, version)
-        self._good[file.name] = version
+        if not version.whole:
+            self._good[file.name] = version
         return version
 
     def _read_file(self) -> Reading:
@@ -155,6 +157,8 @@ class JobReader:
         for file in files:
             try:
                 version = self._version(file)
+                if version.whole:
+                    raise JobsError("\n".join(version.problems))
             except JobsError as err:
                 version = self._good.get(file.name, Version(()))
                 kept = f"keeping its previous {len(version.jobs)} jobs" if version.jobs else ""

@@ -199,3 +199,20 @@ def test_a_changed_yaml_file_parses_only_its_new_items(
     write(path, entries, bump=1)
     assert [j.id for j in reader.read().jobs][3] == "1003"
     assert len(parsed) == 1 and "1003" in parsed[0]
+
+
+def test_a_directory_file_being_written_keeps_its_previous_jobs(tmp_path: pathlib.Path) -> None:
+    """Truncated to nothing (a writer that does not rename), a file is no job file at all
+    for a moment: its job is kept, not ended."""
+    write(tmp_path / "1.yaml", [entry(1)])
+    write(tmp_path / "2.yaml", [entry(2)])
+    reader = JobReader(tmp_path)
+    reader.read()
+    (tmp_path / "2.yaml").write_text("")
+    reading = reader.read()
+    assert [j.id for j in reading.jobs] == ["1", "2"] and reading.rejected == 0
+    (problem,) = reading.problems
+    assert "2.yaml: expected a mapping with the key 'jobs', got None" in problem
+    assert problem.endswith("(keeping its previous 1 jobs)")
+    write(tmp_path / "2.yaml", [entry(3)], bump=1)
+    assert [j.id for j in reader.read().jobs] == ["1", "3"]
