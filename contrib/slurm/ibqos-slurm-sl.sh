@@ -26,6 +26,61 @@ sl_dir=${IBQOS_SL_DIR:-/run/ibqos-slurm}
 job=${SLURM_JOB_ID:-}
 PATH=$PATH:/usr/local/bin:/usr/bin:/bin
 
+# ibqos_in_hostlist NODE LIST: NODE is one of the hosts of the Slurm host list LIST (names
+# and prefix[ranges]suffix items, comma-separated, as Slurm writes them; a padded range,
+# cn[0001-0016], names hosts of its width only)
+ibqos_in_hostlist() {
+  local node=$1 rest=$2 pre ranges post num r lo hi re='^([^],[]*)(\[([^]]*)\])?([^],[]*)(,(.*))?$'
+  local -a parts
+  while [ -n "$rest" ]; do
+    [[ $rest =~ $re ]] || return 1
+    pre=${BASH_REMATCH[1]} ranges=${BASH_REMATCH[3]} post=${BASH_REMATCH[4]}
+    if [ -z "${BASH_REMATCH[2]}" ]; then
+      rest=${BASH_REMATCH[6]}
+      [ "$node" = "$pre$post" ] && return 0
+      continue
+    fi
+    rest=${BASH_REMATCH[6]}
+    [[ $node == "$pre"* && $node == *"$post" ]] || continue
+    num=${node#"$pre"}
+    num=${num%"$post"}
+    [[ $num =~ ^[0-9]+$ ]] || continue
+    IFS=, read -r -a parts <<<"$ranges"
+    for r in "${parts[@]}"; do
+      lo=${r%%-*} hi=${r##*-}
+      [[ $lo =~ ^[0-9]+$ && $hi =~ ^[0-9]+$ ]] || continue
+      if [[ $lo == 0?* ]]; then
+        (( ${#num} == ${#lo} )) || continue
+      elif [[ $num == 0?* ]]; then
+        continue
+      fi
+      (( 10#$num >= 10#$lo && 10#$num <= 10#$hi )) && return 0
+    done
+  done
+  return 1
+}
+
+# A task of a heterogeneous job has the leader's id (component 0) in SLURM_JOB_ID on every
+# node (Slurm 17.11 to 22.05 at least); each component is a job of its own in squeue, with
+# its own id, which the Prolog has in SLURM_JOB_ID.  So a task takes the id of the
+# component whose nodes hold its node (SLURM_JOB_ID_HET_GROUP_<n>,
+# SLURM_JOB_NODELIST_HET_GROUP_<n>); with two components on one node, the first one's.
+case "${SLURM_SCRIPT_CONTEXT:-}" in
+  prolog_slurmd | epilog_slurmd) ;;
+  *)
+    if [[ ${SLURM_HET_SIZE:-} =~ ^[0-9]+$ && -n ${SLURMD_NODENAME:-} ]]; then
+      for (( het = 0; het < SLURM_HET_SIZE; het++ )); do
+        het_nodes=SLURM_JOB_NODELIST_HET_GROUP_$het
+        het_job=SLURM_JOB_ID_HET_GROUP_$het
+        if ibqos_in_hostlist "$SLURMD_NODENAME" "${!het_nodes:-}"; then
+          job=${!het_job:-$job}
+          break
+        fi
+      done
+    fi
+    ;;
+esac
+
 # ibqos_less SECONDS: SECONDS less 0.2 s (at least 0), what the agent is told to wait, so
 # that its answer (a miss too) reaches us before our own bound kills the question
 ibqos_less() {

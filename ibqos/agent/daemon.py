@@ -171,6 +171,7 @@ class Agent:
         metrics.health.sl_answers = self.sl.board.counts
         metrics.health.sl_server = self.sl.health
         metrics.health.job_source_up = parts.source_up
+        metrics.health.job_source_rejected = parts.source_rejected
         metrics.health.routes = lambda: parts.pipeline.routes.status()
         freeze_heap()
 

@@ -156,6 +156,14 @@ class AgentParts:
             return source.up
         return None
 
+    def source_rejected(self) -> int | None:
+        """The jobs a job file source left out as invalid (a directory's); None: another
+        source, or not read yet."""
+        source = self.pipeline.source
+        if isinstance(source, FileJobSource) and source.up is not None:
+            return source.rejected
+        return None
+
     def close(self) -> None:
         """Release the collector's MAD device and stop the route source's reads."""
         self.pipeline.close()

@@ -30,9 +30,7 @@ The split is an estimate, and attribution reports it as such (``measured`` below
 from __future__ import annotations
 
 import logging
-import os
 import re
-import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,8 +41,8 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from ibqos.errors import JobsError
 from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, PortKey
-from ibqos.jobs.jobfile import job_files, load_jobs
 from ibqos.jobs.model import Job
+from ibqos.jobs.reader import JobReader, Stamp
 
 log = logging.getLogger(__name__)
 
@@ -103,33 +101,19 @@ class JobSource(Protocol):
         ...
 
 
-# What identifies one version of a file: (name, mtime_ns, size, inode).  The inode catches
-# an atomic replace (write temp, rename) within one mtime tick.
-_Stamp = tuple[str, int, int, int]
-
-
-def _stamp(name: str, st: os.stat_result) -> _Stamp:
-    return (name, st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _signature(path: Path) -> tuple[_Stamp, ...] | str:
-    """The stamps of a job file, or of a directory's job files; an error text if unreadable."""
-    try:
-        st = path.stat()
-        if not stat.S_ISDIR(st.st_mode):
-            return (_stamp(path.name, st),)
-        return tuple(_stamp(f.name, f.stat()) for f in job_files(path))
-    except OSError as err:
-        return f"{type(err).__name__}: {err.strerror or err}"
-
-
 class FileJobSource(JobSource):
     """Jobs from a YAML/JSON job file or a directory of job files (``docs/jobs.md``).
 
     Each call to :meth:`jobs` checks the modification time, size and inode of the file (or
     of the directory's job files, and which files there are) and re-reads only when one of
-    them changed.  With a directory, one file per job (written by a Slurm prolog, removed by
-    the epilog) works: removing a file ends its jobs.
+    them changed, and then only what changed (:class:`~ibqos.jobs.reader.JobReader`: the
+    files that changed, their entries that changed).  With a directory, one file per job
+    (written by a Slurm prolog, removed by the epilog) works: removing a file ends its jobs.
+
+    A job file is valid or not as a whole: a version with any problem is not taken, the
+    previous jobs are kept (:attr:`up` False).  In a directory one bad job is left out and
+    the others taken (:class:`~ibqos.jobs.reader.JobReader` says how); each problem is
+    logged once, and the jobs left out are counted (:attr:`rejected`).
 
     The jobs listed are the running jobs.  ``start_time`` is not a filter: a start time in
     the future is most likely clock skew between the scheduler and this host, and a job that
@@ -141,30 +125,44 @@ class FileJobSource(JobSource):
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._seen: tuple[_Stamp, ...] | str | None = None
+        self._reader = JobReader(self.path)
+        self._seen: tuple[Stamp, ...] | str | None = None
         self._jobs: tuple[Job, ...] | None = None
         self._up: bool | None = None
+        self._rejected = 0
+        self._problems: frozenset[str] = frozenset()  # logged, and still there
 
     @property
     def up(self) -> bool | None:
-        """False while the file's current version is invalid and the previous jobs are
-        kept (``ibqos_job_source_up``); None before the first read."""
+        """False while the file's current version is invalid (or the directory cannot be
+        listed) and the previous jobs are kept (``ibqos_job_source_up``); None before the
+        first read.  Jobs left out of a directory leave it True (:attr:`rejected`)."""
         return self._up
+
+    @property
+    def rejected(self) -> int:
+        """Jobs of the directory's current version left out as invalid (0 for a file)."""
+        return self._rejected
+
+    @property
+    def problems(self) -> frozenset[str]:
+        """Why the directory's jobs were left out, one line each (empty for a file)."""
+        return self._problems
 
     def jobs(self) -> tuple[Job, ...]:
         """Return the jobs, re-reading the file(s) if they changed since the last call.
 
         Raises:
-            JobsError: the first read failed (the file is missing, unreadable or invalid).
-                Later failures log one warning per change, naming the file, and keep the
-                previous jobs.
+            JobsError: the first read failed (the file is missing, unreadable or invalid;
+                the directory cannot be listed).  Later failures log one warning per
+                change, naming the file, and keep the previous jobs.
         """
         # Stamp before reading: a change during the read then shows on the next call.
-        signature = _signature(self.path)
+        signature = self._reader.signature()
         if self._jobs is not None and signature == self._seen:
             return self._jobs
         try:
-            jobs = load_jobs(self.path)
+            reading = self._reader.read()
         except JobsError as err:
             self._up = False
             if self._jobs is None:
@@ -172,11 +170,24 @@ class FileJobSource(JobSource):
             self._seen = signature  # warn once per bad version, not on every call
             log.warning("%s; keeping the previous %d jobs", err, len(self._jobs))
             return self._jobs
+        self._log_problems(reading.problems)
         if self._jobs is not None:
-            log.info("%s: re-read, %d jobs (were %d)", self.path, len(jobs), len(self._jobs))
-        self._seen, self._jobs = signature, jobs
-        self._up = True
-        return jobs
+            log.info(
+                "%s: re-read, %d jobs (were %d)", self.path, len(reading.jobs), len(self._jobs)
+            )
+        self._seen, self._jobs = signature, reading.jobs
+        self._up, self._rejected = True, reading.rejected
+        return reading.jobs
+
+    def _log_problems(self, problems: Sequence[str]) -> None:
+        """Log the problems not logged yet (a bad job is said once, not at every change
+        of the directory), the first few one by one, then a count."""
+        new = [p for p in dict.fromkeys(problems) if p not in self._problems]
+        self._problems = frozenset(problems)
+        for line in new[:_MAX_LOGGED]:
+            log.warning("%s", line)
+        if len(new) > _MAX_LOGGED:
+            log.warning("... and %d more jobs left out", len(new) - _MAX_LOGGED)
 
 
 # --- host names ----------------------------------------------------------------------------

@@ -46,8 +46,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
-from ibqos.collect.native_table import Plan, sweep_table
+from ibqos.collect.native_table import Plan, row_times, sweep_table
 from ibqos.collect.per_sl import SlReadings, clear_words
 from ibqos.collect.pipeline import (
     Pipeline,
@@ -62,6 +63,10 @@ from ibqos.fabric.targets import Target
 from ibqos.mad import pma
 
 log = logging.getLogger(__name__)
+
+#: CounterSelect of a PortCounters Set that clears PortXmitData, PortRcvData, PortXmitPkts
+#: and PortRcvPkts (bits 12-15, IBA 16.1.3.5), and none of the error counters
+_PC_DATA = 0xF000
 
 # Pipeline, Request, Result, Transport, max_dgram_qlen and under_umad2sim live in
 # ibqos.collect.pipeline; this module's path keeps naming them
@@ -329,9 +334,10 @@ class NativeBackend:
             plan = self._plan(targets)
             res = self.pipeline.run_arrays(plan.lids, plan.attrs, plan.ports, self._deadline)
             per_sl = self._per_sl(plan, res) if len(plan.sl_rows) else None
+            table = sweep_table(plan, res, self.vl_xmit_wait)
+            cleared = self._clear_narrow(plan, table)  # within the sweep's time limit too
         finally:
             self._deadline = None  # a probe outside a sweep has no deadline
-        table = sweep_table(plan, res, self.vl_xmit_wait)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         stats = {k: v - stats0.get(k, 0) for k, v in self.pipeline.stats.items()}
         stats["failed"] = int((table["error"] != "").sum())
@@ -348,6 +354,8 @@ class NativeBackend:
             cpu_s=(cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
             stats=stats,
             per_sl=per_sl,
+            mono_s=row_times(plan, res.mono_s),
+            cleared_s=cleared,
         )
 
     def _note_fabric(self, targets: Sequence[Target]) -> None:
@@ -373,10 +381,10 @@ class NativeBackend:
             plan.port[rows].astype(np.int64),
             res.mads[x],
             [res.error[i] for i in x.tolist()],
-            res.time_s[x],
+            res.mono_s[x],
             res.mads[r],
             [res.error[i] for i in r.tolist()],
-            res.time_s[r],
+            res.mono_s[r],
         )
         lost = [w for w in whys if w]
         if lost:
@@ -405,7 +413,7 @@ class NativeBackend:
                 bad = pma.check_replies(pma.decode(done.mads[j].tobytes(), attr), attr)[0]
                 cleared, k = where[j]
                 if not (bad or done.error[j]):
-                    cleared[k] = done.time_s[j]  # the next delta counts from 0 from here
+                    cleared[k] = done.mono_s[j]  # the next delta counts from 0 from here
                 else:  # not cleared: the next delta counts from the reading, as usual
                     log.debug(
                         "per-SL clear of %s failed: %s",
@@ -413,6 +421,53 @@ class NativeBackend:
                         done.error[j] or bad,
                     )
         return readings
+
+    def _clear_narrow(self, plan: Plan, table: pd.DataFrame) -> np.ndarray | None:
+        """Clear the 32-bit data and packet counters of the ports read through
+        PortCounters (no PortCountersExtended) that passed their level
+        (:func:`~ibqos.collect.per_sl.clear_words`, as for the per-SL counters), one Set
+        per port, so that they never stick at their top.
+
+        Returns:
+            Per row, the monotonic time the Set's reply came (the next delta counts from
+            0 from there); NaN where not cleared.  None when no port was due.
+        """
+        narrow = (table["counter_bits"] == 32).to_numpy(bool) & (table["error"] == "").to_numpy(
+            bool
+        )
+        if not narrow.any():
+            return None
+        rows = np.flatnonzero(narrow)
+        capacity = np.array([plan.targets[i].capacity_bytes_per_s for i in rows.tolist()])
+        # bytes are words x 4; packets per second never exceed words per second
+        limit = clear_words(capacity, self.interval_s)
+        words = [
+            table[col].to_numpy(np.uint64, na_value=0)[rows] // np.uint64(div)
+            for col, div in (("xmit_bytes", 4), ("rcv_bytes", 4), ("xmit_pkts", 1), ("rcv_pkts", 1))
+        ]
+        due = rows[np.logical_or.reduce([w > limit for w in words])]
+        if not len(due):
+            return None
+        reqs = [
+            Request(plan.targets[i].lid, pma.ATTR_PORT_COUNTERS, plan.targets[i].port, _PC_DATA)
+            for i in due.tolist()
+        ]
+        done = self.pipeline.run(reqs, self._deadline)
+        stats = self.pipeline.stats
+        stats["pc_clears"] = stats.get("pc_clears", 0) + len(reqs)
+        cleared = np.full(len(table), np.nan)
+        for j, i in enumerate(due.tolist()):
+            attr = pma.ATTR_PORT_COUNTERS
+            bad = pma.check_replies(pma.decode(done.mads[j].tobytes(), attr), attr)[0]
+            if not (bad or done.error[j]):
+                cleared[i] = done.mono_s[j]
+            else:  # not cleared: the next delta counts from the reading, as usual
+                log.debug(
+                    "PortCounters clear of %s failed: %s",
+                    _where(plan.targets[i]),
+                    done.error[j] or bad,
+                )
+        return cleared
 
     def _plan(self, targets: Sequence[Target]) -> Plan:
         """The requests of a sweep of *targets*, kept while the targets and what is known

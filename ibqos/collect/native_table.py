@@ -52,6 +52,15 @@ class Plan:
     pce_wait: np.ndarray
 
 
+def row_times(plan: Plan, times: np.ndarray) -> np.ndarray:
+    """Per target, the time (of *times*, one per request) its data counters' reply came;
+    NaN where none did or none was asked for."""
+    out = np.full(len(plan.main), np.nan)
+    asked = plan.main >= 0
+    out[asked] = times[plan.main[asked]]
+    return out
+
+
 def sweep_table(plan: Plan, res: Result, vl_xmit_wait: bool) -> pd.DataFrame:
     """Decode the replies in bulk into a sweep table, one row per target (with the
     per-VL columns if *vl_xmit_wait*)."""

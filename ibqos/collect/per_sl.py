@@ -104,10 +104,12 @@ class SlReadings:
         port: port number.
         xmit: PortXmitDataSL x 4, bytes.
         rcv: PortRcvDataSL x 4, bytes.
-        xmit_time_s: UNIX time the PortXmitDataSL reply came, seconds; NaN: none did.
+        xmit_time_s: time the PortXmitDataSL reply came, seconds of :func:`time.monotonic`
+            (intervals are measured on it: a step of the wall clock changes none); NaN:
+            none did.
         rcv_time_s: the same for PortRcvDataSL.
-        xmit_cleared_s: UNIX time a Set cleared the port's PortXmitDataSL after this
-            reading, seconds; NaN: not cleared.
+        xmit_cleared_s: time a Set cleared the port's PortXmitDataSL after this reading,
+            seconds of the same clock; NaN: not cleared.
         rcv_cleared_s: the same for PortRcvDataSL.
     """
 

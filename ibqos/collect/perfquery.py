@@ -71,6 +71,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from ibqos.collect.diags import find_diag, last_message, run_diag
 from ibqos.collect.perfquery_parse import NO_DEVICE, CounterBlock, parse_perfquery
 from ibqos.collect.perfquery_plan import (
@@ -235,6 +237,7 @@ class PerfqueryBackend:
             duration_s=time.monotonic() - t0,
             cpu_s=_cpu_s() - cpu0,
             stats=stats,
+            mono_s=_row_times(targets, groups, results),
         )
 
     def close(self) -> None:
@@ -260,7 +263,7 @@ class PerfqueryBackend:
     def _read_group(self, group: Group) -> GroupResult:
         result = GroupResult()
         result.extended = self._read(group.lid, group.ports, "extended", result)
-        result.time_s = time.time()
+        result.time_s, result.mono_s = time.time(), time.monotonic()
         read = [p for p in group.ports if p in result.extended]
         if self.xmit_wait and read:
             result.basic = self._read(group.lid, read, "basic", result, "PortCounters: ")
@@ -397,3 +400,16 @@ def _cpu_s() -> float:
     """
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _row_times(
+    targets: Sequence[Target], groups: Sequence[Group], results: Sequence[GroupResult]
+) -> np.ndarray:
+    """Per target, the monotonic time its group's data counters were read (NaN where its
+    port was not)."""
+    out = np.full(len(targets), np.nan)
+    for group, res in zip(groups, results, strict=True):
+        for i in group.rows:
+            if targets[i].port in res.extended:
+                out[i] = res.mono_s
+    return out

@@ -57,6 +57,7 @@ class GroupResult:
     """What one group's processes produced."""
 
     time_s: float = float("nan")
+    mono_s: float = float("nan")  # time.monotonic() at time_s: intervals are measured on it
     extended: dict[int, CounterBlock] = field(default_factory=dict)
     basic: dict[int, CounterBlock] = field(default_factory=dict)
     vl: dict[int, CounterBlock] = field(default_factory=dict)

@@ -87,6 +87,8 @@ class Result:
     Attributes:
         mads: (n, 256) uint8, the reply MADs (zeros where none came).
         time_s: UNIX time each reply arrived, seconds; NaN where none did.
+        mono_s: :func:`time.monotonic` time each reply arrived, seconds; NaN where none
+            did.  Intervals are measured on it: a step of the wall clock changes none.
         error: "" where a good reply came, else why not (one line).
         cut: True where the request was still unsettled at the batch's deadline.
     """
@@ -95,6 +97,7 @@ class Result:
     time_s: np.ndarray
     error: list[str]
     cut: np.ndarray
+    mono_s: np.ndarray
 
 
 def max_dgram_qlen(path: Path = Path("/proc/sys/net/unix/max_dgram_qlen")) -> int:
@@ -202,6 +205,7 @@ class Pipeline:
 
         replies = bytearray(n * pma.MAD_SIZE)
         times = [float("nan")] * n
+        monos = [float("nan")] * n
         errors = [""] * n
         why = ["no reply"] * n  # what a request's last try got, for its error
         done = [False] * n
@@ -264,6 +268,7 @@ class Pipeline:
                     self._settle(i, live, pending)  # a late reply of an earlier try is good too
                     replies[i * pma.MAD_SIZE : (i + 1) * pma.MAD_SIZE] = inp
                     times[i] = now_s()
+                    monos[i] = monotonic()
                     done[i] = True
                     settled += 1
                     answered += 1
@@ -291,7 +296,9 @@ class Pipeline:
         self.stats["answered"] += answered
         self.stats["timeouts"] += timeouts
         mads = np.frombuffer(replies, dtype=np.uint8).reshape(n, pma.MAD_SIZE)
-        return Result(mads, np.array(times, dtype=np.float64), errors, cut)
+        return Result(
+            mads, np.array(times, dtype=np.float64), errors, cut, np.array(monos, np.float64)
+        )
 
     @staticmethod
     def _settle(i: int, live: dict[int, int], pending: deque[int]) -> None:

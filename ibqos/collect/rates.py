@@ -8,8 +8,13 @@ number), and turns each new :class:`~ibqos.collect.sweep.Sweep` into a rates tab
 - a counter that went down was reset (OpenSM's PerfMgr clears counters at 75 %, and so do
   ``perfquery -r`` and ``ibqueryerrors -k``; docs/design.md §7.4): its delta is its new value,
   the row says ``reset=True``, and the port's and the total reset counts go up by one;
-- the interval is the port's own: this row's ``time_s`` minus that of the port's row in
-  the previous sweep, so ports read at different moments of a long sweep are each right;
+- the interval is the port's own: the time of this row's reading minus that of the port's
+  row in the previous sweep, so ports read at different moments of a long sweep are each
+  right.  Times are those of a monotonic clock (``Sweep.mono_s``), which neither steps nor
+  goes back when the wall clock does (NTP, an admin's ``date``); only a sweep that has
+  none (a recording) is measured on its ``time_s``;
+- a port whose 32-bit counters were cleared after its last reading (``Sweep.cleared_s``)
+  counts its next delta from 0 at the time of the clear: that is no reset;
 - rates are NaN, never 0, where they are unknown: the port's first reading, a port that
   was not read in the previous sweep (missing from it, or an error row there), a row in
   error now, a counter the port does not have (XmitWait), an interval that is not
@@ -73,7 +78,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ibqos.collect.sweep import COUNTERS, VL_COUNT, VL_WAIT_COLUMNS, Sweep, has_vl_wait
+from ibqos.collect.sweep import (
+    CLEARED_COUNTERS,
+    COUNTERS,
+    VL_COUNT,
+    VL_WAIT_COLUMNS,
+    Sweep,
+    has_vl_wait,
+)
 from ibqos.fabric.targets import Target
 
 log = logging.getLogger(__name__)
@@ -153,6 +165,7 @@ class RateTracker:
         self.invalid_samples = 0
         self.last_invalid = 0
         self._prev: pd.DataFrame | None = None  # good rows of the last sweep, by key
+        self._prev_mono = False  # its ``_clock`` column is monotonic, not UNIX time
 
     def update(self, sweep: Sweep) -> pd.DataFrame:
         """Rates of *sweep* against the previous one; then remember *sweep*.
@@ -172,7 +185,12 @@ class RateTracker:
         counters = (*COUNTERS, *VL_WAIT_COLUMNS) if vl_wait else COUNTERS
         prev = self._aligned(keys, counters)
         now_t = table["time_s"].to_numpy(np.float64)
-        interval = now_t - prev["time_s"].to_numpy(np.float64)
+        mono = sweep.mono_s is not None
+        clock = np.asarray(sweep.mono_s, np.float64) if mono else now_t
+        if mono == self._prev_mono:
+            interval = clock - prev["_clock"].to_numpy(np.float64)
+        else:  # a recording after a live sweep, or back: only UNIX times compare
+            interval = now_t - prev["time_s"].to_numpy(np.float64)
         usable = good & prev["_seen"].to_numpy(bool) & (interval > 0)
         interval = np.where(good & prev["_seen"].to_numpy(bool), interval, np.nan)
         reset = np.zeros(n, dtype=bool)
@@ -199,7 +217,8 @@ class RateTracker:
             key = (int(guids[i]), int(ports[i]))
             self.resets[key] = self.resets.get(key, 0) + 1
         self.total_resets += int(reset.sum())
-        self._remember(table, keys, good, counters)
+        self._remember(table, keys, good, counters, clock, sweep.cleared_s)
+        self._prev_mono = mono
         targets = sweep.targets
         errors = table["error"].to_numpy(dtype=object, copy=True)
         self._drop_implausible(targets, rates, errors)
@@ -277,10 +296,11 @@ class RateTracker:
         """
         if self._prev is None:
             aligned = pd.DataFrame({"time_s": np.full(len(keys), np.nan)})
+            aligned["_clock"] = np.full(len(keys), np.nan)
             aligned["_seen"] = False
         else:
             have = [c for c in counters if c in self._prev.columns]
-            aligned = self._prev[["time_s", *have]].reindex(keys)
+            aligned = self._prev[["time_s", "_clock", *have]].reindex(keys)
             aligned["_seen"] = self._prev["_seen"].reindex(keys, fill_value=False).to_numpy(bool)
             aligned = aligned.reset_index(drop=True)
         n = len(keys)
@@ -290,9 +310,25 @@ class RateTracker:
         return aligned
 
     def _remember(
-        self, table: pd.DataFrame, keys: pd.MultiIndex, good: _BOOL, counters: tuple[str, ...]
+        self,
+        table: pd.DataFrame,
+        keys: pd.MultiIndex,
+        good: _BOOL,
+        counters: tuple[str, ...],
+        clock: npt.NDArray[np.float64],
+        cleared_s: npt.NDArray[np.float64] | None,
     ) -> None:
         kept = table.loc[good, ["time_s", *counters]].copy()
+        kept["_clock"] = clock[good]
+        if cleared_s is not None:
+            # cleared after this reading: the next delta counts from 0 at the clear
+            cleared = np.asarray(cleared_s, np.float64)[good]
+            rows = ~np.isnan(cleared)
+            if rows.any():
+                for col in CLEARED_COUNTERS:
+                    kept.loc[kept.index[rows], col] = 0
+                kept.loc[kept.index[rows], "time_s"] += cleared[rows] - clock[good][rows]
+                kept.loc[kept.index[rows], "_clock"] = cleared[rows]
         kept.index = keys[good]
         kept = kept[~kept.index.duplicated(keep="last")]
         kept["_seen"] = True

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import pandas as pd
 
 from ibqos.collect.per_sl import SlReadings
@@ -64,6 +65,8 @@ SWEEP_DTYPES: dict[str, str] = {
     "error": "object",
 }
 COUNTERS = ("xmit_bytes", "rcv_bytes", "xmit_pkts", "rcv_pkts", "xmit_wait")
+#: the counters a clear of 32-bit PortCounters sets to 0 (``Sweep.cleared_s``)
+CLEARED_COUNTERS = COUNTERS[:4]
 
 #: Virtual lanes a PortVLXmitWaitCounters reply has a counter for (IBA 16.1.4).
 VL_COUNT = 16
@@ -98,6 +101,13 @@ class Sweep:
             :class:`~ibqos.collect.loop.Collector` once the rates are computed (0 before).
         per_sl: the per-SL data counters of the ports whose switch has them (native
             backend, ``collect.per_sl``); None when no port has them.
+        mono_s: per row, the :func:`time.monotonic` time of its reading (as ``time_s``
+            is its UNIX time), seconds; NaN where none.  Rates divide by intervals of this
+            clock, so a step of the wall clock (NTP, an admin) changes none.  None: the
+            backend has only ``time_s`` (a recording), and intervals are taken from it.
+        cleared_s: per row, the :func:`time.monotonic` time a Set cleared the row's
+            32-bit PortCounters after this reading (its next delta counts from 0 from
+            there), seconds; NaN where not cleared.  None: nothing was cleared.
     """
 
     targets: list[Target]
@@ -109,6 +119,8 @@ class Sweep:
     stats: dict[str, int] = field(default_factory=dict)
     invalid: int = 0
     per_sl: SlReadings | None = None
+    mono_s: np.ndarray | None = None
+    cleared_s: np.ndarray | None = None
 
     @property
     def failed(self) -> int:

@@ -215,10 +215,14 @@ def _jobs(config: Config, squeue: Runner | None) -> Iterator[Finding]:
         except SlurmError as err:
             yield Finding("error", "slurm.squeue", str(err))
         return
+    source = FileJobSource(config.jobs.path)
     try:
-        FileJobSource(config.jobs.path).jobs()
+        source.jobs()
     except JobsError as err:
         yield Finding("error", "jobs.path", str(err))
+        return
+    for problem in sorted(source.problems):  # a job directory's bad jobs, left out
+        yield Finding("warning", "jobs.path", problem)
 
 
 # -- the agent's own places ------------------------------------------------------------------------

@@ -9,11 +9,12 @@ path.  Jobs come out as :class:`~ibqos.jobs.model.Job`.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import pathlib
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from ibqos.errors import JobsError
+from ibqos.jobs.chunks import parse_items, split_items
 from ibqos.jobs.hosts import shown
 from ibqos.jobs.model import Job
 from ibqos.jobs.schema import PROBLEM, JobEntry, JobFile, key_path
@@ -33,6 +35,7 @@ __all__ = [
     "json_schema",
     "load_jobs",
     "parse_jobs",
+    "read_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -131,14 +134,164 @@ def parse_jobs(data: object, source: str, *, traffic: bool = False) -> tuple[Job
     return tuple(job for _, job in found)
 
 
+#: libyaml's loader where PyYAML was built with it: four times as fast as the pure-Python
+#: one on a big job file, and the same documents (the same resolver and constructor)
+_FAST_LOADER: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of one job file, as :func:`read_version` read it.
+
+    Attributes:
+        jobs: (key path, job) of each valid job, in file order.
+        problems: the problems found, one line each (as :func:`load_jobs` words them).
+        rejected: the jobs left out for them (1 for a document that is no job file).
+        entries: the job of each valid entry, by the entry's text (``repr`` of what the
+            file gave), for the next version's read.
+        cause: the first problem's cause.
+        items: what each item of a YAML file's ``jobs`` gave, by its text
+            (:mod:`ibqos.jobs.chunks`), for the next version's parse; empty where the
+            file is not cut so.
+        whole: the document is no job file at all (empty, not a mapping with a list of
+            jobs): most likely one being written, not one with bad jobs.
+    """
+
+    jobs: tuple[tuple[str, Job], ...]
+    problems: tuple[str, ...] = ()
+    rejected: int = 0
+    entries: Mapping[str, Job] = field(default_factory=dict)
+    cause: BaseException | None = None
+    items: Mapping[str, object] = field(default_factory=dict)
+    whole: bool = False
+
+
+def _unchanged_entries(
+    data: object, known: Mapping[str, Job], traffic: bool
+) -> dict[str, Job] | None:
+    """The job of every entry of a well-formed, valid document, in order, validating only
+    the entries not in *known* (by their text); None when anything is wrong with it, for
+    :func:`_document` to say what."""
+    if not (isinstance(data, dict) and list(data) == ["jobs"] and isinstance(data["jobs"], list)):
+        return None
+    context = {"traffic": traffic}
+    out: dict[str, Job] = {}
+    for item in data["jobs"]:
+        if not isinstance(item, dict):
+            return None
+        # What YAML and JSON give is str, numbers, bools, None, dates, lists and dicts:
+        # their repr tells two entries apart exactly as validation would.
+        key = repr(item)
+        job = known.get(key) or out.get(key)
+        if job is None:
+            try:
+                job = JobEntry.model_validate(item, context=context).job()
+            except ValidationError:
+                return None
+        out[key] = job
+    return out if len(out) == len(data["jobs"]) else None  # an entry twice: a duplicate id
+
+
+def read_version(
+    file: pathlib.Path, last: Version | None = None, *, traffic: bool = False
+) -> Version:
+    """Read one job file, parsing and validating only the entries that *last* (the
+    file's previous version) does not have.
+
+    A job file read again after a change differs in a few entries, and parsing and
+    validating an entry (its host list above all) costs far more than finding it
+    unchanged: a YAML file's items are parsed one by one where their text is new
+    (:mod:`ibqos.jobs.chunks`), and only the entries whose content is new are validated.
+    The jobs and problems are those of :func:`load_jobs` on the file, the same job
+    objects where the entry did not change.
+
+    Raises:
+        JobsError: the file cannot be read or is not valid YAML/JSON.
+    """
+    text = _text(file)
+    data: object = None
+    split = None if file.suffix.lower() == ".json" else split_items(text)
+    parsed = None
+    if split is not None and last is not None and last.items and _FAST_LOADER is not None:
+        parsed = parse_items(split, last.items, _FAST_LOADER)
+    if parsed is not None:
+        data = {"jobs": parsed}
+    else:
+        data = _parse(file, text)
+        jobs = data.get("jobs") if isinstance(data, dict) else None
+        if split is not None and isinstance(jobs, list) and len(jobs) == len(split):
+            parsed = jobs  # the items of this parse, for the next one
+    items = {} if parsed is None or split is None else dict(zip(split, parsed, strict=True))
+    version = _validated(file, data, last.entries if last is not None else {}, traffic)
+    return replace(version, items=items)
+
+
+def _validated(
+    file: pathlib.Path, data: object, known: Mapping[str, Job], traffic: bool
+) -> Version:
+    """The version of a parsed job file, validating only the entries not in *known*."""
+    source = str(file)
+    problems = _Problems()
+    entries = _unchanged_entries(data, known, traffic)
+    if entries is not None:
+        found = [(f"{source}: jobs[{i}]", job) for i, job in enumerate(entries.values())]
+        rejected = 0
+    else:
+        entries = {}
+        found = _document(data, source, problems, traffic)
+        items = data.get("jobs") if isinstance(data, dict) else None
+        rejected = len(items) - len(found) if isinstance(items, list) else 1
+    _check_unique(found, problems)
+    if not problems.lines:
+        return Version(tuple(found), entries=entries)
+    ids: set[str] = set()
+    kept = []
+    for where, job in found:  # a later entry with an id used before is rejected
+        if job.id in ids:
+            rejected += 1
+        else:
+            ids.add(job.id)
+            kept.append((where, job))
+    whole = not (isinstance(data, dict) and isinstance(data.get("jobs"), list))
+    return Version(tuple(kept), tuple(problems.lines), rejected, entries, problems.cause, {}, whole)
+
+
 def _read(file: pathlib.Path) -> object:
+    """The document in *file*, as ``yaml.safe_load`` (or ``json.load``) gives it."""
+    return _parse(file, _text(file))
+
+
+def _text(file: pathlib.Path) -> str:
     try:
         with open(file, encoding="utf-8") as stream:
-            if file.suffix.lower() == ".json":
-                return json.load(stream)
-            return yaml.safe_load(stream)
+            return stream.read()
     except (OSError, UnicodeDecodeError) as err:
         raise JobsError(f"{file}: cannot read job file") from err
+
+
+class _Named(io.StringIO):
+    """A file's text as a stream with the file's name, for PyYAML's messages."""
+
+    def __init__(self, text: str, name: str) -> None:
+        super().__init__(text)
+        self.name = name
+
+
+def _parse(file: pathlib.Path, text: str) -> object:
+    """The document *text* of *file* holds (JSON for ``.json``, else YAML).
+
+    YAML is parsed by libyaml when PyYAML has it; a document libyaml refuses is parsed
+    again by the pure-Python parser, whose message (problem and position) is the cause.
+    """
+    try:
+        if file.suffix.lower() == ".json":
+            return json.loads(text)
+        if _FAST_LOADER is not None:
+            try:
+                return yaml.load(_Named(text, str(file)), Loader=_FAST_LOADER)  # noqa: S506
+            except yaml.YAMLError:
+                pass  # for the pure-Python parser's message, below
+        return yaml.safe_load(_Named(text, str(file)))
     except json.JSONDecodeError as err:
         raise JobsError(f"{file}: invalid JSON") from err
     except yaml.YAMLError as err:

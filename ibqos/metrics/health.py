@@ -192,7 +192,10 @@ class HealthCollector(Collector):
         sl_answers: job SL questions answered, by result (``ibqos.agent.handoff.RESULTS``); the
             agent points it at its board's counts.
         job_source_up: whether the job source answers (Slurm's squeue; a job file whose
-            current version is valid); None: not known yet, and no metric.
+            current version is valid; a job directory that can be listed); None: not known
+            yet, and no metric.
+        job_source_rejected: the jobs of a job directory left out as invalid; None: not a
+            job file source, or not read yet, and no metric.
         routes: the forwarding tables in use (``source``, ``switches``, ``read_s``,
             ``problem``: :meth:`ibqos.collect.routes.RouteSource.status`); None: no metric.
         sl_server: the job-SL server's health (:mod:`ibqos.metrics.slserver`); None: not
@@ -206,6 +209,7 @@ class HealthCollector(Collector):
         self.dry_run = dry_run
         self.sl_answers: Mapping[str, int] = {}
         self.job_source_up: Callable[[], bool | None] = lambda: None
+        self.job_source_rejected: Callable[[], int | None] = lambda: None
         self.routes: Callable[[], Mapping[str, Any] | None] = lambda: None
         self.sl_server: Callable[[], SlServerHealth | None] = lambda: None
 
@@ -233,6 +237,14 @@ class HealthCollector(Collector):
                 "1 while the job source answers (Slurm: squeue; a job file: valid), 0 while"
                 " the last known jobs are held (slurm.grace_s; a job file that turned invalid).",
                 value=int(up),
+            )
+        rejected = self.job_source_rejected()
+        if rejected is not None:
+            yield GaugeMetricFamily(
+                "ibqos_job_source_rejected",
+                "Jobs of the job directory left out as invalid (a bad host list, a duplicate"
+                " id, a file that never parsed); the others are taken.",
+                value=rejected,
             )
         yield from _route_gauges(self.routes())
         build = GaugeMetricFamily(

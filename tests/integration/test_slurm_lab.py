@@ -54,6 +54,24 @@ def slurm_lab(make_lab, tmp_path):
     ibqos do, and leaves the answer in ``tmp_path/slrun`` for the TaskProlog;
     PrologSlurmctld/EpilogSlurmctld drop notifications into *notify*.
     """
+    yield from _slurm_lab(make_lab, tmp_path)
+
+
+@pytest.fixture
+def het_slurm_lab(make_lab, tmp_path):
+    """:func:`slurm_lab` where heterogeneous jobs run (they need sched/backfill and a
+    cons_tres selection), and where each node has its own answer directory
+    (``tmp_path/slrun/NODE``), as compute nodes do: the lab's slurmds share one host."""
+    options = {
+        "SelectType": "select/cons_tres",  # given twice: the last one counts
+        "SelectTypeParameters": "CR_Core",
+        "SchedulerType": "sched/backfill",
+        "SchedulerParameters": "bf_interval=1",
+    }
+    yield from _slurm_lab(make_lab, tmp_path, options, str(tmp_path / "slrun/$SLURMD_NODENAME"))
+
+
+def _slurm_lab(make_lab, tmp_path, options=None, sl_dir=None):
     lab = make_lab("2;4,2;1,2", opensm_options=QUIET)
     notify = tmp_path / "notify"
     notify.mkdir()
@@ -64,13 +82,13 @@ def slurm_lab(make_lab, tmp_path):
     asking = {
         "IBQOS_SL_SERVER": f"127.0.0.1:{sl_port}",
         "IBQOS_SL_TIMEOUT": "3",
-        "IBQOS_SL_DIR": str(tmp_path / "slrun"),
+        "IBQOS_SL_DIR": sl_dir or str(tmp_path / "slrun"),
     }
     task = wrapper(tmp_path, "ibqos-taskprolog", IBQOS_TEXTFILE_DIR=str(textfile), **asking)
     node = wrapper(tmp_path, "ibqos-prolog", **asking)
     scripts = {"PrologSlurmctld": ctld, "EpilogSlurmctld": ctld, "TaskProlog": task}
     scripts |= {"Prolog": node, "Epilog": node}
-    with SlurmCluster(NODES, scripts=scripts) as cluster:
+    with SlurmCluster(NODES, scripts=scripts, options=options) as cluster:
         cluster.start()
         yield lab, cluster, sl_port
 
@@ -252,3 +270,47 @@ def test_without_ibqos_a_job_starts_on_the_default_sl_and_the_miss_is_counted(ma
         assert re.fullmatch(
             r"ibqos: job-sl: ibqos is not running \(nothing answers on \S+\)[^\n]*\n", done.stderr
         )
+
+
+# each component's tasks write what they got from the TaskProlog, by node
+HET_JOB = """#!/bin/sh
+srun --het-group=0,1 sh -c 'env | grep -E "^UCX_IB_SL=" > env.het.$SLURMD_NODENAME'
+sleep 300
+"""
+
+
+def test_a_heterogeneous_jobs_components_each_get_their_sl(het_slurm_lab, tmp_path):
+    """Each component of a heterogeneous job is a job of its own in squeue (its own
+    job_id; ``%i`` says LEADER+OFFSET); its tasks have the leader's id in SLURM_JOB_ID on
+    every node, and the TaskProlog finds their component by their node."""
+    lab, cluster, sl_port = het_slurm_lab
+    config = slurm_config(lab, cluster, tmp_path, sl_port)
+    proc = start_agent(lab, config, tmp_path)
+    try:
+        drive(lab, lambda: state(tmp_path).get("updated_s", 0) > 0, 30, proc)
+        leader = cluster.sbatch(
+            HET_JOB, "-N1", "--nodelist=cn0001", ":", "-N1", "--nodelist=cn0005"
+        )
+        # squeue -j LEADER: a line per component
+        drive(lab, lambda: cluster.state(leader).split() == ["RUNNING"] * 2, 60, proc)
+        out = cluster.run(["squeue", "-h", "-o", "%i %A %N"]).stdout.split()
+        rows = {out[i]: (out[i + 1], out[i + 2]) for i in range(0, len(out), 3)}
+        assert rows[f"{leader}+0"] == (leader, "cn0001")
+        other, node = rows[f"{leader}+1"]
+        assert node == "cn0005" and other != leader
+        sls = lambda: state(tmp_path).get("job_sl", {})  # noqa: E731
+        drive(lab, lambda: leader in sls() and other in sls(), 15, proc)
+        want = {"cn0001": sls()[leader], "cn0005": sls()[other]}
+        files = {n: cluster.jobs_dir / f"env.het.{n}" for n in want}
+        drive(lab, lambda: all(f.exists() and f.read_text() for f in files.values()), 20, proc)
+        got = {n: f.read_text().strip() for n, f in files.items()}
+        assert got == {n: f"UCX_IB_SL={sl}" for n, sl in want.items()}
+        # each node's Prolog asked for its own component; no task had to ask again
+        for n, job in (("cn0001", leader), ("cn0005", other)):
+            assert (tmp_path / "slrun" / n / f"sl.{job}").read_text() == f"{want[n]}\n"
+        asked = proc.samples().get(("ibqos_job_sl_requests_total", (("result", "ok"),)))
+        assert asked == 2
+        assert not (tmp_path / "textfile" / "ibqos_taskprolog.prom").exists()  # no miss
+        cluster.run(["scancel", leader])
+    finally:
+        assert proc.stop() == 0

@@ -34,6 +34,9 @@ class ScriptedFabric:
     ``sl_words[(lid, port, attr)]`` (16 words, default zeros) and Sets by zeroing the SLs
     whose CounterSelect bit is set (recorded in ``sl_sets``); the LIDs in ``sl_silent``
     never answer (ibsim); the others answer status 0x000C.
+
+    PortCounters Sets (a clear) are recorded in ``pc_sets`` as (lid, port, CounterSelect);
+    one that selects the data and packet counters sets the port's base value to 0.
     """
 
     def __init__(self, caps: dict[int, tuple[int, int]], counters: dict[tuple[int, int], int]):
@@ -44,6 +47,7 @@ class ScriptedFabric:
         self.sl_silent: set[int] = set()  # lids that never answer them
         self.sl_words: dict[tuple[int, int, int], list[int]] = {}
         self.sl_sets: list[tuple[int, int, int, int]] = []  # (lid, attr, port, CounterSelect)
+        self.pc_sets: list[tuple[int, int, int]] = []  # (lid, port, CounterSelect)
         self.vl: set[int] = set()  # lids that implement PortVLXmitWaitCounters
         self.vl_values: dict[tuple[int, int], list[int]] = {}
         self.hdr = 64
@@ -122,6 +126,11 @@ class ScriptedFabric:
             struct.pack_into(">4Q", mad, d + 8, base, base + 1, base + 2, base + 3)
             struct.pack_into(">Q", mad, d + 168, base + 4)
         elif attr == pma.ATTR_PORT_COUNTERS:
+            if mad[3] == pma.METHOD_SET:
+                select = struct.unpack_from(">H", mad, d + 2)[0]
+                self.pc_sets.append((lid, port, select))
+                if select & 0xF000 == 0xF000:
+                    base = self.counters[(lid, port)] = 0
             small = base & 0xFFFFFFFF
             struct.pack_into(">5I", mad, d + 24, small, small + 1, small + 2, small + 3, 7)
         elif attr == pma.ATTR_PORT_VL_XMIT_WAIT:

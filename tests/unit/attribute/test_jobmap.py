@@ -23,6 +23,7 @@ from ibqos.fabric.hostnames import HostMatcher
 from ibqos.fabric.model import Fabric, fabric_from_file, fabric_from_text
 from ibqos.fabric.topology import Link, Port
 from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.jobs.jobfile import Version
 from ibqos.jobs.model import Job
 from tests.support.paths import TESTS
 
@@ -410,11 +411,11 @@ def test_file_source_not_reread_when_unchanged(
     assert source.jobs() == ()
     reads: list[pathlib.Path] = []
 
-    def load(p: pathlib.Path) -> tuple[Job, ...]:
+    def read(p: pathlib.Path, *args: object, **kwargs: object) -> Version:
         reads.append(p)
-        return ()
+        return Version(())
 
-    monkeypatch.setattr("ibqos.attribute.jobmap.load_jobs", load)
+    monkeypatch.setattr("ibqos.jobs.reader.read_version", read)
     for _ in range(3):
         source.jobs()
     assert reads == []
@@ -508,9 +509,10 @@ def test_directory_source(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixtu
     write(tmp_path / "102.yaml", ONE.format(id="102", nodes="cn0003"))
     write(tmp_path / "103.yaml", ONE.format(id="102", nodes="cn0004"))  # duplicate id
     with caplog.at_level(logging.WARNING):
-        assert ids(source) == []
+        assert ids(source) == ["102"]  # the later file's job is left out, the first kept
     (msg,) = job_warnings(caplog)
-    assert "103.yaml: jobs[0].id: duplicate id '102'" in msg
+    assert "103.yaml: jobs[0].id: duplicate id '102'" in msg and "(job left out)" in msg
+    assert source.up is True and source.rejected == 1
 
 
 def test_directory_source_missing(tmp_path: pathlib.Path) -> None:

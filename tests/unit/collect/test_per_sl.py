@@ -202,9 +202,11 @@ def test_per_sl_off_asks_nothing(fab):
 # -- end to end: the native backend's sweeps into sl_rates -------------------------------
 @pytest.fixture
 def clock(monkeypatch):
-    """The wall clock, fixed by the test: every reply of a sweep arrives at ``now[0]``."""
+    """The clocks, fixed by the test: every reply of a sweep arrives at ``now[0]``, on
+    the wall clock and on the monotonic one (which per-SL intervals are measured on)."""
     now = [1000.0]
     monkeypatch.setattr(time, "time", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     return now
 
 

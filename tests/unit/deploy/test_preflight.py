@@ -232,3 +232,15 @@ def test_an_lft_dump_not_used_is_not_checked(tmp_path) -> None:
     dump = tmp_path / "opensm-lfts.dump"
     config = load_config(host(tmp_path, fabric={"lft_dump": str(dump), "routes": "ibroute"}))
     assert preflight(config) == []
+
+
+def test_a_bad_job_in_a_job_directory_is_a_warning(tmp_path) -> None:
+    """The agent leaves a directory's bad job out and takes the others: a warning here."""
+    jobs = tmp_path / "jobs.d"
+    jobs.mkdir()
+    (jobs / "1.yaml").write_text("jobs: [{id: '1', nodes: cn0001}]\n")
+    (jobs / "2.yaml").write_text("jobs: [{id: '2', nodes: 'cn[0002-'}]\n")
+    config = load_config(host(tmp_path, jobs={"path": str(jobs)}))
+    (found,) = [str(f) for f in preflight(config)]
+    assert found.startswith(f"warning: jobs.path: {jobs / '2.yaml'}: jobs[0].nodes: bad host list")
+    assert found.endswith("(job left out)")

@@ -122,3 +122,59 @@ def test_without_a_server_the_prolog_runs_ibqos_job_sl(tmp_path) -> None:
         assert (tmp_path / "run" / "sl.4242").read_text() == "3\n"
     finally:
         server.close()
+
+
+#: What real Slurm (22.05.8, the Slurm lab: ``sbatch -N1 : -N1``, ``srun --het-group=0,1``)
+#: set for a heterogeneous job of two components, job ids 1 (cn0001) and 2 (cn0002): in
+#: the Prolog of each node SLURM_JOB_ID is the component's own id (and SLURM_HET_JOB_ID
+#: the leader's); in every task, on either node, SLURM_JOB_ID is the leader's, 1.
+HET_PROLOG = {
+    "cn0001": {"SLURM_JOB_ID": "1", "SLURM_HET_JOB_ID": "1", "SLURMD_NODENAME": "cn0001"},
+    "cn0002": {"SLURM_JOB_ID": "2", "SLURM_HET_JOB_ID": "1", "SLURMD_NODENAME": "cn0002"},
+}
+HET_TASK = {
+    "SLURM_HET_SIZE": "2",
+    "SLURM_JOBID": "1",
+    "SLURM_JOB_ID_HET_GROUP_0": "1",
+    "SLURM_JOB_ID_HET_GROUP_1": "2",
+    "SLURM_JOB_NODELIST": "cn[0001-0002]",
+    "SLURM_JOB_NODELIST_HET_GROUP_0": "cn0001",
+    "SLURM_JOB_NODELIST_HET_GROUP_1": "cn0002",
+    "SLURM_PACK_SIZE": "2",
+}
+
+
+@pytest.fixture
+def het_agent():
+    board = SlBoard()
+    board.publish({"1": 5, "2": 6}, ["1", "2"])  # squeue: each component a job of its own
+    board.round_done(time.monotonic() + 3600)
+    server = SlServer(board, None, ("127.0.0.1", 0))
+    yield board, server
+    server.close()
+
+
+@pytest.mark.parametrize("with_prolog", [True, False])
+def test_a_heterogeneous_jobs_tasks_take_their_components_sl(
+    het_agent, tmp_path, with_prolog
+) -> None:
+    board, server = het_agent
+    for node, env in HET_PROLOG.items():
+        (tmp_path / node).mkdir()
+        if with_prolog:
+            env = dict(env)
+            job = env.pop("SLURM_JOB_ID")
+            prolog = run("ibqos-prolog", tmp_path / node, server, job, "prolog_slurmd", **env)
+            assert prolog.returncode == 0
+    for node, sl in (("cn0001", 5), ("cn0002", 6)):
+        env = HET_TASK | {"SLURMD_NODENAME": node}
+        task = run("ibqos-taskprolog", tmp_path / node, server, "1", **env)
+        assert (task.returncode, task.stdout, task.stderr) == (0, EXPORTS.format(sl=sl), "")
+    assert board.counts["ok"] == 2  # once per node: by the Prolog, or by the task
+
+
+def test_a_node_of_no_component_keeps_slurm_job_id(agent, tmp_path) -> None:
+    _, server = agent
+    env = HET_TASK | {"SLURM_JOB_NODELIST_HET_GROUP_1": "cn[0002-0003]"}
+    task = run("ibqos-taskprolog", tmp_path, server, "4242", SLURMD_NODENAME="gpu01", **env)
+    assert (task.returncode, task.stdout) == (0, EXPORTS.format(sl=5))
