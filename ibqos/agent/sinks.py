@@ -2,7 +2,8 @@
 
 - enforce: :func:`enforce` writes them for OpenSM, signals it, checks its log, verifies
   the tables it programmed (:func:`verifier`) and rolls back when any of it fails
-  (:class:`ibqos.opensm.apply.Applier`), and counts what happened;
+  (:class:`ibqos.opensm.apply.Applier`), and counts what happened; between applies,
+  :func:`rechecker` re-checks through the SA that it still serves the SLs in force;
 - observe: :class:`ibqos.opensm.observe.Observer` keeps them in the state directory;
 - dry run: :class:`DryRunSink` prints the plan and unified diffs of the files (and, with
   ``--simulate``, what the contention simulator predicts); nothing is written.
@@ -25,6 +26,7 @@ from ibqos.metrics import Counters
 from ibqos.opensm.apply import Applier
 from ibqos.opensm.observe import file_diffs
 from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
+from ibqos.opensm.served import Recheck
 from ibqos.opensm.verify import check_until, expected_after
 from ibqos.plan.output import render as render_plan
 from ibqos.plan.planner import Plan
@@ -75,6 +77,22 @@ def verifier(
     )
     runner = SmpqueryRunner(10.0, binary="saquery")
     return lambda: check_until(expected, runner)
+
+
+def rechecker(cfg: OpenSMConfig, clock: Callable[[], float]) -> Recheck | None:
+    """What re-checks through the SA the SLs in force between applies
+    (:class:`ibqos.opensm.served.Recheck`; None: ``opensm.verify`` is off).
+
+    Args:
+        cfg: the ``opensm`` config section: the files, the pid file, the sweep timeout
+            (every job is checked at each cycle for that long after a change under OpenSM).
+        clock: monotonic seconds.
+    """
+    if not cfg.verify:
+        return None
+    runner = SmpqueryRunner(10.0, binary="saquery")
+    files = (cfg.conf, cfg.policy_file)
+    return Recheck(files, cfg.pid_file, runner, window_s=cfg.sweep_timeout_s, clock=clock)
 
 
 def enforce(

@@ -1,0 +1,260 @@
+"""Does the SA still serve the SLs ibqos hands out?  The re-check of what is in force.
+
+ibqos checks through the SA after each of its own applies (:mod:`ibqos.opensm.verify`), but
+what OpenSM serves can change without ibqos: someone rewrites opensm.conf or the policy and
+signals OpenSM, OpenSM restarts with another ``qos_policy_file``, another SM takes over.
+``job-sl`` must not hand out an SL the SA no longer serves, so :class:`Recheck` looks again,
+one ``saquery PR`` per job (a reply of one MAD, a few tens of milliseconds; docs/design.md
+§6.5):
+
+- every cycle, :data:`SAMPLE_JOBS` of the jobs in force in turn, and every job whose SL was
+  withdrawn (is it served again?);
+- every job in force once something changed under OpenSM: its process (pid or start time
+  from its pid file: a restart), its files on disk (:func:`ibqos.opensm.hold.fingerprint`,
+  a change ibqos did not make), or a caller's request (:meth:`Recheck.request_all`: the SM
+  changed, the agent switched to enforce).  OpenSM serves new files only after its heavy
+  sweep, which may end after the change is seen, so every job is checked again at each
+  cycle for ``window_s`` after the change.
+
+At most :data:`FULL_JOBS` PathRecords are asked in one cycle; a full check of more jobs goes
+on at the next cycles.  A query that fails (no SA answers) ends the cycle's check: the
+others would fail alike, each after its timeout, and the jobs left are checked next time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ibqos.errors import IbqosError, OpenSMNotRunning
+from ibqos.opensm.hold import fingerprint
+from ibqos.opensm.pidcheck import opensm_pid, proc_info
+from ibqos.opensm.verify import Runner, parse_path_sl
+
+log = logging.getLogger(__name__)
+
+#: jobs in force re-checked every cycle, in turn (one ``saquery PR`` each, ~30 ms)
+SAMPLE_JOBS = 4
+#: PathRecords asked in one cycle at most (~8 s at ~30 ms each); a full check of more jobs
+#: goes on at the next cycles
+FULL_JOBS = 256
+
+#: OpenSM's process as its pid file names it: (pid, start time in UNIX seconds); None when
+#: no OpenSM runs; :data:`UNKNOWN` when ibqos cannot tell (no pid file configured)
+Identity = tuple[int, float] | None
+UNKNOWN: Identity = (0, 0.0)
+
+
+def opensm_identity(pid_file: Path | None) -> Identity:
+    """Which OpenSM process runs: its pid and start time (a restart changes them).
+
+    Returns:
+        (pid, start time as UNIX seconds, to 0.1 s); None when OpenSM does not run (the
+        pid file names no OpenSM process); :data:`UNKNOWN` without a pid file.
+    """
+    if pid_file is None:
+        return UNKNOWN
+    try:
+        pid = opensm_pid(pid_file)
+    except OpenSMNotRunning:
+        return None
+    info = proc_info(pid)
+    if info is None:  # it exited between the two looks
+        return None
+    return pid, round(info.start_s, 1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one re-check found.
+
+    Attributes:
+        served: jobs whose PathRecord carries the SL expected.
+        unserved: job -> (the SL expected, the SL the SA serves; None: no PathRecord).
+        checked: PathRecords asked.
+        answered: the SA answered every query asked (False: one failed, the check stopped).
+        full: every job in force was due (a change under OpenSM, or a request).
+    """
+
+    served: frozenset[str] = frozenset()
+    unserved: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    checked: int = 0
+    answered: bool = True
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One job to check: a PathRecord from *slid* to *dlid* must carry *sl*."""
+
+    job_id: str
+    slid: int
+    dlid: int
+    sl: int
+
+
+def probe_paths(
+    job_sl: Mapping[str, int], job_lids: Mapping[str, Sequence[int]], jobs: Iterable[str]
+) -> list[Probe]:
+    """The probes of *jobs* (those with an SL in *job_sl* and LIDs to ask between)."""
+    out = []
+    for job in jobs:
+        lids = job_lids.get(job) or ()
+        if job in job_sl and lids:
+            out.append(Probe(job, lids[0], lids[-1], job_sl[job]))
+    return out
+
+
+def ask(probes: Sequence[Probe], run: Runner) -> Verdict:
+    """Ask the SA for each probe's PathRecord, in order; stop at the first query that fails."""
+    served: set[str] = set()
+    unserved: dict[str, tuple[int, int | None]] = {}
+    checked = 0
+    for probe in probes:
+        argv = ["saquery", "PR", "--slid", str(probe.slid), "--dlid", str(probe.dlid)]
+        checked += 1
+        try:
+            text = run(argv)
+        except IbqosError as err:
+            log.info("re-check of the SLs in force stopped: %s: %s", " ".join(argv), err)
+            return Verdict(frozenset(served), unserved, checked, answered=False)
+        try:
+            sl: int | None = parse_path_sl(text)
+        except IbqosError:  # the SA answered without a path: no SL of this job is served
+            sl = None
+        if sl == probe.sl:
+            served.add(probe.job_id)
+        else:
+            unserved[probe.job_id] = (probe.sl, sl)
+    return Verdict(frozenset(served), unserved, checked)
+
+
+class Recheck:
+    """Re-checks through the SA the SLs in force (see the module docstring).
+
+    Args:
+        files: OpenSM's files ibqos writes (a change on disk ibqos did not make is a change
+            under OpenSM).
+        pid_file: OpenSM's pid file (its process's pid and start time tell a restart);
+            None: restarts are seen through the files and the samples only.
+        run: runs ``saquery`` (:class:`ibqos.collect.portinfo.SmpqueryRunner`).
+        window_s: seconds after a change during which every job is checked at each cycle
+            (OpenSM serves new files after its heavy sweep: ``opensm.sweep_timeout_s``).
+        clock: monotonic seconds.
+        identity: tells OpenSM's process (:func:`opensm_identity`; tests inject theirs).
+    """
+
+    def __init__(
+        self,
+        files: Iterable[Path],
+        pid_file: Path | None,
+        run: Runner,
+        *,
+        window_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        identity: Callable[[Path | None], Identity] = opensm_identity,
+    ) -> None:
+        self.files = tuple(sorted(files))
+        self.pid_file = pid_file
+        self.run = run
+        self.window_s = window_s
+        self.clock = clock
+        self._identity_of = identity
+        self._identity: Identity = UNKNOWN
+        self._fingerprint: str | None = None  # None: not looked at yet (the agent started)
+        self._requested: list[str] = ["the agent started"]
+        self._all_until = -math.inf
+        self._left: set[str] = set()  # jobs in force the full check has still to ask about
+        self._cursor = 0
+
+    def request_all(self, reason: str) -> None:
+        """Check every job in force at the next :meth:`check` (and during the window
+        after it): *reason* (e.g. "the SM changed") is logged then."""
+        self._requested.append(reason)
+
+    def files_written(self) -> None:
+        """ibqos wrote OpenSM's files and OpenSM took them (the apply was verified): their
+        new content is no change under OpenSM."""
+        self._fingerprint = fingerprint(self.files)
+
+    def _changes(self) -> list[str]:
+        """What changed under OpenSM since the last look (and the requests)."""
+        reasons, self._requested = self._requested, []
+        identity = self._identity_of(self.pid_file)
+        if identity != self._identity:
+            # a first look (the agent started) is a request already
+            if identity is not None and identity != UNKNOWN and self._fingerprint is not None:
+                reasons.append(f"OpenSM pid {identity[0]} runs (it started again)")
+            self._identity = identity
+        seen = fingerprint(self.files)
+        if self._fingerprint is not None and seen != self._fingerprint:
+            reasons.append(f"{', '.join(p.name for p in self.files)} changed on disk")
+        self._fingerprint = seen
+        return reasons
+
+    @property
+    def opensm_down(self) -> bool:
+        """OpenSM's pid file names no running OpenSM (as of the last :meth:`check`)."""
+        return self._identity is None
+
+    def check(
+        self,
+        in_force: Mapping[str, int],
+        withdrawn: Mapping[str, int],
+        job_lids: Mapping[str, Sequence[int]],
+    ) -> Verdict:
+        """One cycle's re-check: the sample (or every job, when due) and the withdrawn.
+
+        Args:
+            in_force: job -> SL handed out now.
+            withdrawn: job -> SL planned for it, taken back because the SA did not serve it.
+            job_lids: job -> LIDs of its CA ports (a PathRecord from the first to the last
+                carries its SL: :meth:`ibqos.plan.decide.Decider.job_lids`).
+
+        Returns:
+            What the SA serves; jobs it serves another SL (or no path) are in ``unserved``.
+        """
+        now = self.clock()
+        reasons = self._changes()
+        if reasons:
+            log.info("re-checking every job's SL through the SA: %s", "; ".join(reasons))
+            self._all_until = now + self.window_s
+        full = now < self._all_until
+        if full:
+            self._left |= set(in_force)
+        self._left &= set(in_force)
+        if self.opensm_down:
+            return Verdict(full=full, answered=False)  # no SA to ask; all of them once it runs
+        checkable = {j for j in in_force if job_lids.get(j)}
+        self._left &= checkable  # a job on shared hosts only has no sure PathRecord
+        if self._left:
+            picked = sorted(self._left)[:FULL_JOBS]
+            full = True
+        else:
+            picked = self._sample(sorted(checkable))
+        room = max(0, FULL_JOBS - len(picked))
+        probes = probe_paths(in_force, job_lids, picked)
+        probes += probe_paths(withdrawn, job_lids, sorted(withdrawn)[:room])
+        verdict = ask(probes, self.run)
+        self._left -= verdict.served | verdict.unserved.keys()
+        return Verdict(verdict.served, verdict.unserved, verdict.checked, verdict.answered, full)
+
+    def confirm(self, job_sl: Mapping[str, int], job_lids: Mapping[str, Sequence[int]]) -> Verdict:
+        """Check the SA serves *job_sl* (jobs about to be handed out without a new apply:
+        OpenSM's files already carried them); at most :data:`FULL_JOBS`."""
+        if self.opensm_down:
+            return Verdict(answered=False)
+        return ask(probe_paths(job_sl, job_lids, sorted(job_sl)[:FULL_JOBS]), self.run)
+
+    def _sample(self, jobs: Sequence[str]) -> list[str]:
+        """:data:`SAMPLE_JOBS` of *jobs* in turn, from where the last sample ended."""
+        if not jobs:
+            return []
+        n = min(SAMPLE_JOBS, len(jobs))
+        start = self._cursor % len(jobs)
+        self._cursor = start + n
+        return [jobs[(start + i) % len(jobs)] for i in range(n)]
