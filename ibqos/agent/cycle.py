@@ -175,7 +175,7 @@ class CycleRunner:
         running = [job.id for job in jobs]
         recheck = self._rechecker()
         if recheck is not None:  # does the SA still serve what is in force?
-            self._recheck_with(recheck, decision.plan)
+            self._recheck_with(recheck, decision.plan, sample=sweep)
         # before applying: jobs whose SL is already in force are answered; new ones wait
         self._publish(decision.plan, running, in_force=parts.observing)
         if decision.result.replace:
@@ -329,12 +329,13 @@ class CycleRunner:
         self._recheck_requests = []
         return self._recheck
 
-    def _recheck_with(self, recheck: Recheck, plan: Plan) -> None:
-        """One re-check of the jobs in force (and the withdrawn) under *plan*."""
+    def _recheck_with(self, recheck: Recheck, plan: Plan, *, sample: bool = True) -> None:
+        """One re-check of the jobs in force (and the withdrawn) under *plan*; without
+        *sample* (a job event's cycle), only a full check when due and the withdrawn."""
         lids = dict(self.parts.pipeline.decider.job_lids())
         self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
         self.withdrawn = {j: plan.job_sl[j] for j in self.withdrawn if j in plan.job_sl}
-        verdict = recheck.check(self.in_force, self.withdrawn, lids)
+        verdict = recheck.check(self.in_force, self.withdrawn, lids, sample=sample)
         self._take(verdict, plan)
 
     def _take(self, verdict: Verdict, plan: Plan) -> None:

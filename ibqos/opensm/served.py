@@ -7,8 +7,9 @@ signals OpenSM, OpenSM restarts with another ``qos_policy_file``, another SM tak
 one ``saquery PR`` per job (a reply of one MAD, a few tens of milliseconds; docs/design.md
 §6.5):
 
-- every cycle, :data:`SAMPLE_JOBS` of the jobs in force in turn, and every job whose SL was
-  withdrawn (is it served again?);
+- every cycle at the agent's cadence, :data:`SAMPLE_JOBS` of the jobs in force in turn (a
+  cycle for a job that starts or ends skips the sample: the new job's SL waits on it), and
+  at every cycle each job whose SL was withdrawn (is it served again?);
 - every job in force once something changed under OpenSM: its process (pid or start time
   from its pid file: a restart), its files on disk (:func:`ibqos.opensm.hold.fingerprint`,
   a change ibqos did not make), or a caller's request (:meth:`Recheck.request_all`: the SM
@@ -206,6 +207,8 @@ class Recheck:
         in_force: Mapping[str, int],
         withdrawn: Mapping[str, int],
         job_lids: Mapping[str, Sequence[int]],
+        *,
+        sample: bool = True,
     ) -> Verdict:
         """One cycle's re-check: the sample (or every job, when due) and the withdrawn.
 
@@ -214,6 +217,7 @@ class Recheck:
             withdrawn: job -> SL planned for it, taken back because the SA did not serve it.
             job_lids: job -> LIDs of its CA ports (a PathRecord from the first to the last
                 carries its SL: :meth:`ibqos.plan.decide.Decider.job_lids`).
+            sample: ask about :data:`SAMPLE_JOBS` jobs in force when no full check is due.
 
         Returns:
             What the SA serves; jobs it serves another SL (or no path) are in ``unserved``.
@@ -235,7 +239,7 @@ class Recheck:
             picked = sorted(self._left)[:FULL_JOBS]
             full = True
         else:
-            picked = self._sample(sorted(checkable))
+            picked = self._sample(sorted(checkable)) if sample else []
         room = max(0, FULL_JOBS - len(picked))
         probes = probe_paths(in_force, job_lids, picked)
         probes += probe_paths(withdrawn, job_lids, sorted(withdrawn)[:room])

@@ -181,3 +181,16 @@ def test_identity_from_the_pid_file(tmp_path: Path) -> None:
     assert opensm_identity(pid_file) is None  # no pid file: no OpenSM
     pid_file.write_text("1\n")
     assert opensm_identity(pid_file) is None  # pid 1 is never OpenSM's
+
+
+def test_a_job_event_s_cycle_skips_the_sample(tmp_path: Path) -> None:
+    """A cycle for a job that starts asks only what is due: the new job's SL waits on it."""
+    s = Setup(tmp_path, 10)
+    s.check()
+    s.now = 100.0
+    in_force = {j: sl for j, sl in s.job_sl.items() if j != "J009"}
+    s.sa.asked.clear()
+    verdict = s.recheck.check(in_force, {"J009": 1}, s.lids, sample=False)
+    assert s.sa.asked == [18] and verdict.served == {"J009"}
+    s.files[0].write_text("qos FALSE\n")
+    assert s.recheck.check(in_force, {}, s.lids, sample=False).checked == 9  # due: all
