@@ -26,7 +26,7 @@ from ibqos.metrics import Counters
 from ibqos.opensm.apply import Applier
 from ibqos.opensm.observe import file_diffs
 from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
-from ibqos.opensm.served import Recheck
+from ibqos.opensm.served import Recheck, opensm_identity
 from ibqos.opensm.verify import check_until, expected_after
 from ibqos.plan.output import render as render_plan
 from ibqos.plan.planner import Plan
@@ -84,15 +84,22 @@ def rechecker(cfg: OpenSMConfig, clock: Callable[[], float]) -> Recheck | None:
     (:class:`ibqos.opensm.served.Recheck`; None: ``opensm.verify`` is off).
 
     Args:
-        cfg: the ``opensm`` config section: the files, the pid file, the sweep timeout
-            (every job is checked at each cycle for that long after a change under OpenSM).
+        cfg: the ``opensm`` config section: the files, the pid file or unit (a restart), the
+            sweep timeout (every job is checked at each cycle for that long after a change
+            under OpenSM).
         clock: monotonic seconds.
     """
     if not cfg.verify:
         return None
     runner = SmpqueryRunner(10.0, binary="saquery")
     files = (cfg.conf, cfg.policy_file)
-    return Recheck(files, cfg.pid_file, runner, window_s=cfg.sweep_timeout_s, clock=clock)
+    return Recheck(
+        files,
+        runner,
+        window_s=cfg.sweep_timeout_s,
+        identity=lambda: opensm_identity(cfg.pid_file, cfg.unit),
+        clock=clock,
+    )
 
 
 def enforce(

@@ -10,12 +10,12 @@ one ``saquery PR`` per job (a reply of one MAD, a few tens of milliseconds; docs
 - every cycle at the agent's cadence, :data:`SAMPLE_JOBS` of the jobs in force in turn (a
   cycle for a job that starts or ends skips the sample: the new job's SL waits on it), and
   at every cycle each job whose SL was withdrawn (is it served again?);
-- every job in force once something changed under OpenSM: its process (pid or start time
-  from its pid file: a restart), its files on disk (:func:`ibqos.opensm.hold.fingerprint`,
-  a change ibqos did not make), or a caller's request (:meth:`Recheck.request_all`: the SM
-  changed, the agent switched to enforce).  OpenSM serves new files only after its heavy
-  sweep, which may end after the change is seen, so every job is checked again at each
-  cycle for ``window_s`` after the change.
+- every job in force once something changed under OpenSM: its process (pid or start time,
+  from its pid file or its systemd unit: a restart), its files on disk
+  (:func:`ibqos.opensm.hold.fingerprint`, a change ibqos did not make), or a caller's
+  request (:meth:`Recheck.request_all`: the SM changed, the agent switched to enforce).
+  OpenSM serves new files only after its heavy sweep, which may end after the change is
+  seen, so every job is checked again at each cycle for ``window_s`` after the change.
 
 At most :data:`FULL_JOBS` PathRecords are asked in one cycle; a full check of more jobs goes
 on at the next cycles.  A query that fails (no SA answers) ends the cycle's check: the
@@ -35,6 +35,7 @@ from ibqos.errors import IbqosError, OpenSMNotRunning
 from ibqos.opensm.hold import fingerprint
 from ibqos.opensm.pidcheck import opensm_pid, proc_info
 from ibqos.opensm.verify import Runner, parse_path_sl
+from ibqos.tools import run_tool
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +45,44 @@ SAMPLE_JOBS = 4
 #: goes on at the next cycles
 FULL_JOBS = 256
 
-#: OpenSM's process as its pid file names it: (pid, start time in UNIX seconds); None when
-#: no OpenSM runs; :data:`UNKNOWN` when ibqos cannot tell (no pid file configured)
+#: seconds ``systemctl show`` may take
+SYSTEMCTL_TIMEOUT_S = 5.0
+
+#: OpenSM's process as its pid file (or unit) names it: (pid, start time in UNIX seconds);
+#: None when no OpenSM runs; :data:`UNKNOWN` when ibqos cannot tell
 Identity = tuple[int, float] | None
 UNKNOWN: Identity = (0, 0.0)
 
 
-def opensm_identity(pid_file: Path | None) -> Identity:
+def opensm_identity(pid_file: Path | None, unit: str | None = None) -> Identity:
     """Which OpenSM process runs: its pid and start time (a restart changes them).
 
+    Args:
+        pid_file: ``opensm.pid_file`` (its pid must be OpenSM's:
+            :func:`ibqos.opensm.pidcheck.opensm_pid`).
+        unit: ``opensm.unit``, asked when there is no pid file (``systemctl show``: the
+            unit's main pid).
+
     Returns:
-        (pid, start time as UNIX seconds, to 0.1 s); None when OpenSM does not run (the
-        pid file names no OpenSM process); :data:`UNKNOWN` without a pid file.
+        (pid, start time as UNIX seconds, to 0.1 s); None when OpenSM does not run;
+        :data:`UNKNOWN` with neither, or when systemctl does not answer.
     """
-    if pid_file is None:
+    if pid_file is not None:
+        try:
+            pid = opensm_pid(pid_file)
+        except OpenSMNotRunning:
+            return None
+    elif unit is not None:
+        argv = ("systemctl", "show", "--property=MainPID", "--value", unit)
+        run = run_tool(argv, timeout_s=SYSTEMCTL_TIMEOUT_S)
+        text = run.stdout.strip() if run.returncode == 0 else ""
+        if not text.isdigit():
+            return UNKNOWN
+        pid = int(text)
+        if pid == 0:  # the unit has no main process: OpenSM does not run
+            return None
+    else:
         return UNKNOWN
-    try:
-        pid = opensm_pid(pid_file)
-    except OpenSMNotRunning:
-        return None
     info = proc_info(pid)
     if info is None:  # it exited between the two looks
         return None
@@ -140,27 +160,25 @@ class Recheck:
     Args:
         files: OpenSM's files ibqos writes (a change on disk ibqos did not make is a change
             under OpenSM).
-        pid_file: OpenSM's pid file (its process's pid and start time tell a restart);
-            None: restarts are seen through the files and the samples only.
         run: runs ``saquery`` (:class:`ibqos.collect.portinfo.SmpqueryRunner`).
         window_s: seconds after a change during which every job is checked at each cycle
             (OpenSM serves new files after its heavy sweep: ``opensm.sweep_timeout_s``).
+        identity: tells OpenSM's process (:func:`opensm_identity`: its pid and start time
+            tell a restart; :data:`UNKNOWN` always: restarts are seen through the files and
+            the samples only).
         clock: monotonic seconds.
-        identity: tells OpenSM's process (:func:`opensm_identity`; tests inject theirs).
     """
 
     def __init__(
         self,
         files: Iterable[Path],
-        pid_file: Path | None,
         run: Runner,
         *,
         window_s: float,
+        identity: Callable[[], Identity] = lambda: UNKNOWN,
         clock: Callable[[], float] = time.monotonic,
-        identity: Callable[[Path | None], Identity] = opensm_identity,
     ) -> None:
         self.files = tuple(sorted(files))
-        self.pid_file = pid_file
         self.run = run
         self.window_s = window_s
         self.clock = clock
@@ -185,7 +203,7 @@ class Recheck:
     def _changes(self) -> list[str]:
         """What changed under OpenSM since the last look (and the requests)."""
         reasons, self._requested = self._requested, []
-        identity = self._identity_of(self.pid_file)
+        identity = self._identity_of()
         if identity != self._identity:
             # a first look (the agent started) is a request already
             if identity is not None and identity != UNKNOWN and self._fingerprint is not None:
@@ -199,7 +217,7 @@ class Recheck:
 
     @property
     def opensm_down(self) -> bool:
-        """OpenSM's pid file names no running OpenSM (as of the last :meth:`check`)."""
+        """No OpenSM runs (as of the last :meth:`check`; its pid file or unit says so)."""
         return self._identity is None
 
     def check(

@@ -44,7 +44,7 @@ def inject(agent: Agent) -> FakeSA:
     sa = FakeSA(agent)
     cycles = agent.cycles
     osm = agent.config.opensm
-    cycles._recheck = Recheck((osm.conf, osm.policy_file), None, sa, window_s=0.0)
+    cycles._recheck = Recheck((osm.conf, osm.policy_file), sa, window_s=0.0)
     cycles._recheck_cfg = osm
     return sa
 

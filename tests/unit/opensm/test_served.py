@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,11 +49,10 @@ class Setup:
         self.identity: Identity = (100, 1.0)
         self.recheck = Recheck(
             self.files,
-            tmp_path / "opensm.pid",
             self.sa,
             window_s=WINDOW_S,
+            identity=lambda: self.identity,
             clock=lambda: self.now,
-            identity=lambda _pid_file: self.identity,
         )
 
     def check(self, withdrawn: dict[str, int] | None = None) -> served_mod.Verdict:
@@ -194,3 +194,23 @@ def test_a_job_event_s_cycle_skips_the_sample(tmp_path: Path) -> None:
     assert s.sa.asked == [18] and verdict.served == {"J009"}
     s.files[0].write_text("qos FALSE\n")
     assert s.recheck.check(in_force, {}, s.lids, sample=False).checked == 9  # due: all
+
+
+@pytest.mark.parametrize(("main_pid", "want"), [("0", None), ("self", "self"), ("", "unknown")])
+def test_identity_from_the_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, main_pid: str, want: str | None
+) -> None:
+    """``systemctl show --property=MainPID --value``: 0 when the unit does not run."""
+    pid = os.getpid()
+    printed = str(pid) if main_pid == "self" else main_pid
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text(f"#!/bin/sh\necho '{printed}'\n")
+    systemctl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    got = opensm_identity(None, "opensm.service")
+    if want is None:
+        assert got is None
+    elif want == "unknown":
+        assert got == served_mod.UNKNOWN
+    else:
+        assert got is not None and got[0] == pid and got[1] > 0
