@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: jobs already in force whose PathRecord SL is checked after an apply (one saquery each)
 VERIFY_JOBS = 4
+#: seconds one ``saquery PR`` of the re-check may take
+RECHECK_TIMEOUT_S = 5.0
 #: new jobs checked after an apply: each one's SL is handed out only once OpenSM serves
 #: it, so all are checked up to this bound (a burst beyond it is sampled, ~30 ms a job)
 VERIFY_NEW_JOBS = 64
@@ -91,7 +93,9 @@ def rechecker(cfg: OpenSMConfig, clock: Callable[[], float]) -> Recheck | None:
     """
     if not cfg.verify:
         return None
-    runner = SmpqueryRunner(10.0, binary="saquery")
+    # a PathRecord takes tens of milliseconds: a query that hangs is cut short well before
+    # the verifier's bound, and the re-check pauses (ibqos.opensm.served.RETRY_S)
+    runner = SmpqueryRunner(RECHECK_TIMEOUT_S, binary="saquery")
     files = (cfg.conf, cfg.policy_file)
     return Recheck(
         files,

@@ -18,8 +18,10 @@ one ``saquery PR`` per job (a reply of one MAD, a few tens of milliseconds; docs
   seen, so every job is checked again at each cycle for ``window_s`` after the change.
 
 At most :data:`FULL_JOBS` PathRecords are asked in one cycle; a full check of more jobs goes
-on at the next cycles.  A query that fails (no SA answers) ends the cycle's check: the
-others would fail alike, each after its timeout, and the jobs left are checked next time.
+on at the next cycles.  A query that fails (no SA answers, the fabric hangs) ends the
+cycle's check, and nothing is asked for :data:`RETRY_S` after it: the others would fail
+alike, each after its timeout, and every cycle would wait that long.  The jobs left are
+checked then.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ SAMPLE_JOBS = 4
 #: goes on at the next cycles
 FULL_JOBS = 256
 
+#: seconds after a query that failed before the SA is asked again
+RETRY_S = 30.0
 #: seconds ``systemctl show`` may take
 SYSTEMCTL_TIMEOUT_S = 5.0
 
@@ -141,7 +145,8 @@ def ask(probes: Sequence[Probe], run: Runner) -> Verdict:
         try:
             text = run(argv)
         except IbqosError as err:
-            log.info("re-check of the SLs in force stopped: %s: %s", " ".join(argv), err)
+            what = " ".join(argv)
+            log.info("re-check of the SLs in force paused for %g s: %s: %s", RETRY_S, what, err)
             return Verdict(frozenset(served), unserved, checked, answered=False)
         try:
             sl: int | None = parse_path_sl(text)
@@ -189,6 +194,7 @@ class Recheck:
         self._all_until = -math.inf
         self._left: set[str] = set()  # jobs in force the full check has still to ask about
         self._cursor = 0
+        self._quiet_until = -math.inf  # a query failed: nothing is asked until then
 
     def request_all(self, reason: str) -> None:
         """Check every job in force at the next :meth:`check` (and during the window
@@ -214,6 +220,16 @@ class Recheck:
             reasons.append(f"{', '.join(p.name for p in self.files)} changed on disk")
         self._fingerprint = seen
         return reasons
+
+    def _ask(self, probes: Sequence[Probe]) -> Verdict:
+        """:func:`ask`, unless a query failed less than :data:`RETRY_S` ago (then none is
+        asked, and the verdict is not answered)."""
+        if self.clock() < self._quiet_until:
+            return Verdict(answered=False)
+        verdict = ask(probes, self.run)
+        if not verdict.answered:
+            self._quiet_until = self.clock() + RETRY_S
+        return verdict
 
     @property
     def opensm_down(self) -> bool:
@@ -261,7 +277,7 @@ class Recheck:
         room = max(0, FULL_JOBS - len(picked))
         probes = probe_paths(in_force, job_lids, picked)
         probes += probe_paths(withdrawn, job_lids, sorted(withdrawn)[:room])
-        verdict = ask(probes, self.run)
+        verdict = self._ask(probes)
         self._left -= verdict.served | verdict.unserved.keys()
         return Verdict(verdict.served, verdict.unserved, verdict.checked, verdict.answered, full)
 
@@ -270,7 +286,7 @@ class Recheck:
         OpenSM's files already carried them); at most :data:`FULL_JOBS`."""
         if self.opensm_down:
             return Verdict(answered=False)
-        return ask(probe_paths(job_sl, job_lids, sorted(job_sl)[:FULL_JOBS]), self.run)
+        return self._ask(probe_paths(job_sl, job_lids, sorted(job_sl)[:FULL_JOBS]))
 
     def _sample(self, jobs: Sequence[str]) -> list[str]:
         """:data:`SAMPLE_JOBS` of *jobs* in turn, from where the last sample ended."""

@@ -13,7 +13,7 @@ import yaml
 from ibqos.agent.daemon import Agent
 from ibqos.config.load import load_config
 from ibqos.errors import IbqosError
-from ibqos.opensm.served import Recheck
+from ibqos.opensm.served import RETRY_S, Recheck
 from tests.support.replay_agent import plan_now, replay_config
 
 
@@ -24,6 +24,7 @@ class FakeSA:
         self.agent = agent
         self.other: dict[str, int] = {}
         self.down = False
+        self.now = 0.0  # the re-check's clock, seconds
 
     def __call__(self, argv: Sequence[str]) -> str:
         if self.down:
@@ -44,7 +45,7 @@ def inject(agent: Agent) -> FakeSA:
     sa = FakeSA(agent)
     cycles = agent.cycles
     osm = agent.config.opensm
-    cycles._recheck = Recheck((osm.conf, osm.policy_file), sa, window_s=0.0)
+    cycles._recheck = Recheck((osm.conf, osm.policy_file), sa, window_s=0.0, clock=lambda: sa.now)
     cycles._recheck_cfg = osm
     return sa
 
@@ -118,6 +119,9 @@ def test_an_unchanged_apply_hands_out_only_what_the_sa_serves(config: tuple[Path
         assert plan_now(agent)
         assert agent.sl.board.known("A") is None and agent.sl.board.known("B") is None
         sa.down = False
+        assert plan_now(agent)  # the SA is not asked again at once after a failure
+        assert agent.sl.board.known("A") is None
+        sa.now += RETRY_S
         assert plan_now(agent)
         assert agent.sl.board.known("A") is not None and agent.sl.board.known("B") is not None
     finally:

@@ -10,7 +10,7 @@ import pytest
 
 from ibqos.errors import IbqosError
 from ibqos.opensm import served as served_mod
-from ibqos.opensm.served import SAMPLE_JOBS, Identity, Recheck, opensm_identity
+from ibqos.opensm.served import RETRY_S, SAMPLE_JOBS, Identity, Recheck, opensm_identity
 
 WINDOW_S = 30.0
 
@@ -137,7 +137,10 @@ def test_a_failed_query_stops_the_check_and_the_rest_follow(tmp_path: Path) -> N
     verdict = s.check()
     assert not verdict.answered and verdict.checked == 1 and not verdict.served
     s.sa.down = False
-    s.now = WINDOW_S + 1  # past the window: the jobs left are still asked, all of them
+    s.now = RETRY_S - 1  # not asked again so soon after a failure
+    verdict = s.check()
+    assert not verdict.answered and not s.sa.asked
+    s.now = max(RETRY_S, WINDOW_S)  # past the window: the jobs left are still asked, all
     verdict = s.tick(1.0)
     assert verdict.full and verdict.served == set(s.job_sl)
     assert not s.tick(1.0).full
