@@ -304,11 +304,11 @@ class CycleRunner:
         SLs (at start-up too, only an enforcing agent's saved plan is trusted), so nothing
         is handed out until an apply, or the SA, shows it served; every job is re-checked.
         """
+        self.withdrawn = {}  # observe mode re-checks nothing; enforce mode re-checks all
+        self.counters.sl_unserved_jobs = 0
         if self.parts.observing or self.parts.dry_run:
             return
         self.in_force = {}
-        self.withdrawn = {}
-        self.counters.sl_unserved_jobs = 0
         self.recheck_all("the agent switched to enforce mode")
         planned = list(self.last.plan.job_sl) if self.last is not None else []
         self.board.publish({}, [job.id for job in self.jobs_seen or ()], planned)
@@ -360,7 +360,7 @@ class CycleRunner:
         for job in back:
             self.in_force[job] = self.withdrawn.pop(job)
         if back:
-            log.warning("SLs served again, handed out: %s", ", ".join(back[:10]))
+            log.info("SLs served again, handed out: %s", ", ".join(back[:10]))
         self.counters.sl_unserved_jobs = len(self.withdrawn)
 
     def _publish_unchanged(self, recheck: Recheck, plan: Plan, running: Sequence[str]) -> None:
