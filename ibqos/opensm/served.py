@@ -19,9 +19,10 @@ one ``saquery PR`` per job (a reply of one MAD, a few tens of milliseconds; docs
 
 At most :data:`FULL_JOBS` PathRecords are asked in one cycle; a full check of more jobs goes
 on at the next cycles.  A query that fails (no SA answers, the fabric hangs) ends the
-cycle's check, and nothing is asked for :data:`RETRY_S` after it: the others would fail
-alike, each after its timeout, and every cycle would wait that long.  The jobs left are
-checked then.
+cycle's check, and outside the window after a change nothing is asked for
+:data:`RETRY_S` after it: the others would fail alike, each after its timeout, and every
+cycle would wait that long.  The jobs left are checked then.  Within the window (OpenSM
+restarted and its SA may answer only after its first sweep) every cycle asks again.
 """
 
 from __future__ import annotations
@@ -222,9 +223,10 @@ class Recheck:
         return reasons
 
     def _ask(self, probes: Sequence[Probe]) -> Verdict:
-        """:func:`ask`, unless a query failed less than :data:`RETRY_S` ago (then none is
-        asked, and the verdict is not answered)."""
-        if self.clock() < self._quiet_until:
+        """:func:`ask`, unless a query failed less than :data:`RETRY_S` ago outside the
+        window after a change (then none is asked, and the verdict is not answered)."""
+        now = self.clock()
+        if self._all_until <= now < self._quiet_until:
             return Verdict(answered=False)
         verdict = ask(probes, self.run)
         if not verdict.answered:

@@ -137,13 +137,17 @@ def test_a_failed_query_stops_the_check_and_the_rest_follow(tmp_path: Path) -> N
     verdict = s.check()
     assert not verdict.answered and verdict.checked == 1 and not verdict.served
     s.sa.down = False
-    s.now = RETRY_S - 1  # not asked again so soon after a failure
+    s.now = WINDOW_S + 1  # past the window: the jobs left are still asked, all of them
     verdict = s.check()
-    assert not verdict.answered and not s.sa.asked
-    s.now = max(RETRY_S, WINDOW_S)  # past the window: the jobs left are still asked, all
-    verdict = s.tick(1.0)
     assert verdict.full and verdict.served == set(s.job_sl)
     assert not s.tick(1.0).full
+    s.sa.down = True  # outside the window, a failure pauses the re-check
+    assert not s.tick(1.0).answered
+    s.sa.down = False
+    s.now += RETRY_S - 1
+    verdict = s.check()
+    assert not verdict.answered and not s.sa.asked
+    assert s.tick(1.0).answered and s.sa.asked
 
 
 def test_withdrawn_jobs_are_asked_every_cycle(tmp_path: Path) -> None:
@@ -217,3 +221,17 @@ def test_identity_from_the_unit(
         assert got == served_mod.UNKNOWN
     else:
         assert got is not None and got[0] == pid and got[1] > 0
+
+
+def test_within_the_window_a_failed_query_is_tried_again_at_once(tmp_path: Path) -> None:
+    """OpenSM restarted: its SA answers only after its first sweep, so every cycle of the
+    window asks again; outside it, a failure pauses the re-check."""
+    s = Setup(tmp_path, 3)
+    s.check()
+    s.now = 100.0
+    s.identity = (400, 99.0)
+    s.sa.down = True
+    assert not s.tick(1.0).answered
+    s.sa.down = False
+    verdict = s.tick(1.0)
+    assert verdict.answered and verdict.served == set(s.job_sl)
