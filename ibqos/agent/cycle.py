@@ -5,8 +5,11 @@ AgentParts`): the job source's jobs and a counter sweep (or the last rates) go t
 decider, profiles learn from the jobs that ended, the SL board publishes the jobs' SLs,
 OpenSM's files are rendered and checked (:func:`ibqos.opensm.render.render_files`), and
 the files go to the mode's sink (:mod:`ibqos.agent.sinks`); then the state file and the
-metrics' snapshot are updated.  A cycle that fails is logged once per distinct message and
-counted (:meth:`CycleRunner.soft`), and the daemon goes on.
+metrics' snapshot are updated.  In enforce mode, what is in force is re-checked through the
+SA every cycle (:mod:`ibqos.opensm.served`): a job whose SL the SA does not serve is
+withdrawn at once (``job-sl`` answers "pending") and handed out again once it is served.
+A cycle that fails is logged once per distinct message and counted
+(:meth:`CycleRunner.soft`), and the daemon goes on.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -22,14 +25,16 @@ import pandas as pd
 from ibqos.agent.handoff import SlBoard
 from ibqos.agent.parts import AgentParts, freeze_heap
 from ibqos.agent.sdnotify import Notifier
-from ibqos.agent.sinks import DryRunSink, enforce, verifier
+from ibqos.agent.sinks import DryRunSink, enforce, rechecker, verifier
 from ibqos.agent.state import AgentState, save_state, tuning_doc
 from ibqos.classify.prior import learn
+from ibqos.config.models import OpenSMConfig
 from ibqos.errors import IbqosError, RenderError, StateError
 from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.opensm.outcome import ApplyResult
 from ibqos.opensm.render import render_checked
+from ibqos.opensm.served import Recheck, Verdict
 from ibqos.plan.output import to_json
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
@@ -65,6 +70,8 @@ class CycleRunner:
         state: the state as last saved (or read at start).
         in_force_plan: the plan OpenSM serves (None: none known).
         in_force: job -> SL of the jobs whose SL OpenSM serves (what ``job-sl`` hands out).
+        withdrawn: job -> SL of the jobs whose planned SL the SA did not serve when last
+            asked: not handed out (``job-sl`` answers "pending") until it is served.
         rates: per-port rates of the last full sweep (None before the first).
         sl_rates: per-SL rates of that sweep (``ibqos.collect.per_sl``); None when no port
             has per-SL data counters.
@@ -115,6 +122,10 @@ class CycleRunner:
         self.reloaded_since_sweep = False
         self.capacity = level_capacities(pipeline.fabric)
         self.applying = False
+        self.withdrawn: dict[str, int] = {}
+        self._recheck: Recheck | None = None
+        self._recheck_cfg: OpenSMConfig | None = None
+        self._recheck_requests: list[str] = []
         self._last_error = ""
         self._file_warnings: frozenset[str] = frozenset()  # the checker's, logged once each
 
@@ -162,6 +173,11 @@ class CycleRunner:
         if config.profiles.learn and decider.priors is not None and not parts.dry_run:
             learn(decider.priors.store, decision.finished, time.time())
         running = [job.id for job in jobs]
+        standing_by = self._standing_by()
+        # beside a standby OpenSM nothing is handed out, so nothing is re-checked
+        recheck = None if standing_by else self._rechecker()
+        if recheck is not None:  # does the SA still serve what is in force?
+            self._recheck_with(recheck, decision.plan, sample=sweep)
         # before applying: jobs whose SL is already in force are answered; new ones wait
         self._publish(decision.plan, running, in_force=parts.observing)
         if decision.result.replace:
@@ -183,10 +199,10 @@ class CycleRunner:
             except StateError:
                 self.counters.state_write_errors += 1
                 raise
-        elif parts.sm_gate is not None and parts.sm_gate.stand_by():
+        elif standing_by:
             # standby SM gate (ibqos.agent.standby): OpenSM is not the master, so nothing
             # is written or signalled and no SL handed out; the plan goes on being made
-            self.in_force, self.in_force_plan = {}, None
+            self.in_force, self.in_force_plan, self.withdrawn = {}, None, {}
             self._publish(decision.plan, running, in_force=False)
         else:
             new_jobs = frozenset(decision.plan.job_sl) - frozenset(self.in_force)
@@ -205,11 +221,20 @@ class CycleRunner:
                 self.applying = False
             if result.signalled:  # OpenSM reloaded: the next sweep has the reload in it
                 self.reloaded_since_sweep = True
-            # OpenSM serves the plan (or already did): its SLs are in force; after standing
-            # by, only once the SA confirms it (standby SM gate, ibqos.agent.standby)
+            # after standing by, the plan is in force only once the SA confirms it (standby
+            # SM gate, ibqos.agent.standby)
             gate = parts.sm_gate
-            if result.ok and (gate is None or gate.confirm(result, verify)):
+            confirmed = result.ok and (gate is None or gate.confirm(result, verify))
+            if confirmed and (result.changed or recheck is None):
+                # OpenSM took the plan's files (verified, with opensm.verify): its SLs are
+                # in force, the withdrawn ones among them
+                if recheck is not None:
+                    recheck.files_written()
+                self.withdrawn = {}
                 self._publish(decision.plan, running, in_force=True)
+            elif result.ok and recheck is not None:  # the files already carried the plan
+                self._publish_unchanged(recheck, decision.plan, running)
+            self.counters.sl_unserved_jobs = len(self.withdrawn)
         self.last = decision
         budget = parts.applier.budget
         parts.tuning.after_cycle(
@@ -238,22 +263,162 @@ class CycleRunner:
         self.counters.last_success_s = now
         return decision
 
-    def _publish(self, plan: Plan, running: Sequence[str], *, in_force: bool) -> None:
+    def _publish(
+        self,
+        plan: Plan,
+        running: Sequence[str],
+        *,
+        in_force: bool,
+        unconfirmed: Collection[str] = (),
+    ) -> None:
         """Tell the SL board which SLs OpenSM serves now.
 
         *in_force*: OpenSM took the files of *plan* (or nothing is enforced: observe mode,
-        dry run), so every job of it has its SL.  Otherwise the jobs keep the SLs that were
-        in force before, and the others are *planned*: ``job-sl`` makes them wait, then
-        answers "pending", and their tasks start on the default SL rather than on an SL
-        that OpenSM maps elsewhere.
+        dry run), so every job of it has its SL but the *unconfirmed* ones (the SA did not
+        serve them when asked).  Otherwise the jobs keep the SLs that were in force before,
+        and the others are *planned*: ``job-sl`` makes them wait, then answers "pending",
+        and their tasks start on the default SL rather than on an SL that OpenSM maps
+        elsewhere.
         """
         if in_force:
-            self.in_force = dict(plan.job_sl)
+            self.in_force = {j: sl for j, sl in plan.job_sl.items() if j not in unconfirmed}
             self.in_force_plan = plan
         else:
             self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
         planned = [j for j in plan.job_sl if j not in self.in_force]
         self.board.publish(self.in_force, running, planned)
+
+    # -- the re-check of what is in force (ibqos.opensm.served) -----------------------------
+
+    def recheck_all(self, reason: str) -> None:
+        """Re-check every job in force through the SA at the next cycle (or
+        :meth:`recheck_now`), and at each cycle for ``opensm.sweep_timeout_s`` after it:
+        something changed under OpenSM that ibqos cannot see in its pid or its files (the
+        SM changed).  *reason* is logged then.  Call it from the daemon's loop."""
+        self._recheck_requests.append(reason)
+
+    def recheck_now(self) -> None:
+        """Re-check what is in force now, between cycles (the loop saw a change under
+        OpenSM), and publish the SLs still served; nothing before the first cycle, nor
+        outside enforce mode, nor with ``opensm.verify`` off."""
+        recheck = self._rechecker()
+        if recheck is None or self.last is None:
+            return
+        plan = self.last.plan
+        self._recheck_with(recheck, plan)
+        self._publish(plan, [job.id for job in self.jobs_seen or ()], in_force=False)
+
+    def mode_changed(self) -> None:
+        """The mode changed on SIGHUP (before the SL server starts).
+
+        Into enforce mode: observe mode's plan was only shown, and OpenSM may serve other
+        SLs (at start-up too, only an enforcing agent's saved plan is trusted), so nothing
+        is handed out until an apply, or the SA, shows it served; every job is re-checked.
+        """
+        self.withdrawn = {}  # observe mode re-checks nothing; enforce mode re-checks all
+        self.counters.sl_unserved_jobs = 0
+        if self.parts.observing or self.parts.dry_run:
+            return
+        self.in_force = {}
+        self.recheck_all("the agent switched to enforce mode")
+        planned = list(self.last.plan.job_sl) if self.last is not None else []
+        self.board.publish({}, [job.id for job in self.jobs_seen or ()], planned)
+
+    def _standing_by(self) -> bool:
+        """The standby SM gate's verdict for this cycle (enforce mode only): True beside an
+        OpenSM that is not the master.  A takeover asks for every job to be re-checked:
+        the new master's SA serves its own files."""
+        parts = self.parts
+        gate = parts.sm_gate
+        if gate is None or parts.dry_run or parts.observing:
+            return False
+        takeovers = self.counters.sm_takeovers
+        standing = gate.stand_by()
+        if self.counters.sm_takeovers != takeovers:
+            self.recheck_all("its OpenSM became the master")
+        return standing
+
+    def _rechecker(self) -> Recheck | None:
+        """The re-check for the config in force (None: not enforcing, or
+        ``opensm.verify`` off); a new one when the ``opensm`` section changed."""
+        parts = self.parts
+        if parts.dry_run or parts.observing:
+            return None
+        cfg = parts.config.opensm
+        if self._recheck is None or cfg != self._recheck_cfg:
+            self._recheck = rechecker(cfg, self.clock)
+            self._recheck_cfg = cfg
+        if self._recheck is not None:
+            for reason in self._recheck_requests:
+                self._recheck.request_all(reason)
+        self._recheck_requests = []
+        return self._recheck
+
+    def _recheck_with(self, recheck: Recheck, plan: Plan, *, sample: bool = True) -> None:
+        """One re-check of the jobs in force (and the withdrawn) under *plan*; without
+        *sample* (a job event's cycle), only a full check when due and the withdrawn."""
+        lids = dict(self.parts.pipeline.decider.job_lids())
+        self.in_force = {j: sl for j, sl in self.in_force.items() if plan.job_sl.get(j) == sl}
+        self.withdrawn = {j: plan.job_sl[j] for j in self.withdrawn if j in plan.job_sl}
+        verdict = recheck.check(self.in_force, self.withdrawn, lids, sample=sample)
+        if recheck.opensm_down and self.in_force:
+            # no SA serves any SL now (and a standby may take over with other files):
+            # every SL is withdrawn, and handed out again once the SA serves it
+            log.warning(
+                "OpenSM is not running: the SLs of %d job(s) withdrawn; job-sl answers"
+                " PENDING until the SA serves them again",
+                len(self.in_force),
+            )
+            self.counters.sl_withdrawals += len(self.in_force)
+            self.withdrawn |= self.in_force
+            self.in_force = {}
+        self._take(verdict, plan)
+
+    def _take(self, verdict: Verdict, plan: Plan) -> None:
+        """Withdraw the SLs the SA does not serve, hand out again those it serves."""
+        self.counters.sl_rechecks += verdict.checked
+        taken = []
+        for job, (want, got) in sorted(verdict.unserved.items()):
+            if self.in_force.get(job) == want:
+                del self.in_force[job]
+                self.counters.sl_withdrawals += 1
+                taken.append(f"job {job} SL {want} (the SA serves {_sl_text(got)})")
+            self.withdrawn[job] = want
+        if taken:
+            log.warning(
+                "SLs withdrawn, the SA does not serve them: %s%s; job-sl answers PENDING"
+                " for them until it does",
+                ", ".join(taken[:5]),
+                f" and {len(taken) - 5} more" if len(taken) > 5 else "",
+            )
+        withdrawn = self.withdrawn
+        back = sorted(j for j in verdict.served if plan.job_sl.get(j) == withdrawn.get(j, -1))
+        for job in back:
+            self.in_force[job] = self.withdrawn.pop(job)
+        if back:
+            log.info("SLs served again, handed out: %s", ", ".join(back[:10]))
+        self.counters.sl_unserved_jobs = len(self.withdrawn)
+
+    def _publish_unchanged(self, recheck: Recheck, plan: Plan, running: Sequence[str]) -> None:
+        """OpenSM's files already carried *plan*: its jobs not handed out yet are handed
+        out once the SA serves their SLs (the files on disk are not what OpenSM serves when
+        it was restarted with others, or stopped); the withdrawn stay withdrawn."""
+        lids = dict(self.parts.pipeline.decider.job_lids())
+        newcomers = {
+            j: sl
+            for j, sl in plan.job_sl.items()
+            if self.in_force.get(j) != sl and j not in self.withdrawn
+        }
+        unconfirmed = set(self.withdrawn)
+        if newcomers:
+            # a job on shared hosts only has no sure PathRecord: trusted to the files
+            asked = {j: sl for j, sl in newcomers.items() if lids.get(j)}
+            verdict = recheck.confirm(asked, lids)
+            self.counters.sl_rechecks += verdict.checked
+            unconfirmed |= asked.keys() - verdict.served
+            for job, (want, _got) in verdict.unserved.items():
+                self.withdrawn[job] = want
+        self._publish(plan, running, in_force=True, unconfirmed=unconfirmed)
 
     def sweep(self) -> pd.DataFrame:
         """One counter sweep (and a new fabric model if the topology changed)."""
@@ -376,3 +541,7 @@ class CycleRunner:
             what = f"OpenSM: {(self.state.last_apply or {}).get('summary', 'no change yet')}"
         cycle = self.counters.cycles
         return f"{self.parts.mode_name()}: cycle {cycle}, {jobs} jobs, {lanes} lanes; {what}"
+
+
+def _sl_text(sl: int | None) -> str:
+    return "no path" if sl is None else f"SL {sl}"

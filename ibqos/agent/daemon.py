@@ -335,7 +335,12 @@ class Agent:
 
     def _handle_reload(self) -> None:
         """SIGHUP: re-read the config, tell systemd, and act on a change of mode at once:
-        the SL server starts or stops, and the running jobs are planned in the new mode."""
+        the SL server starts or stops, and the running jobs are planned in the new mode.
+
+        Into enforce mode, observe mode's proposal is not in force (OpenSM may serve other
+        SLs, or be stopped): it is dropped before the SL server starts, so ``job-sl``
+        answers an SL only once an apply (or the SA) shows it served, as at start-up.
+        """
         ready = self.notifier.is_ready  # before the first good cycle there is no READY yet
         if ready:
             self.notifier.reloading()
@@ -344,6 +349,7 @@ class Agent:
             self.telemetry.metrics.health.dry_run = parts.observing
             if self.lock is not None:
                 self.lock.set_mode(parts.config.mode)
+            self.cycles.mode_changed()  # before the server: nothing observed is in force
             if parts.observing:
                 self.sl.close()
             elif self.sl.wanted:

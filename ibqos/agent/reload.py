@@ -5,8 +5,9 @@ A new config is taken whole or not at all: a bad one is logged and counted
 ``agent.state_dir`` (only a restart can: the lock, backups and state live there).  Keys
 that only a restart can change (``metrics``, ``agent.socket``/``sl_listen``) are logged.
 A change of mode is logged here; what it does at once (the SL server starts or stops, the
-running jobs are planned again in the new mode) is the daemon's
-(:class:`ibqos.agent.daemon.Agent`).
+running jobs are planned again in the new mode, and into enforce mode nothing observe mode
+proposed is handed out before OpenSM serves it) is the daemon's
+(:class:`ibqos.agent.daemon.Agent`, :meth:`ibqos.agent.cycle.CycleRunner.mode_changed`).
 """
 
 from __future__ import annotations

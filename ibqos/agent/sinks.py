@@ -2,7 +2,8 @@
 
 - enforce: :func:`enforce` writes them for OpenSM, signals it, checks its log, verifies
   the tables it programmed (:func:`verifier`) and rolls back when any of it fails
-  (:class:`ibqos.opensm.apply.Applier`), and counts what happened;
+  (:class:`ibqos.opensm.apply.Applier`), and counts what happened; between applies,
+  :func:`rechecker` re-checks through the SA that it still serves the SLs in force;
 - observe: :class:`ibqos.opensm.observe.Observer` keeps them in the state directory;
 - dry run: :class:`DryRunSink` prints the plan and unified diffs of the files (and, with
   ``--simulate``, what the contention simulator predicts); nothing is written.
@@ -25,6 +26,7 @@ from ibqos.metrics import Counters
 from ibqos.opensm.apply import Applier
 from ibqos.opensm.observe import file_diffs
 from ibqos.opensm.outcome import ApplyOutcome, ApplyResult
+from ibqos.opensm.served import Recheck, opensm_identity
 from ibqos.opensm.verify import check_until, expected_after
 from ibqos.plan.output import render as render_plan
 from ibqos.plan.planner import Plan
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: jobs already in force whose PathRecord SL is checked after an apply (one saquery each)
 VERIFY_JOBS = 4
+#: seconds one ``saquery PR`` of the re-check may take
+RECHECK_TIMEOUT_S = 5.0
 #: new jobs checked after an apply: each one's SL is handed out only once OpenSM serves
 #: it, so all are checked up to this bound (a burst beyond it is sampled, ~30 ms a job)
 VERIFY_NEW_JOBS = 64
@@ -75,6 +79,31 @@ def verifier(
     )
     runner = SmpqueryRunner(10.0, binary="saquery")
     return lambda: check_until(expected, runner)
+
+
+def rechecker(cfg: OpenSMConfig, clock: Callable[[], float]) -> Recheck | None:
+    """What re-checks through the SA the SLs in force between applies
+    (:class:`ibqos.opensm.served.Recheck`; None: ``opensm.verify`` is off).
+
+    Args:
+        cfg: the ``opensm`` config section: the files, the pid file or unit (a restart), the
+            sweep timeout (every job is checked at each cycle for that long after a change
+            under OpenSM).
+        clock: monotonic seconds.
+    """
+    if not cfg.verify:
+        return None
+    # a PathRecord takes tens of milliseconds: a query that hangs is cut short well before
+    # the verifier's bound, and the re-check pauses (ibqos.opensm.served.RETRY_S)
+    runner = SmpqueryRunner(RECHECK_TIMEOUT_S, binary="saquery")
+    files = (cfg.conf, cfg.policy_file)
+    return Recheck(
+        files,
+        runner,
+        window_s=cfg.sweep_timeout_s,
+        identity=lambda: opensm_identity(cfg.pid_file, cfg.unit),
+        clock=clock,
+    )
 
 
 def enforce(

@@ -78,6 +78,9 @@ class Counters:
             2 standby, 3 master; :mod:`ibqos.opensm.smstate`); None: not read or not known.
         sm_takeovers: times the agent took over because its OpenSM became the master
             after it had stood by (:mod:`ibqos.agent.standby`).
+        sl_rechecks: PathRecords asked to re-check the SLs in force (``ibqos.opensm.served``).
+        sl_withdrawals: SLs taken back from jobs because the SA did not serve them.
+        sl_unserved_jobs: jobs whose planned SL the SA does not serve now (withdrawn).
     """
 
     cycles: int = 0
@@ -117,6 +120,10 @@ class Counters:
     log_rotations: int = 0
     outside_writes: int = 0
     outside_writer: bool = False
+    # what is in force, re-checked through the SA
+    sl_rechecks: int = 0
+    sl_withdrawals: int = 0
+    sl_unserved_jobs: int = 0
 
 
 #: (attribute, metric name without _total, help)
@@ -174,6 +181,17 @@ _COUNTED = (
         "state_write_errors",
         "ibqos_state_write_errors",
         "Writes to the state directory that failed (state.json, observe mode's proposal).",
+    ),
+    # what is in force, re-checked through the SA
+    (
+        "sl_rechecks",
+        "ibqos_sl_rechecks",
+        "PathRecords asked to re-check that the SA serves the SLs job-sl hands out.",
+    ),
+    (
+        "sl_withdrawals",
+        "ibqos_sl_withdrawals",
+        "SLs taken back from jobs because the SA did not serve them (job-sl answers PENDING).",
     ),
 )
 
@@ -382,6 +400,12 @@ def _apply_gauges(c: Counters) -> Iterator[Metric]:
         "ibqos_opensm_log_missing",
         "1 when OpenSM's log could not be read at the last apply (no sweep line seen).",
         value=int(c.opensm_log_missing),
+    )
+    yield GaugeMetricFamily(
+        "ibqos_sl_unserved_jobs",
+        "Jobs whose planned SL the SA does not serve now: withdrawn, job-sl answers PENDING"
+        " for them until the SA serves it.",
+        value=c.sl_unserved_jobs,
     )
     if c.reload_tokens is not None:
         yield GaugeMetricFamily(
