@@ -66,6 +66,7 @@ from ibqos.agent.state import load_state
 from ibqos.config.models import Config
 from ibqos.errors import IbqosError, StopRequested
 from ibqos.opensm.apply import read_file
+from ibqos.opensm.served import OpenSMRuns
 from ibqos.plan.report import Decision
 from ibqos.slurm.source import SlurmJobSource
 from ibqos.tools import waiter
@@ -166,6 +167,7 @@ class Agent:
             # restarted beside a standby OpenSM: the SLs its state keeps in force are not
             # the master's, so none is handed out, not even before the first cycle
             self.cycles.in_force, self.cycles.in_force_plan = {}, None
+        self._watch_opensm()
         self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
         metrics.tuning.status = lambda: parts.tuning.status(clock())
         metrics.health.sl_answers = self.sl.board.counts
@@ -333,6 +335,15 @@ class Agent:
             return False  # reported by the next cycle
         return jobs != seen
 
+    def _watch_opensm(self) -> None:
+        """Have every job-SL answer ask whether OpenSM runs (enforce mode, with
+        ``opensm.verify``): between OpenSM's stop and the cycle whose re-check withdraws
+        the SLs, none is handed out (no SA serves it then)."""
+        parts = self.parts
+        osm = parts.config.opensm
+        enforcing = not (parts.observing or parts.dry_run) and osm.verify
+        self.sl.board.serving = OpenSMRuns(osm.pid_file) if enforcing else None
+
     def _handle_reload(self) -> None:
         """SIGHUP: re-read the config, tell systemd, and act on a change of mode at once:
         the SL server starts or stops, and the running jobs are planned in the new mode.
@@ -345,7 +356,9 @@ class Agent:
         if ready:
             self.notifier.reloading()
         parts = self.parts
-        if self.reloader.reload():  # a new mode
+        changed = self.reloader.reload()
+        self._watch_opensm()  # the opensm section may have changed too
+        if changed:  # a new mode
             self.telemetry.metrics.health.dry_run = parts.observing
             if self.lock is not None:
                 self.lock.set_mode(parts.config.mode)

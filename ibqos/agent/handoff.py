@@ -146,6 +146,9 @@ class SlBoard:
         self._lines = 0  # miss lines logged in it
         self._unlogged: Counter[str] = Counter()  # misses not logged in it, by result
         self._listeners: list[Callable[[], None]] = []
+        #: asked before an SL is handed out: False while OpenSM does not run (no SA serves
+        #: any SL then); None: not asked (observe mode, dry run, no pid file)
+        self.serving: Callable[[], bool] | None = None
 
     def publish(
         self,
@@ -258,6 +261,9 @@ class SlBoard:
         read of the jobs started after *asked*)."""
         sl = self._sl.get(job_id)
         if sl is not None:
+            if self.serving is not None and not self.serving():
+                text = f"the SL of job {job_id} is not handed out while OpenSM is down"
+                return Answer("pending", text=text)
             return Answer("ok", sl)
         if job_id in self._planned or self._fresh_at < asked:
             return None

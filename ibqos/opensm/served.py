@@ -298,3 +298,41 @@ class Recheck:
         start = self._cursor % len(jobs)
         self._cursor = start + n
         return [jobs[(start + i) % len(jobs)] for i in range(n)]
+
+
+class OpenSMRuns:
+    """Whether OpenSM runs, from its pid file (:func:`ibqos.opensm.pidcheck.opensm_pid`),
+    cached for *ttl_s* seconds: cheap enough to ask at every job-SL question, so no SL is
+    handed out in the cycle between OpenSM's stop and the re-check that withdraws it.
+
+    Args:
+        pid_file: ``opensm.pid_file`` (None: not known here; the cycle's re-check decides).
+        ttl_s: seconds an answer is kept.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        pid_file: Path | None,
+        ttl_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pid_file = pid_file
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._runs = True
+        self._until = -math.inf
+
+    def __call__(self) -> bool:
+        """True when OpenSM runs (or nothing can tell: no pid file)."""
+        if self.pid_file is None:
+            return True
+        now = self.clock()
+        if now >= self._until:
+            try:
+                opensm_pid(self.pid_file)
+                self._runs = True
+            except OpenSMNotRunning:
+                self._runs = False
+            self._until = now + self.ttl_s
+        return self._runs

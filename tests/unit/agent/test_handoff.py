@@ -220,3 +220,15 @@ def test_a_waiting_question_whose_job_left_the_plan_asks_for_a_read() -> None:
     assert board.again("5", asked) is None and woken.is_set() and board.pending()
     board.round_done(asked)
     assert board.again("5", asked) == Answer("unknown", text="job 5 is not running (job source)")
+
+
+def test_no_sl_is_handed_out_while_opensm_does_not_run() -> None:
+    board = SlBoard()
+    board.publish({"7": 3}, ["7"])
+    board.round_done(time.monotonic())
+    runs = [False]
+    board.serving = lambda: runs[0]
+    answer = board.ask("7", 0.0)
+    assert answer.result == "pending" and "OpenSM is down" in answer.text
+    runs[0] = True
+    assert board.ask("7", 0.0) == Answer("ok", 3)

@@ -10,7 +10,14 @@ import pytest
 
 from ibqos.errors import IbqosError
 from ibqos.opensm import served as served_mod
-from ibqos.opensm.served import RETRY_S, SAMPLE_JOBS, Identity, Recheck, opensm_identity
+from ibqos.opensm.served import (
+    RETRY_S,
+    SAMPLE_JOBS,
+    Identity,
+    OpenSMRuns,
+    Recheck,
+    opensm_identity,
+)
 
 WINDOW_S = 30.0
 
@@ -235,3 +242,17 @@ def test_within_the_window_a_failed_query_is_tried_again_at_once(tmp_path: Path)
     s.sa.down = False
     verdict = s.tick(1.0)
     assert verdict.answered and verdict.served == set(s.job_sl)
+
+
+def test_whether_opensm_runs_is_read_from_its_pid_file_and_kept_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [0.0]
+    pid_file = tmp_path / "opensm.pid"
+    runs = OpenSMRuns(pid_file, ttl_s=0.5, clock=lambda: now[0])
+    assert runs() is False  # no pid file: no OpenSM
+    monkeypatch.setattr(served_mod, "opensm_pid", lambda path: 4242)
+    assert runs() is False  # the answer is kept for ttl_s
+    now[0] = 0.6
+    assert runs() is True
+    assert OpenSMRuns(None)() is True  # nothing to tell by: the cycle's re-check decides
