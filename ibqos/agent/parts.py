@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.pipeline import Pipeline
@@ -297,15 +298,7 @@ class SlService:
         if self.server is None:
             return SlServerHealth(up=False)  # its socket could not be bound
         stats = self.server.stats
-        return SlServerHealth(
-            up=stats.up,
-            open=stats.open,
-            cap=stats.cap,
-            refused=dict(stats.refused),
-            timed_out=stats.timed_out,
-            fd_pauses=stats.fd_pauses,
-            restarts=stats.restarts,
-        )
+        return replace(stats, refused=dict(stats.refused))  # a copy: the server goes on
 
     def close(self) -> None:
         """Stop serving (questions then fail as for an agent that is not running)."""

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ibqos.metrics.slserver import SlServerHealth
+
 log = logging.getLogger(__name__)
 
 __all__ = ["BACKLOG", "JOB_ID", "MAX_LINE", "MAX_WAIT_S", "ServeLoop", "listen_backlog"]
@@ -161,32 +163,9 @@ class Limits:
     idle_s: float = field(default_factory=lambda: _IO_TIMEOUT_S)
 
 
-@dataclass
-class ServerStats:
-    """What the server counts since the agent started (read by the metrics' scrape; only
-    the server's threads write it).
-
-    Attributes:
-        up: the server's thread runs.
-        open: connections open now.
-        cap: connections it may hold at once (:func:`connection_cap` of
-            ``agent.sl_max_connections``).
-        refused: connections closed at once, by reason: "peer" (the peer had
-            ``agent.sl_max_per_peer`` open), "total" (the server had :attr:`cap` open).
-        timed_out: connections closed because no whole question came (or the answer
-            was not taken) within ``agent.sl_idle_s``.
-        fd_pauses: times accepting paused because the process was out of file descriptors.
-        restarts: times serving started again after an unexpected error (the loop, or
-            its thread by :meth:`ibqos.agent.handoff.SlServer.supervise`).
-    """
-
-    up: bool = False
-    open: int = 0
-    cap: int = 0
-    refused: dict[str, int] = field(default_factory=lambda: {"peer": 0, "total": 0})
-    timed_out: int = 0
-    fd_pauses: int = 0
-    restarts: int = 0
+#: what the server counts since the agent started (only the server's threads write it; the
+#: metrics' scrape reads a copy: :meth:`ibqos.agent.parts.SlService.health`)
+ServerStats = SlServerHealth
 
 
 class _Throttle:

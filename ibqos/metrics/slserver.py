@@ -16,9 +16,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 __all__ = ["SlServerHealth", "sl_server_families"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class SlServerHealth:
-    """The SL server as the agent sees it at a scrape.
+    """The SL server's health: what it counts since the agent started (the server's
+    threads write it; a scrape reads a copy).
 
     Attributes:
         up: its thread serves (False: it ended and is not started again yet, or its
@@ -33,7 +34,7 @@ class SlServerHealth:
         restarts: times serving started again after an unexpected error.
     """
 
-    up: bool
+    up: bool = False
     open: int = 0
     cap: int = 0
     refused: dict[str, int] = field(default_factory=lambda: {"peer": 0, "total": 0})
