@@ -34,7 +34,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import ibqos
 from bench.machine import machine
@@ -43,7 +42,15 @@ from ibqos.agent.handoff import ask_sl
 from ibqos.errors import HandoffError
 from ibqos.fabric.xgft import build_xgft, parse_xgft
 from ibqos.jobs.hosts import expand_hosts
-from ibqos.lab.agentrun import AgentRun, Sections, agent_config, samples, scrape, write_jobs
+from ibqos.lab.agentrun import (
+    AgentRun,
+    Sections,
+    agent_config,
+    samples,
+    scrape,
+    steady_job,
+    write_jobs,
+)
 from ibqos.lab.fabric import fabric_from_lab
 from ibqos.lab.faults import SocketFlood, rotate_log
 from ibqos.lab.lab import Lab
@@ -73,21 +80,15 @@ BURST, PER_MINUTE = 6.0, 2.0
 OUTSIDE_QUIET_S = 30.0
 
 
-def _job(job_id: str, nodes: str, rate: float, pattern: str = "ring") -> dict[str, Any]:
-    return {
-        "id": job_id,
-        "name": f"app{job_id}",
-        "nodes": nodes,
-        "pattern": pattern,
-        "rate_bytes_per_s": rate,
-        "duty": 1.0,
-        "period_s": 0.1,
-    }
-
-
-STEADY = [_job("A", "cn[0001-0002]", 1.0e8), _job("B", "cn[0003,0007]", 2.0e9, "all-to-all")]
+STEADY = [
+    steady_job("A", "cn[0001-0002]", 1.0e8),
+    steady_job("B", "cn[0003,0007]", 2.0e9, "all-to-all"),
+]
 #: jobs that come and go, one at a time, in turn
-CHURN = [_job("C", "cn[0004,0008]", 1.0e8), _job("D", "cn[0005-0006]", 3.0e9, "all-to-all")]
+CHURN = [
+    steady_job("C", "cn[0004,0008]", 1.0e8),
+    steady_job("D", "cn[0005-0006]", 3.0e9, "all-to-all"),
+]
 
 
 @dataclass

@@ -65,6 +65,29 @@ Sections = Mapping[str, Mapping[str, Any]]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+def steady_job(
+    job_id: str, nodes: str, rate: float = 1.0e8, pattern: str = "ring"
+) -> dict[str, Any]:
+    """A job of the lab's traffic model that sends all the time (duty 1, 0.1 s periods),
+    named ``app<id>``.
+
+    Args:
+        job_id: its id.
+        nodes: its hosts (a Slurm host list).
+        rate: bytes per second each of its ranks sends.
+        pattern: its traffic pattern (``ring``, ``all-to-all``, ...).
+    """
+    return {
+        "id": job_id,
+        "name": f"app{job_id}",
+        "nodes": nodes,
+        "pattern": pattern,
+        "rate_bytes_per_s": rate,
+        "duty": 1.0,
+        "period_s": 0.1,
+    }
+
+
 def write_jobs(path: Path, jobs: Iterable[Mapping[str, Any]]) -> None:
     """Write a job file (``jobs:``, each job's keys in the order given) in one step, so
     that neither the lab nor the agent ever reads half of it.

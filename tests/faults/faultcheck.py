@@ -28,7 +28,7 @@ import yaml
 from ibqos.agent.handoff import ask_sl
 from ibqos.errors import HandoffError
 from ibqos.jobs.hosts import expand_hosts
-from ibqos.lab.agentrun import AgentRun
+from ibqos.lab.agentrun import AgentRun, steady_job
 from tests.support.agentrun import agent_config, drive, lids, path_sl, start_agent, state
 
 #: a lab of 8 hosts on 4 leaves and 2 spines (``2;4,2;1,2``)
@@ -37,17 +37,8 @@ XGFT = "2;4,2;1,2"
 SWEEP_DONE = "SUBNET UP"
 
 
-def job(job_id: str, nodes: str, rate: float = 1.0e8, pattern: str = "ring") -> dict[str, Any]:
-    """A job of the lab's traffic model."""
-    return {
-        "id": job_id,
-        "name": f"app{job_id}",
-        "nodes": nodes,
-        "pattern": pattern,
-        "rate_bytes_per_s": rate,
-        "duty": 1.0,
-        "period_s": 0.1,
-    }
+#: a job of the lab's traffic model
+job = steady_job
 
 
 class Guard:
