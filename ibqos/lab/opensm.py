@@ -204,27 +204,18 @@ class OpenSM:
         Raises:
             LabError: OpenSM exited, did not get there in time, or *abort* said so.
         """
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def up() -> str | None:
             text = self._log_text()
-            if MASTER_LINE in text and SUBNET_UP_LINE in text:
-                self.note = "up"
-                return
-            code = self.proc.poll()
-            if code is not None:
-                raise LabError(
-                    f"OpenSM exited with status {code} before the subnet was up: "
-                    f"{self.last_lines()}"
-                )
-            if time.monotonic() > deadline:
-                raise LabError(
-                    f"OpenSM did not bring the subnet up within {timeout:.0f} s: "
-                    f"{self.last_lines()}"
-                )
-            if abort is not None and abort():
-                raise LabError("OpenSM start given up: the lab is stopping")
-            time.sleep(0.1)
+            return "up" if MASTER_LINE in text and SUBNET_UP_LINE in text else None
+
+        self.note = self._wait(
+            up,
+            timeout,
+            abort,
+            exited=" before the subnet was up",
+            late=lambda: f"OpenSM did not bring the subnet up within {timeout:.0f} s",
+        )
 
     def role(self) -> str | None:
         """What the OpenSM last spawned is, from its log since: ``master`` once it entered
@@ -254,22 +245,57 @@ class OpenSM:
             LabError: it exited, did not get there within *timeout* seconds, or *abort*
                 said so.
         """
+
+        def arrived() -> str | None:
+            role = self.role()
+            return role if role in roles else None
+
+        role = self._wait(
+            arrived,
+            timeout,
+            abort,
+            exited="",
+            late=lambda: (
+                f"OpenSM was not {' or '.join(roles)} within {timeout:.0f} s"
+                f" (it is {self.role() or 'silent'})"
+            ),
+        )
+        self.note = "up" if role == "master" else f"up, {role}"
+        return role
+
+    def _wait(
+        self,
+        reached: Callable[[], str | None],
+        timeout: float,
+        abort: Callable[[], bool] | None,
+        *,
+        exited: str,
+        late: Callable[[], str],
+    ) -> str:
+        """Poll every 0.1 s until *reached* gives a value, and return it.
+
+        Args:
+            reached: what is awaited (None: not yet).
+            timeout: seconds.
+            abort: True gives up (the lab is being taken down).
+            exited: what the message says after OpenSM's exit status when it exited.
+            late: the message when *timeout* passed.
+
+        Raises:
+            LabError: OpenSM exited, did not get there in time, or *abort* said so; the
+                message ends with its last log lines.
+        """
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
-            role = self.role()
-            if role in roles:
-                assert role is not None
-                self.note = "up" if role == "master" else f"up, {role}"
-                return role
+            got = reached()
+            if got is not None:
+                return got
             code = self.proc.poll()
             if code is not None:
-                raise LabError(f"OpenSM exited with status {code}: {self.last_lines()}")
+                raise LabError(f"OpenSM exited with status {code}{exited}: {self.last_lines()}")
             if time.monotonic() > deadline:
-                raise LabError(
-                    f"OpenSM was not {' or '.join(roles)} within {timeout:.0f} s"
-                    f" (it is {role or 'silent'}): {self.last_lines()}"
-                )
+                raise LabError(f"{late()}: {self.last_lines()}")
             if abort is not None and abort():
                 raise LabError("OpenSM start given up: the lab is stopping")
             time.sleep(0.1)
