@@ -152,6 +152,11 @@ class ApplyError(IbqosError):
         self.maybe_signalled = maybe_signalled
 
 
+class ApplyStopped(ApplyError):
+    """Nothing was applied because the daemon is stopping (SIGTERM came before the apply
+    began): the end of a cycle, not a failure of it."""
+
+
 class ApplyWriteError(ApplyError):
     """OpenSM's files, or ibqos's backups of them, could not be written (disk full, a
     directory that is not writable): nothing changed."""

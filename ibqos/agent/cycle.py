@@ -29,7 +29,7 @@ from ibqos.agent.sinks import DryRunSink, enforce, rechecker, verifier
 from ibqos.agent.state import AgentState, save_state, tuning_doc
 from ibqos.classify.prior import learn
 from ibqos.config.models import OpenSMConfig
-from ibqos.errors import IbqosError, RenderError, StateError
+from ibqos.errors import ApplyStopped, IbqosError, RenderError, StateError
 from ibqos.jobs.model import Job
 from ibqos.metrics import AgentMetrics, Counters, build_snapshot, level_capacities
 from ibqos.opensm.outcome import ApplyResult
@@ -500,6 +500,9 @@ class CycleRunner:
         try:
             work()
             self._last_error = ""
+        except ApplyStopped as err:  # SIGTERM before the apply began: nothing failed
+            log.info("cycle ended: %s", err)
+            return False
         except (IbqosError, OSError) as err:
             self.counters.failures += 1
             category = err.category if isinstance(err, IbqosError) else "system"

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from ibqos.errors import (
     ApplyError,
+    ApplyStopped,
     ApplyWriteError,
     OpenSMHeld,
     OpenSMNotRunning,
@@ -291,7 +292,7 @@ class Applier:
         if self._hold is not None:
             raise OpenSMHeld(f"held, nothing written: {self._hold.reason}")
         if self._stopping():
-            raise ApplyError("not applied: ibqos is stopping")
+            raise ApplyStopped("not applied: ibqos is stopping")
         if live.up is False:
             raise OpenSMNotRunning(f"{live.detail}; nothing written")
         if self.signaller is not None and self.budget is not None:

@@ -58,9 +58,21 @@ def test_one_bad_host_in_a_job_directory_leaves_out_only_its_job(agent_on_lab, t
     assert guard.metric("ibqos_job_source_rejected") == 1
     _put(bad, yaml.safe_dump({"jobs": [job("X", "cn0005")]}))
     guard.drive(lambda: guard.metric("ibqos_job_source_rejected") == 0, 10)
+    # X is measured and its class in force (the class change after its start is an apply
+    # too): the files are the last good ones only after that
+    guard.drive(lambda: _settled(guard, "X"), 30)
     guard.in_force("A", "B", "C")
     guard.check_files()
     guard.check_sls(["A", "B", "C"])
+
+
+def _settled(guard, job_id: str) -> bool:
+    """The job is planned, measured, its measured class in force, and the last apply good."""
+    state = guard.state()
+    jobs = {j["id"]: j for j in (state.get("plan") or {}).get("jobs", [])}
+    got = jobs.get(job_id)
+    settled = got is not None and got["measured_class"] and got["class"] == got["measured_class"]
+    return bool(settled) and (state.get("last_apply") or {}).get("ok", False)
 
 
 def _big_job_file(path, jobs, count: int) -> None:

@@ -333,3 +333,21 @@ def test_an_oserror_in_a_cycle_is_a_soft_failure(tmp_path, monkeypatch) -> None:
         assert agent.sl.board.known("A") is not None
     finally:
         agent.close()
+
+
+def test_a_stop_before_an_apply_began_is_no_failure(tmp_path, caplog) -> None:
+    """SIGTERM between a cycle's decision and its apply: nothing is written, and the cycle
+    ends without an error line or a failure counted (the next start applies the plan)."""
+    path, doc = replay_config(tmp_path)
+    doc["opensm"]["reload_command"] = ["sh", "-c", f"echo 'SUBNET UP' >> {tmp_path}/opensm.log"]
+    path.write_text(yaml.safe_dump(doc))
+    agent = Agent(load_config(path), path)
+    try:
+        agent.request_stop()
+        with caplog.at_level(logging.INFO):
+            assert not plan_now(agent)
+        assert agent.telemetry.counters.failures == 0
+        assert "cycle ended: not applied: ibqos is stopping" in caplog.text
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        agent.close()
