@@ -1,11 +1,17 @@
-"""A mix under a QoS setup: each job's time alone and sharing, its contention, the totals.
+"""A mix under a QoS setup: each job's time alone and sharing, its slowdown, the measure.
 
 For a job, ``T_alone`` is its time for N iterations alone on the fabric (same placement,
 routes and lane; its own traffic may still contend with itself), ``T_sharing`` the same
-with the whole mix running, and ``contention = T_sharing - T_alone`` (seconds).  The total
-is the sum over jobs; node-time wasted weighs each job's contention by its host count
-(node-seconds).  ``E = total(baseline) / total(policy)``: above 1, the policy wastes less
-than the baseline (everything on one VL, the fabric before ibqos).
+with the whole mix running, its slowdown ``s = T_sharing / T_alone`` and its contention
+``T_sharing - T_alone`` (seconds).
+
+**The measure** of a mix under a setup is ``S``, the node-weighted mean slowdown
+``sum_j nodes_j * s_j / sum_j nodes_j``: the machine time lost per unit of time, what the
+tuner scores on the fabric.  A second objective, chosen explicitly
+(:data:`OBJECTIVES`), is the worst job's slowdown.  Total contention (the sum of the jobs'
+contention seconds) weighs each job by the length of its iterations, so it is reported
+beside S, never instead of it.  A policy's **gain** over a baseline is the share of the
+baseline's excess slowdown ``S - 1`` it removes: ``1 - (S - 1) / (S_baseline - 1)``.
 
 :class:`RunSettings` holds what the runs of one mix share (the model, the fabric, the
 jobs, N and the model's options) and runs the mix under one setup after another.
@@ -26,6 +32,9 @@ from ibqos.sim.senders import BUFFER_PACKETS, Granularity, granularity
 from ibqos.sim.workload import RunResult, SimJob
 
 MODELS = ("fluid", "packet")
+#: what a setup is judged by: ``node-time`` (S, the node-weighted mean slowdown) or
+#: ``worst-job`` (the largest slowdown of any job)
+OBJECTIVES = ("node-time", "worst-job")
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,11 @@ class JobOutcome:
     @property
     def contention_s(self) -> float:
         return self.t_sharing_s - self.t_alone_s
+
+    @property
+    def slowdown(self) -> float:
+        """``T_sharing / T_alone`` (1.0: no contention; inf when alone took no time)."""
+        return self.t_sharing_s / self.t_alone_s if self.t_alone_s > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -78,12 +92,64 @@ class Outcome:
         """Node-seconds lost to contention: each job's contention times its hosts."""
         return math.fsum(j.contention_s * j.nodes for j in self.jobs)
 
+    @property
+    def slowdown(self) -> float:
+        """S: the node-weighted mean of the jobs' slowdowns (1.0: nobody slowed)."""
+        nodes = math.fsum(j.nodes for j in self.jobs)
+        if nodes <= 0:
+            return 1.0
+        return math.fsum(j.nodes * j.slowdown for j in self.jobs) / nodes
+
+    @property
+    def worst_slowdown(self) -> float:
+        """The largest slowdown of any job (1.0 with no job)."""
+        return max((j.slowdown for j in self.jobs), default=1.0)
+
+    def measure(self, objective: str = "node-time") -> float:
+        """The value *objective* (:data:`OBJECTIVES`) judges this outcome by; lower is
+        better.
+
+        Raises:
+            SimError: an unknown objective.
+        """
+        return objective_of(objective, self.slowdown, self.worst_slowdown)
+
+    def gain(self, baseline: Outcome, objective: str = "node-time") -> float:
+        """The share of *baseline*'s excess (``measure - 1``) this outcome removes: 1.0
+        removes it all, 0 none, below 0 adds to it; 0 when the baseline has none (no
+        gain to make), whatever this outcome does."""
+        return gain(self.measure(objective), baseline.measure(objective))
+
     def efficiency(self, baseline: Outcome) -> float:
-        """``E = total(baseline) / total(this)``; inf when this policy has no contention."""
+        """``total(baseline) / total(this)`` of contention seconds (reported beside S);
+        1.0 when neither contends, inf when only the baseline does."""
         mine = self.total_contention_s
         if mine <= 0:
             return math.inf if baseline.total_contention_s > 0 else 1.0
         return baseline.total_contention_s / mine
+
+
+def objective_of(objective: str, slowdown: float, worst: float) -> float:
+    """The value of *objective* for a mix of node-weighted mean slowdown *slowdown* (S)
+    and largest slowdown *worst*.
+
+    Raises:
+        SimError: an unknown objective.
+    """
+    if objective == "node-time":
+        return slowdown
+    if objective == "worst-job":
+        return worst
+    raise SimError(f"objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+
+
+def gain(value: float, baseline: float) -> float:
+    """``1 - (value - 1) / (baseline - 1)``: the share of *baseline*'s excess slowdown
+    that a policy measuring *value* removes; 0.0 when the baseline has no excess."""
+    excess = baseline - 1.0
+    if excess <= 1e-12:
+        return 0.0
+    return 1.0 - (value - 1.0) / excess
 
 
 def buffers_of(model: str, buffer_packets: int | None) -> int:
@@ -172,24 +238,27 @@ class RunSettings:
         )
 
     def best_of(
-        self, setups: Sequence[Arbitration], t_alone: Mapping[str, float]
+        self,
+        setups: Sequence[Arbitration],
+        t_alone: Mapping[str, float],
+        objective: str = "node-time",
     ) -> tuple[Outcome, list[float]]:
-        """Each of *setups* run: the outcome of the one with the least total contention
-        (the first of equals), and every setup's total (s), in order.
+        """Each of *setups* run: the outcome of the one *objective* judges best (the least
+        S by default; the first of equals), and every setup's value of it, in order.
 
         Raises:
-            SimError: no setup to try.
+            SimError: no setup to try, or an unknown objective.
         """
         best: Outcome | None = None
-        totals: list[float] = []
+        values: list[float] = []
         for arb in setups:
             out = self.evaluate(arb, t_alone)
-            totals.append(out.total_contention_s)
-            if best is None or out.total_contention_s < best.total_contention_s:
+            values.append(out.measure(objective))
+            if best is None or values[-1] < best.measure(objective):
                 best = out
         if best is None:
             raise SimError("the search has no setup to try")
-        return best, totals
+        return best, values
 
 
 def alone(
