@@ -229,6 +229,9 @@ def test_slurmctld_down_keeps_jobs_and_sls_then_recovers(slurm_lab, tmp_path):
         cluster.start_controller()
         drive(lab, lambda: "squeue answers again" in log.read_text(), 30, proc)
         c = cluster.sbatch("sleep 300\n", "-N2", "--nodelist=cn0003,cn0007", "-J", "c")
+        # a restarted slurmctld schedules only once the slurmds have registered again,
+        # which a loaded host can take long over: ibqos is timed from the job's start
+        drive(lab, lambda: cluster.state(c) == "RUNNING", 120, proc)
         drive(lab, lambda: c in state(tmp_path).get("job_sl", {}), 30, proc)
         now = state(tmp_path)["job_sl"]
         assert {a: now[a], b: now[b]} == sls
