@@ -22,22 +22,30 @@ reference is left out, as it is matched by construction.
 **The search** is coordinate descent over a small grid (:data:`DUTY_GRID`,
 :data:`PERIOD_GRID_S`): for each job in turn, every duty of the grid at its current
 period, then every period at its best duty, keeping a value only if it lowers the error;
-sweeps repeat until one changes nothing (at most *sweeps*).  Each point costs one
-calibration and one run per trial predicted, so a sweep over *k* jobs costs about
-``k x (6 + 5) x (rounds + trials - 1)`` fluid runs, each of a few iterations.  A
+sweeps repeat until one changes nothing (at most *sweeps*).  The phases given are
+calibrated as the tuner's prediction does (three runs of the reference); every other
+point starts from there (the phases change a job's slowdown, hence its calibration, far
+less than that first calibration changes the estimate) and costs one calibration run and
+one run per trial predicted, so a sweep over *k* jobs costs at most
+``k x (6 + 5) x trials`` fluid runs, each of a few iterations (on 64 hosts, milliseconds:
+``bench/sim/learn.py``).  A
 least-squares fit would need the error's derivatives, which the model only gives by
 finite differences (as many runs per step as parameters, each step small where the grid
 already spans what phases can be), and the error is flat in some directions: in the model
 without switch buffers scaling every job's period scales every time and changes no mean,
 so when no job's phases are known the first job's period is held and only the others'
-ratios to it are fitted.  A grid point that only ties is never taken: the assumed phases
-stay unless the trials say otherwise.
+ratios to it are fitted.  A grid point must lower the error by *min_gain* to be taken:
+the phases given stay unless the trials say otherwise, and a job that did not move has
+learnt nothing (with one trial besides the reference there are fewer measurements than
+phases, so the fit stays near where it started rather than anywhere the error is low).
 
 With three trials or more, the last is held out: fitted on the others, the errors before
 and after are also given on it (the honest figure of how the fitted model predicts a
 setup it has not seen).  Jobs whose phases are known (declared, or recorded in their
-profile: *known*) keep them.  :func:`record` writes what was learnt to the jobs'
-profiles (:func:`ibqos.classify.prior.learn_phases`), where the next run reads it.
+profile by a person or a characterization: *known*, :func:`known_phases`) keep them;
+phases a profile holds from earlier trials are where the fit starts.  :func:`record`
+writes what was learnt to the jobs' profiles (:func:`ibqos.classify.prior.learn_phases`),
+where the next run reads it (:func:`ibqos.agent.predictor.profile_phases`).
 
 Units: seconds, bytes per second; duty a share of the iteration; errors ratios.
 """
@@ -50,7 +58,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ibqos.classify.prior import learn_phases
+from ibqos.classify.prior import Priors, learn_phases
 from ibqos.classify.profiles import ProfileStore
 from ibqos.config.classes import Class
 from ibqos.errors import SimError
@@ -67,6 +75,7 @@ __all__ = [
     "PERIOD_GRID_S",
     "Learnt",
     "Trial",
+    "known_phases",
     "learn",
     "record",
     "trial_error",
@@ -92,8 +101,9 @@ class Learnt:
     """What :func:`learn` fitted.
 
     Attributes:
-        phases: by job id, the phases fitted (the jobs whose phases were not known; the
-            duty is the one the model ran, raised where the burst was capped at a link).
+        phases: by job id, the phases fitted, for the jobs whose phases were not known
+            and that the fit moved (the duty the model ran, raised where the burst was
+            capped at a link); a job left where it started is not listed.
         error_before: mean relative error of the predicted per-job means over the
             trials fitted on (but the reference), with the phases given.
         error_after: the same with the phases fitted.
@@ -152,19 +162,26 @@ class _Fit:
     runs: int = 0
     seen: dict[tuple[Phases, ...], tuple[float, list[Job]]] = field(default_factory=dict)
 
-    def jobs_at(self, point: tuple[Phases, ...]) -> list[Job]:
+    def jobs_at(self, point: tuple[Phases, ...], rounds: int) -> list[Job]:
         """The jobs with these phases, each keeping its mean alone, calibrated to the
-        reference trial."""
+        reference trial in *rounds* runs (from the jobs calibrated at the first point:
+        the phases change a job's slowdown, hence its calibration, far less than that
+        first calibration changes the estimate)."""
         shaped = [_with_phases(self.net, j, p) for j, p in zip(self.jobs, point, strict=True)]
         ref, measured = self.trials[0]
-        self.runs += self.rounds
-        return calibrate(self.net, shaped, measured, ref, self.steady, self.rounds)
+        self.runs += rounds
+        return calibrate(self.net, shaped, measured, ref, self.steady, rounds)
+
+    def start(self, point: tuple[Phases, ...], rounds: int) -> None:
+        """Calibrate the jobs at the first point in *rounds* runs: later points start
+        from there."""
+        self.jobs = self.jobs_at(point, rounds)
 
     def error(self, point: tuple[Phases, ...]) -> float:
         """The error over the trials but the reference (cached per point)."""
         hit = self.seen.get(point)
         if hit is None:
-            jobs = self.jobs_at(point)
+            jobs = self.jobs_at(point, self.rounds)
             errs = [trial_error(self.net, jobs, t, self.steady) for t in self.trials[1:]]
             self.runs += len(errs)
             hit = (math.fsum(errs) / len(errs), jobs)
@@ -185,10 +202,12 @@ def learn(
     *,
     known: Collection[str] = (),
     steady: Steady = FIT_STEADY,
-    rounds: int = 2,
+    settle: int = 3,
+    rounds: int = 1,
     duties: Sequence[float] = DUTY_GRID,
     periods_s: Sequence[float] = PERIOD_GRID_S,
     sweeps: int = 2,
+    min_gain: float = 0.001,
 ) -> Learnt:
     """Fit the phases of the jobs not in *known* to the means the *trials* measured (see
     the module docstring).
@@ -201,9 +220,13 @@ def learn(
             jobs were measured under) first; from three on, the last is held out.
         known: ids of the jobs whose phases are known: kept as they are.
         steady: the steady state of the fit's runs.
-        rounds: :func:`~ibqos.sim.predict.calibrate`'s runs per point.
+        settle: :func:`~ibqos.sim.predict.calibrate`'s runs at the phases given (its
+            default, as the tuner's prediction calibrates).
+        rounds: its runs at each other point, from there.
         duties, periods_s: the grid.
         sweeps: coordinate sweeps at most.
+        min_gain: the least fall of the error that moves the fit (a ratio): below it,
+            a point ties (the runs' own jitter) and the phases stay.
 
     Raises:
         SimError: fewer than two trials, or a grid value out of range.
@@ -215,7 +238,8 @@ def learn(
     start = time.perf_counter()
     fit_on, held = (trials[:-1], trials[-1]) if len(trials) >= 3 else (trials, None)
     model = _Fit(net, jobs, fit_on, steady, rounds)
-    first = tuple(Phases(j.duty, j.period_s) for j in jobs)
+    model.start(tuple(Phases(j.duty, j.period_s) for j in jobs), settle)
+    first = tuple(Phases(j.duty, j.period_s) for j in model.jobs)
     free = [i for i, j in enumerate(jobs) if j.id not in known]
     # no buffers: scaling every period changes no mean, so one period is the unit
     held_period = free[0] if free and len(free) == len(jobs) and not steady.buffer_packets else -1
@@ -231,12 +255,15 @@ def learn(
                     cand = list(base)
                     cand[i] = replace(base[i], **{axis: v})
                     err = model.error(tuple(cand))
-                    if err < best:
+                    if err < best - min_gain:
                         point, best, moved = tuple(cand), err, True
         if not moved:
             break
     fitted = model.seen[point][1]
-    phases = {jobs[i].id: Phases(fitted[i].duty, fitted[i].period_s) for i in free}
+    # a job the fit left where it started learnt nothing: the trials did not tell
+    phases = {
+        jobs[i].id: Phases(fitted[i].duty, fitted[i].period_s) for i in free if point[i] != first[i]
+    }
     before, after = model.error(first), best
     held_before = held_after = None
     if held is not None:
@@ -281,6 +308,22 @@ def record(
         if learn_phases(store, job, got.duty, got.period_s, learnt.trials, cls, strict=strict):
             done += 1
     return done
+
+
+def known_phases(jobs: Sequence[Job], priors: Priors | None) -> set[str]:
+    """Ids of the jobs whose matching profile records phases that were not learnt from
+    trials (``model.phase_trials`` unset: declared or characterized): :func:`learn`'s
+    *known*.  Phases learnt before are refined, not kept."""
+    out: set[str] = set()
+    if priors is None:
+        return out
+    for job in jobs:
+        found = priors.store.match(job.name, job.user, len(job.nodes))
+        model = found.model if found is not None else None
+        if model is not None and model.duty is not None and model.period_s is not None:
+            if model.phase_trials is None:
+                out.add(job.id)
+    return out
 
 
 def _with_phases(net: Network, job: Job, phases: Phases) -> Job:
