@@ -123,6 +123,11 @@ class Learnt:
     runs: int = 0
     seconds: float = 0.0
 
+    def doc(self) -> dict[str, float | int]:
+        """The errors for the state file's tuning section, under ``prediction_error``
+        (``ibqos status`` shows them)."""
+        return {"before": self.error_before, "after": self.error_after, "trials": self.trials}
+
     def status_line(self) -> str:
         """One line for ``ibqos status``: the prediction's error before and after."""
         held = ""

@@ -7,13 +7,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from ibqos.agent.predictor import profile_phases
+from ibqos.agent.state import AgentState, load_state, save_state
+from ibqos.agent.status import render_status
 from ibqos.classify.prior import MAX_PHASE_TRIALS, Priors, learn_phases
 from ibqos.classify.profiles import ProfileStore, load_profile
 from ibqos.errors import ProfileError, SimError
 from ibqos.fabric.xgft import parse_xgft
 from ibqos.jobs.model import Job
+from ibqos.metrics import AgentMetrics, Counters
+from ibqos.plan.tuner import TuningStatus
 from ibqos.sim.estimate import ASSUMED_PHASES, Phases
 from ibqos.sim.learn import Learnt, Trial, known_phases, learn, record, trial_error
 from ibqos.sim.network import Network, xgft_network
@@ -208,3 +213,30 @@ def test_an_unwritable_profile_is_logged_unless_strict(tmp_path: Path) -> None:
     assert not learn_phases(store, job, 0.5, 0.01, 2, "low")
     with pytest.raises(ProfileError, match="cannot write"):
         learn_phases(store, job, 0.5, 0.01, 2, "low", strict=True)
+
+
+def test_the_error_shows_in_the_metrics_and_in_status(tmp_path: Path) -> None:
+    got = Learnt({"1": Phases(0.7, 0.05)}, 0.118, 0.058, 2, 0.074, 0.04)
+    reg = CollectorRegistry()
+    metrics = AgentMetrics(Counters(), fabric="f", routing_engine="", dry_run=False, registry=reg)
+    status = TuningStatus(
+        state="settled",
+        wanted="favour-light",
+        trial=None,
+        rounds=1,
+        reloads=3,
+        reloads_last_hour=3,
+        predicted={},
+        measured={},
+        decision="",
+    )
+    metrics.tuning.status = lambda: status
+    name = "ibqos_tuning_prediction_error_ratio"
+    assert reg.get_sample_value(name, {"when": "before"}) is None  # nothing fitted
+    metrics.tuning.prediction_error = lambda: (got.error_before, got.error_after)
+    assert reg.get_sample_value(name, {"when": "before"}) == 0.118
+    assert reg.get_sample_value(name, {"when": "after"}) == 0.058
+    tuning = {"state": "settled", "wanted": "favour-light", "prediction_error": got.doc()}
+    save_state(tmp_path, AgentState(updated_s=1.0, tuning=tuning))
+    text = render_status(load_state(tmp_path), tmp_path)
+    assert "prediction error: 11.8% with the phases assumed, 5.8% fitted to 2 trials" in text
