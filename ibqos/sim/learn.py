@@ -112,6 +112,7 @@ class Learnt:
             fewer than three trials, none held out).
         runs: fluid runs made.
         seconds: wall time of the fit.
+        stopped: the search ran out of its time budget before it ended.
     """
 
     phases: Mapping[str, Phases]
@@ -122,6 +123,7 @@ class Learnt:
     held_out_after: float | None = None
     runs: int = 0
     seconds: float = 0.0
+    stopped: bool = False
 
     def doc(self) -> dict[str, float | int]:
         """The errors for the state file's tuning section, under ``prediction_error``
@@ -133,9 +135,10 @@ class Learnt:
         held = ""
         if self.held_out_before is not None and self.held_out_after is not None:
             held = f"; on a setup held out {self.held_out_before:.1%} -> {self.held_out_after:.1%}"
+        stop = ", stopped at its time budget" if self.stopped else ""
         return (
             f"prediction error {self.error_before:.1%} -> {self.error_after:.1%}"
-            f" ({len(self.phases)} jobs' phases fitted on {self.trials} trials{held})"
+            f" ({len(self.phases)} jobs' phases fitted on {self.trials} trials{held}{stop})"
         )
 
 
@@ -213,6 +216,7 @@ def learn(
     periods_s: Sequence[float] = PERIOD_GRID_S,
     sweeps: int = 2,
     min_gain: float = 0.001,
+    budget_s: float = math.inf,
 ) -> Learnt:
     """Fit the phases of the jobs not in *known* to the means the *trials* measured (see
     the module docstring).
@@ -232,6 +236,8 @@ def learn(
         sweeps: coordinate sweeps at most.
         min_gain: the least fall of the error that moves the fit (a ratio): below it,
             a point ties (the runs' own jitter) and the phases stay.
+        budget_s: wall seconds for the search (the biggest jobs are fitted first); when
+            they run out, the best point so far is kept (:attr:`Learnt.stopped`).
 
     Raises:
         SimError: fewer than two trials, or a grid value out of range.
@@ -245,10 +251,14 @@ def learn(
     model = _Fit(net, jobs, fit_on, steady, rounds)
     model.start(tuple(Phases(j.duty, j.period_s) for j in jobs), settle)
     first = tuple(Phases(j.duty, j.period_s) for j in model.jobs)
-    free = [i for i, j in enumerate(jobs) if j.id not in known]
+    # the biggest jobs first: they weigh most in S, and come first if the budget runs out
+    free = sorted(
+        (i for i, j in enumerate(jobs) if j.id not in known), key=lambda i: -len(jobs[i].nodes)
+    )
     # no buffers: scaling every period changes no mean, so one period is the unit
     held_period = free[0] if free and len(free) == len(jobs) and not steady.buffer_packets else -1
     point, best = first, model.error(first)
+    stopped = False
     for _ in range(sweeps):
         moved = False
         for i in free:
@@ -257,12 +267,15 @@ def learn(
                     continue
                 base = point
                 for v in values:
+                    if time.perf_counter() - start > budget_s:
+                        stopped = True
+                        break
                     cand = list(base)
                     cand[i] = replace(base[i], **{axis: v})
                     err = model.error(tuple(cand))
                     if err < best - min_gain:
                         point, best, moved = tuple(cand), err, True
-        if not moved:
+        if not moved or stopped:
             break
     fitted = model.seen[point][1]
     # a job the fit left where it started learnt nothing: the trials did not tell
@@ -283,6 +296,7 @@ def learn(
         held_after,
         model.runs,
         time.perf_counter() - start,
+        stopped,
     )
     log.debug("learnt phases: %s (%d runs)", out.status_line(), out.runs)
     return out

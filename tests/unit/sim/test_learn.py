@@ -131,6 +131,13 @@ def test_a_mix_that_does_not_contend_learns_nothing(tree: Network) -> None:
     assert got.error_before < 0.01 and got.error_after == got.error_before
 
 
+def test_the_fit_stops_at_its_time_budget(tree: Network) -> None:
+    got = learn(tree, assumed(TRUTH), trials_of(tree, TRUTH), budget_s=0.0)
+    assert got.stopped and got.phases == {}
+    assert got.error_after == got.error_before
+    assert "stopped at its time budget" in got.status_line()
+
+
 def test_learning_needs_two_trials(tree: Network) -> None:
     trials = trials_of(tree, TRUTH)
     with pytest.raises(SimError, match="two trials"):
