@@ -217,6 +217,7 @@ def learn(
     sweeps: int = 2,
     min_gain: float = 0.001,
     budget_s: float = math.inf,
+    hold_out: bool = True,
 ) -> Learnt:
     """Fit the phases of the jobs not in *known* to the means the *trials* measured (see
     the module docstring).
@@ -226,7 +227,8 @@ def learn(
         jobs: the estimated jobs (:func:`~ibqos.sim.estimate.estimate_jobs`: each with a
             pattern, a rate while communicating, and its phases, known or assumed).
         trials: the setups tried and what each measured, the reference (the setup the
-            jobs were measured under) first; from three on, the last is held out.
+            jobs were measured under) first; from three on, the last is held out
+            (*hold_out*).
         known: ids of the jobs whose phases are known: kept as they are.
         steady: the steady state of the fit's runs.
         settle: :func:`~ibqos.sim.predict.calibrate`'s runs at the phases given (its
@@ -238,6 +240,8 @@ def learn(
             a point ties (the runs' own jitter) and the phases stay.
         budget_s: wall seconds for the search (the biggest jobs are fitted first); when
             they run out, the best point so far is kept (:attr:`Learnt.stopped`).
+        hold_out: hold the last of three trials or more out (False: fit on all, no
+            held-out figures).
 
     Raises:
         SimError: fewer than two trials, or a grid value out of range.
@@ -247,7 +251,7 @@ def learn(
     if not all(0 < d <= 1 for d in duties) or not all(p > 0 for p in periods_s):
         raise SimError("learning phases: duties in (0, 1] and periods above 0")
     start = time.perf_counter()
-    fit_on, held = (trials[:-1], trials[-1]) if len(trials) >= 3 else (trials, None)
+    fit_on, held = (trials[:-1], trials[-1]) if hold_out and len(trials) >= 3 else (trials, None)
     model = _Fit(net, jobs, fit_on, steady, rounds)
     model.start(tuple(Phases(j.duty, j.period_s) for j in jobs), settle)
     first = tuple(Phases(j.duty, j.period_s) for j in model.jobs)

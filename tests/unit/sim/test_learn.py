@@ -131,6 +131,12 @@ def test_a_mix_that_does_not_contend_learns_nothing(tree: Network) -> None:
     assert got.error_before < 0.01 and got.error_after == got.error_before
 
 
+def test_without_hold_out_every_trial_is_fitted(tree: Network) -> None:
+    got = learn(tree, assumed(TRUTH), trials_of(tree, TRUTH), hold_out=False, sweeps=1)
+    assert got.trials == 3 and got.held_out_before is None
+    assert got.error_after < got.error_before
+
+
 def test_the_fit_stops_at_its_time_budget(tree: Network) -> None:
     got = learn(tree, assumed(TRUTH), trials_of(tree, TRUTH), budget_s=0.0)
     assert got.stopped and got.phases == {}
