@@ -20,24 +20,24 @@ mean, over those trials and their jobs, of ``|predicted - measured| / measured``
 reference is left out, as it is matched by construction.
 
 **The search** is coordinate descent over a small grid (:data:`DUTY_GRID`,
-:data:`PERIOD_GRID_S`): for each job in turn, every duty of the grid at its current
-period, then every period at its best duty, keeping a value only if it lowers the error;
-sweeps repeat until one changes nothing (at most *sweeps*).  The phases given are
-calibrated as the tuner's prediction does (three runs of the reference); every other
-point starts from there (the phases change a job's slowdown, hence its calibration, far
-less than that first calibration changes the estimate) and costs one calibration run and
-one run per trial predicted, so a sweep over *k* jobs costs at most
+:data:`PERIOD_GRID_S`): for each job in turn, biggest first, every duty of the grid at its
+current period, then every period at its best duty, keeping a value only if it lowers the
+error by *min_gain*; sweeps repeat until one changes nothing (at most *sweeps*).  The
+phases given are calibrated as the tuner's prediction does (three runs of the reference);
+every other point starts from there (the phases change a job's slowdown, hence its
+calibration, far less than that first calibration changes the estimate) and costs one
+calibration run and one run per trial predicted, so a sweep over *k* jobs costs at most
 ``k x (6 + 5) x trials`` fluid runs, each of a few iterations (on 64 hosts, milliseconds:
-``bench/sim/learn.py``).  A
-least-squares fit would need the error's derivatives, which the model only gives by
-finite differences (as many runs per step as parameters, each step small where the grid
-already spans what phases can be), and the error is flat in some directions: in the model
-without switch buffers scaling every job's period scales every time and changes no mean,
-so when no job's phases are known the first job's period is held and only the others'
-ratios to it are fitted.  A grid point must lower the error by *min_gain* to be taken:
-the phases given stay unless the trials say otherwise, and a job that did not move has
-learnt nothing (with one trial besides the reference there are fewer measurements than
-phases, so the fit stays near where it started rather than anywhere the error is low).
+``bench/sim/learn.py``).  A least-squares fit would need the error's derivatives, which
+the model only gives by finite differences (as many runs per step as parameters, each
+step small where the grid already spans what phases can be), and the error is flat in
+some directions: in the model without switch buffers scaling every job's period scales
+every time and changes no mean, so when no job's phases are known the biggest job's
+period is held and only the others' ratios to it are fitted.  The threshold keeps the
+phases given unless the trials say otherwise, and a job that did not move has learnt
+nothing (with one trial besides the reference there are fewer measurements than phases,
+so the fit stays near where it started rather than anywhere the error is low).  The
+search's wall time may be bounded (*budget_s*).
 
 With three trials or more, the last is held out: fitted on the others, the errors before
 and after are also given on it (the honest figure of how the fitted model predicts a
