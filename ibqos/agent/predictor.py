@@ -91,12 +91,14 @@ def routed_network(topo: Topology, tables: Tables | None) -> Network:
 
 def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phases]:
     """Job id -> the phases its matching profile records (``model.duty`` and
-    ``model.period_s``), for the jobs whose profile has both."""
+    ``model.period_s``), for the jobs whose profile has both; however sure the profile is
+    of its class (phases learnt from trials, :mod:`ibqos.sim.learn`, may be all a new
+    profile holds)."""
     out: dict[str, Phases] = {}
     if priors is None:
         return out
     for job in jobs:
-        profile = priors.profile(job)
+        profile = priors.store.match(job.name, job.user, len(job.nodes))
         model = profile.model if profile is not None else None
         if model is not None and model.duty is not None and model.period_s is not None:
             out[job.id] = Phases(model.duty, model.period_s)

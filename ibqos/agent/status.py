@@ -95,6 +95,11 @@ def _tuning_lines(doc: Mapping[str, Any] | None) -> list[str]:
     lines = ["", head]
     if doc.get("decision"):
         lines.append(f"last round: {doc['decision']}")
+    if err := doc.get("prediction_error"):  # ibqos.sim.learn.Learnt, when phases were fitted
+        lines.append(
+            f"prediction error: {err['before']:.1%} with the phases assumed,"
+            f" {err['after']:.1%} fitted to {err.get('trials', '?')} trials"
+        )
     predicted = doc.get("predicted") or {}
     measured = doc.get("measured") or {}
     names = list(dict.fromkeys([*predicted, *measured]))

@@ -10,20 +10,23 @@ confident enough (``profiles.min_confidence``) gives:
 - the **expected class** (:func:`ibqos.classify.predict.predict`), once the job's hosts
   are known (:mod:`ibqos.classify.expected`).
 
-When jobs end, their measured classes are added to their profiles (:func:`learn`).
+When jobs end, their measured classes are added to their profiles (:func:`learn`); the
+phases the tuner fitted to the setups it tried (:mod:`ibqos.sim.learn`) are recorded in
+them as they are learnt (:func:`learn_phases`), for the next run's prediction.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ibqos.classify.levels import Characterizer
 from ibqos.classify.predict import Prior, predict
 from ibqos.classify.profile_schema import NAME_PATTERN
-from ibqos.classify.profiles import Observation, Profile, ProfileStore
+from ibqos.classify.profiles import Model, Observation, Profile, ProfileStore
 from ibqos.config.classes import Class
 from ibqos.errors import ProfileError
 from ibqos.jobs.model import Job
@@ -178,6 +181,70 @@ def learn(
             continue
         done += 1
     return done
+
+
+#: trials the phases of a profile count at most: an application that changed (a new input,
+#: a new version) moves its learnt phases within a few runs
+MAX_PHASE_TRIALS = 50
+
+
+def learn_phases(
+    store: ProfileStore,
+    job: Job,
+    duty: float,
+    period_s: float,
+    trials: int,
+    cls: Class,
+    *,
+    strict: bool = False,
+) -> bool:
+    """Record the phases fitted to *trials* setups tried (:mod:`ibqos.sim.learn`) in the
+    profile of *job*'s application (by name, user and size: the most specific that
+    exists, else a new one by name, as :func:`learn` chooses), read again from its file
+    first.  Phases already learnt are averaged with the new ones, each weighted by its
+    trials (the period geometrically: it is a scale), counting at most
+    :data:`MAX_PHASE_TRIALS`; phases declared or characterized (no ``phase_trials``) are
+    kept.  A profile without a model gets the job's pattern (all-to-all without one: gravity
+    within a job); a new profile gets *cls*, with confidence 0: nothing observed yet.
+
+    Returns whether a profile was written; a job without a usable name is skipped, and a
+    profile that cannot be written is logged, not raised, unless *strict*.
+
+    Raises:
+        ProfileError: with *strict*, a profile that cannot be read or written.
+    """
+    if not job.name or NAME_PATTERN.match(job.name) is None:
+        return False
+    found = store.match(job.name, job.user, len(job.nodes))
+    key = (None, None) if found is None else (found.user, found.nodes)
+    try:
+        profile = store.reread(job.name, *key) or Profile(job.name, cls, 0.0, *key)
+        model = profile.model or Model(
+            job.pattern or "all-to-all", halo_dims=job.halo_dims, matrix=job.matrix
+        )
+        if model.duty is not None and model.period_s is not None:
+            if model.phase_trials is None:
+                return False  # declared: the trials were fitted around it
+            old = min(model.phase_trials, MAX_PHASE_TRIALS)
+            total = old + trials
+            duty = (old * model.duty + trials * duty) / total
+            period_s = math.exp(
+                (old * math.log(model.period_s) + trials * math.log(period_s)) / total
+            )
+            trials = total
+        learnt = replace(
+            model,
+            duty=round(duty, 4),
+            period_s=float(f"{period_s:.4g}"),
+            phase_trials=min(trials, MAX_PHASE_TRIALS),
+        )
+        store.save(replace(profile, model=learnt))
+    except ProfileError as err:
+        if strict:
+            raise
+        log.warning("profiles: cannot record the phases of job %s: %s", job.id, err)
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

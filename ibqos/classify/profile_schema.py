@@ -169,7 +169,7 @@ def _present(data: Any, required: Sequence[str], optional: Sequence[str]) -> Any
 
 
 #: the keys of a profile's model other than its pattern
-_MODEL_OPTIONS = ("halo_dims", "matrix", "rate_bytes_per_s", "duty", "period_s")
+_MODEL_OPTIONS = ("halo_dims", "matrix", "rate_bytes_per_s", "duty", "period_s", "phase_trials")
 
 
 class ModelEntry(BaseModel):
@@ -204,6 +204,13 @@ class ModelEntry(BaseModel):
     )
     period_s: Annotated[float | None, Check(checks.positive("period_s"), positive_schema())] = (
         Field(default=None, description="length of one iteration alone on the fabric, seconds")
+    )
+    phase_trials: Annotated[
+        int | None, Check(_nodes, nullable({"type": "integer", "minimum": 1}))
+    ] = Field(
+        default=None,
+        description="setups tried on the fabric that duty and period_s were fitted on "
+        "(null: declared or characterized)",
     )
 
     @model_validator(mode="before")

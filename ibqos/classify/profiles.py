@@ -15,6 +15,7 @@ application name (a job's ``name``) and, optionally, a user and a node count::
       rate_bytes_per_s: 4.5e8   # mean bytes/s each node sends, compute phases included
       duty: 0.4            # optional: share of each iteration spent communicating
       period_s: 0.02       # optional: iteration length alone, seconds
+      phase_trials: 3      # optional: duty and period_s were fitted on 3 setups tried
     characterized: [...]   # per-level figures of the placements characterized (shown)
     observations: [...]    # {source, class, intensity, time_s}: what built it
 
@@ -72,6 +73,8 @@ class Model:
         duty: share of each iteration spent communicating, (0, 1]; None: not known.
         period_s: iteration length alone on the fabric, seconds; None: not known.  With
             *duty*, the phases the tuner's prediction gives the job (else it assumes them).
+        phase_trials: the setups tried on the fabric that *duty* and *period_s* were
+            fitted on (:mod:`ibqos.sim.learn`); None: they were declared or characterized.
     """
 
     pattern: str
@@ -80,6 +83,7 @@ class Model:
     matrix: tuple[tuple[float, ...], ...] | None = None
     duty: float | None = None
     period_s: float | None = None
+    phase_trials: int | None = None
 
     def fits(self, nodes: int) -> bool:
         """The model describes a job of *nodes* nodes (a matrix or halo grid has a size)."""
@@ -227,6 +231,8 @@ class Profile:
                 model["duty"] = m.duty
             if m.period_s is not None:
                 model["period_s"] = m.period_s
+            if m.phase_trials is not None:
+                model["phase_trials"] = m.phase_trials
             doc["model"] = model
         doc["characterized"] = [dict(row) for row in self.characterized]
         doc["observations"] = [
@@ -274,7 +280,9 @@ def parse_profile(doc: object, source: str) -> Profile:
         confidence=entry.confidence,
         model=None
         if m is None
-        else Model(m.pattern, m.rate_bytes_per_s, m.halo_dims, m.matrix, m.duty, m.period_s),
+        else Model(
+            m.pattern, m.rate_bytes_per_s, m.halo_dims, m.matrix, m.duty, m.period_s, m.phase_trials
+        ),
         characterized=entry.characterized,
         observations=tuple(
             Observation(o.source, o.cls, o.intensity, o.time_s) for o in entry.observations or ()

@@ -26,6 +26,10 @@ class TuningCollector(Collector):
 
     def __init__(self) -> None:
         self.status: Callable[[], TuningStatus | None] = lambda: None
+        #: the prediction's mean relative error of the jobs' means over the trials, before
+        #: and after fitting the jobs' phases to them (:class:`ibqos.sim.learn.Learnt`),
+        #: set by whoever fits them; None: nothing fitted yet
+        self.prediction_error: Callable[[], tuple[float, float] | None] = lambda: None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -84,3 +88,14 @@ class TuningCollector(Collector):
             "OpenSM reloads tuning caused in the last hour (at most tuning.max_reloads_per_hour).",
             value=st.reloads_last_hour,
         )
+        errors = self.prediction_error()
+        if errors is not None:
+            family = GaugeMetricFamily(
+                "ibqos_tuning_prediction_error_ratio",
+                "Mean relative error of the predicted per-job mean injection over the setups"
+                " tried, with the jobs' phases assumed (before) and fitted to the trials (after).",
+                labels=["when"],
+            )
+            for when, value in zip(("before", "after"), errors, strict=True):
+                family.add_metric([when], value)
+            yield family
