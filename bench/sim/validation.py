@@ -130,7 +130,7 @@ def run_validation(
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
     start = time.perf_counter()
-    fluid = run_fluid(mix, iterations, fluid_buffers)
+    fluid = run_fluid(mix, iterations, fluid_buffers, full=True)
     wall_fluid = time.perf_counter() - start
     start = time.perf_counter()
     base = policies.one_vl(jobs, mix.lanes)
@@ -143,7 +143,7 @@ def run_validation(
         if p not in (TUNED, BEST_RATIO)
     }
     packet[TUNED] = tuned(packet)  # tuned on what the packet model shows
-    packet[BEST_RATIO] = tuned(packet, by_total=True)
+    packet[BEST_RATIO] = tuned(packet, by_s=True)
     v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0, fluid_searched=fluid.searched)
     if packet_search:
         others = [fluid.outcomes[p].setup for p in EVAL_POLICIES]
