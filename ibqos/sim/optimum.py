@@ -19,8 +19,8 @@ it fast enough for 4-job mixes of 64 hosts:
   not a theorem of the model: ``bench/sim/optimum.py`` checks on mixes that the search
   with it finds what the full search does.  The other policies' setups go first, so a
   good best-so-far is there early.
-- **Processes.**  With ``workers > 1`` the setups run in that many forked processes, each
-  new setup sent with the best measure known when it starts.
+- **Processes.**  With ``workers > 1`` the setups run in that many forked processes; the
+  best measure so far is shared between them, so a run is cut by what any process found.
 
 A search may be given a limit (wall seconds, setups run).  When it stops there, its answer
 is the best setup *known*: an upper bound of the optimum's measure, not the optimum, and
@@ -38,6 +38,7 @@ import time
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 
 from ibqos.config.lanes import NUM_SLS
 from ibqos.errors import SimError
@@ -166,6 +167,8 @@ def search(
             best = min(best, got)
     else:
         context = multiprocessing.get_context("fork")  # the settings are inherited, not sent
+        # the best measure so far, seen by every worker at each check of its bound
+        run.shared = context.Value("d", math.inf)
         with ProcessPoolExecutor(workers, context, _start, (run,)) as pool:
             busy: dict[Future[float | None], int] = {}
             todo = iter(order[:budget])
@@ -186,6 +189,7 @@ def search(
                     else:
                         values[k] = got
                         best = min(best, got)
+        run.shared = None
     if not values:  # a limit so short that nothing finished: know the first setup at least
         first = run(setups[order[0]], math.inf)
         values[order[0]] = math.inf if first is None else first
@@ -212,6 +216,7 @@ class _Runner:
     ) -> None:
         self.fluid = fluid
         self.mtu = mtu
+        self.shared: Synchronized[float] | None = None  # the best so far, across processes
         self.t_alone = dict(t_alone)
         self.objective = objective
         jobs = fluid.jobs
@@ -240,16 +245,22 @@ class _Runner:
         n = self.fluid.iterations
         # the senders and buffers RunSettings.run gives the mix
         sim = FluidSim(self.fluid.net, self.fluid.jobs, arb, self.fluid.per, self.fluid.buffers)
+        checks = math.isfinite(self.chunk_s) and (math.isfinite(best) or self.shared is not None)
         while (sim.iterations < n).any():
-            if math.isfinite(best) and math.isfinite(self.chunk_s):
-                sim.advance(self.chunk_s)
-                if self._bound(sim, n) > best:
-                    return None
-            else:
+            if not checks:
                 sim.run(n)
+                break
+            sim.advance(self.chunk_s)
+            if self.shared is not None:  # another process may have found better since
+                best = min(best, self.shared.value)
+            if math.isfinite(best) and self._bound(sim, n) > best:
+                return None
         _ = sim.sender_alpha  # as FluidSim.run leaves it: bytes still draining go at it
-        out = self.fluid.evaluate(arb, self.t_alone, sim.result(n))
-        return out.measure(self.objective)
+        got = self.fluid.evaluate(arb, self.t_alone, sim.result(n)).measure(self.objective)
+        if self.shared is not None:
+            with self.shared.get_lock():
+                self.shared.value = min(self.shared.value, got)
+        return got
 
     def _bound(self, sim: FluidSim, n: int) -> float:
         """A lower bound of the measure of the run *sim* is part way through."""
