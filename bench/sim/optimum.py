@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             found = policies.optimum(fluid, mix.lanes, workers=workers, limit_s=limit)
             wall = time.monotonic() - t0
             s = found.outcome.slowdown
-            same = "-" if ref is None else ("yes" if abs(s - ref) <= 1e-9 else f"no ({ref:.4f})")
+            same = (
+                "-" if ref is None else ("yes" if abs(s - ref) <= 1e-9 else f"no ({s - ref:+.1e})")
+            )
             if not found.complete:
                 label += " (bound)"
             rows.append(
