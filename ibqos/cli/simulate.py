@@ -109,8 +109,8 @@ from ibqos.sim.senders import GRANULARITIES, Granularity
 @click.option(
     "--optimal-limit-s",
     type=click.FloatRange(min=0, min_open=True),
-    help="optimal: answer after this many wall seconds with the best setup known, marked"
-    " as a bound (default: search to the end).",
+    help="optimal: start no setup after this many wall seconds (the runs under way finish)"
+    " and answer with the best setup known, marked as a bound (default: search to the end).",
 )
 @config_option()
 @format_option(FORMATS)
