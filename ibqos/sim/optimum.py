@@ -12,13 +12,11 @@ it fast enough for 4-job mixes of 64 hosts:
 - **A bound.**  A run stops as soon as it cannot beat the best setup so far: at simulated
   time ``t`` a job that has finished ``k < N`` iterations, the last at ``end_k``, ends
   its N-th no earlier than ``end_k + max(t - end_k, i_min) + (N - k - 1) x i_min``,
-  where ``i_min`` is its shortest iteration alone on the fabric (never below
-  ``compute_s + comm_s``: no sender goes faster than its declared rate).  Those lower
-  bounds give one of the measure, and the run ends once it exceeds the best so far.
-  That a job iterates no faster beside others than alone is an assumption of the bound,
-  not a theorem of the model: ``bench/sim/optimum.py`` checks on mixes that the search
-  with it finds what the full search does.  The other policies' setups go first, so a
-  good best-so-far is there early.
+  where ``i_min = compute_s + comm_s`` is an iteration at its declared rate: no sender
+  goes faster.  Those lower bounds give one of the measure, and the run ends once it
+  exceeds the best so far.  The bound holds whatever the setup does (a job may iterate
+  faster beside others than alone in this model, so its iterations alone are no bound).
+  The other policies' setups go first, so a good best-so-far is there early.
 - **Processes.**  With ``workers > 1`` the setups run in that many forked processes; the
   best measure so far is shared between them, so a run is cut by what any process found.
 
@@ -31,7 +29,6 @@ Units: seconds; the measure as :meth:`ibqos.sim.evaluate.Outcome.measure`.
 
 from __future__ import annotations
 
-import itertools
 import math
 import multiprocessing
 import time
@@ -40,12 +37,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 
-from ibqos.config.lanes import NUM_SLS
 from ibqos.errors import SimError
 from ibqos.sim.evaluate import OBJECTIVES, Outcome, RunSettings, objective_of
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.qos import Arbitration
-from ibqos.sim.senders import granularity
 
 __all__ = ["Optimum", "search", "setup_key"]
 
@@ -151,7 +146,7 @@ def search(
         raise SimError("optimal: no setup to try")
     deadline = math.inf if limit_s is None else started + limit_s
     budget = len(order) if max_runs is None else min(max_runs, len(order))
-    run = _Runner(fluid, t_alone, objective, setups[order[0]].mtu)
+    run = _Runner(fluid, t_alone, objective)
     values: dict[int, float] = {}
     cut = 0
     best = math.inf
@@ -211,34 +206,18 @@ def search(
 class _Runner:
     """One setup's run, ended early when its measure cannot beat a given one."""
 
-    def __init__(
-        self, fluid: RunSettings, t_alone: Mapping[str, float], objective: str, mtu: int
-    ) -> None:
+    def __init__(self, fluid: RunSettings, t_alone: Mapping[str, float], objective: str) -> None:
         self.fluid = fluid
-        self.mtu = mtu
         self.shared: Synchronized[float] | None = None  # the best so far, across processes
         self.t_alone = dict(t_alone)
         self.objective = objective
         jobs = fluid.jobs
-        self.floor = [self._shortest(k) for k in range(len(jobs))]
+        # an iteration at the declared rate (s): no sender goes faster
+        self.floor = [j.compute_s + j.comm_s for j in jobs]
         self.nodes = [len(j.job.nodes) for j in jobs]
         self.alone = [self.t_alone[j.id] for j in jobs]
         periods = [f for f in self.floor if f > 0]
         self.chunk_s = min(periods, default=math.inf) / CHECKS_PER_PERIOD
-
-    def _shortest(self, k: int) -> float:
-        """Job *k*'s shortest iteration alone under one lane (s): not below
-        ``compute_s + comm_s``, an iteration at its declared rate."""
-        fluid, job = self.fluid, self.fluid.jobs[k]
-        floor = job.compute_s + job.comm_s
-        if len(fluid.jobs) == 1:
-            return floor
-        arb = Arbitration({job.id: 0}, (0,) * NUM_SLS, ((0, 1),), mtu=self.mtu)
-        per = granularity(fluid.jobs) if fluid.per == "auto" else fluid.per  # as in the mix
-        sim = FluidSim(fluid.net, [job], arb, per, fluid.buffers)
-        sim.run(fluid.iterations)
-        ends = [0.0, *sim.ends[0][: fluid.iterations]]
-        return max(floor, min(b - a for a, b in itertools.pairwise(ends)))
 
     def __call__(self, arb: Arbitration, best: float) -> float | None:
         """The measure of *arb*, or None when its run was ended for not beating *best*."""
@@ -270,7 +249,7 @@ class _Runner:
             if k >= n:
                 t = ends[n - 1]
             else:
-                # the iteration under way has lasted so far, and takes i_min at least
+                # the iteration under way has lasted so far, and takes the floor at least
                 start = ends[-1] if ends else 0.0
                 t = start + max(sim.time - start, self.floor[i]) + (n - k - 1) * self.floor[i]
             slow.append(t / self.alone[i] if self.alone[i] > 0 else math.inf)
