@@ -31,6 +31,16 @@ def pct(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x * 100:+.1f} %"
 
 
+def pts(x: float) -> str:
+    """A difference of shares, in signed points (1.0 = 100 points)."""
+    return "inf" if math.isinf(x) else f"{x * 100:+.1f} pts"
+
+
+def share_text(x: float | None) -> str:
+    """A share as a percentage, or a dash for none."""
+    return "-" if x is None else f"{x:.0%}"
+
+
 def geomean(xs: Sequence[float]) -> float:
     """The geometric mean (nan for none)."""
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan

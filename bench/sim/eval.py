@@ -16,15 +16,20 @@ Mixes (:mod:`bench.sim.mixes`) on two slimmed two-level fat trees of 64 hosts (4
 mixes: 2, 3 and 4 jobs on ibqos's default lanes (8 data VLs, SL 0 reserved), and 5 jobs on
 3 lanes (``data_vls=3, vlarb_low_cap=3``: more jobs than lanes); periods of a few ms
 (iterations of 2-12 ms).  Every policy of :mod:`ibqos.sim.policies` runs on every mix, with
-ibqos's variants and ``optimal``'s whole search (:func:`bench.sim.run.run_fluid`): other weight
+ibqos's variants and ``optimal`` (:func:`bench.sim.run.run_fluid`): other weight
 laws, ibqos's lanes with the weights reversed (``ibqos ratio 1/2``), ``ibqos tuned``, the
 best by observation of ibqos's law at ratios 2, 1, 4 and 1/2 (:func:`bench.sim.run.tuned`), and
-``ibqos best ratio``, the best of the same by total contention.
+``ibqos best ratio``, the best of the same by S.
 
-Prints the mixes, a table of total contention and E per mix, ibqos's gap to the optimum,
-summaries, and the setups where ibqos is more than 5 % off; ``--svg DIR`` writes two SVG
-charts (``sim-eval-contention.svg``, ``sim-eval-gap.svg``; hand-written SVG, no plotting
-library).  Everything is drawn from fixed seeds: the same command prints the same mixes.
+The measure is S, the node-weighted mean slowdown; a policy's gain is the share of the best
+fixed policy's (one-vl, equal, bandwidth) excess slowdown it removes, its gap the optimum's
+gain less its own (points), its share of the optimum its gain over the optimum's
+(:class:`bench.sim.run.Totals`).  Total contention is printed beside.  Prints the mixes, a
+table of S per mix, summaries, and the setups where ibqos is more than 5 points off;
+``--svg DIR`` writes two SVG charts (``sim-eval-contention.svg``: S relative to one-vl's,
+``sim-eval-gap.svg``; hand-written SVG, no plotting library).  ``--search-limit-s`` stops
+each optimum's search there (the optimum is then a bound, marked ``≥``).  Everything is
+drawn from fixed seeds: the same command prints the same mixes.
 Tables go to stdout (Markdown), one progress line per mix to stderr.
 docs/simulate-evaluation.md holds runs.
 """
@@ -46,11 +51,12 @@ from typing import Any
 from bench import child_env
 from bench.machine import machine
 from bench.report import say, table
-from bench.sim.cells import buffers_used, eff, geomean, ms, pct, setup_text
+from bench.sim.cells import buffers_used, ms, pct, pts, setup_text, share_text
+from bench.sim.charts import groups, svg_contention, svg_gap
 from bench.sim.mixes import SHAPES_64, TREES, host_link, mixes, network
 from bench.sim.run import (
-    CLEAN_S,
     CLOSED_MAIN,
+    EXCESS_EPS,
     GAP_TARGET,
     LOOP,
     LOOP_UNRANKED,
@@ -67,47 +73,50 @@ from bench.sim.run import (
 )
 from ibqos.config.tuning import TuningConfig
 
+#: S closer than this counts as a tie when policies are compared mix by mix
+TIE_S = 1e-3
+
 # -- report -------------------------------------------------------------------------------
 
 
 def eval_report(results: list[MixResult], iterations: int, link: float) -> list[str]:
-    """The evaluation's Markdown report: mixes, totals per mix, summaries, far setups."""
+    """The evaluation's Markdown report: mixes, S per mix, summaries, far setups."""
     out = ["## Mixes", ""]
     out += table(
         ["mix", "jobs: id pattern hosts rate duty period"],
         [[r.mix.name, r.mix.describe(link, 1e-3, "ms")] for r in results],
         "l",
     )
-    out += ["", f"## Total contention per mix (fluid model, {iterations} iterations)", ""]
+    out += ["", f"## S per mix (fluid model, {iterations} iterations)", ""]
     out += [
-        "Total contention in ms (sum over the jobs of T_sharing - T_alone), E = one-vl's total"
-        " over the policy's in brackets; gap = ibqos over optimal - 1; rank = share of the"
-        " searched setups strictly better than ibqos's; the last gaps are ibqos's variants"
-        f" ({', '.join(SHOWN)}).",
+        "S = node-weighted mean slowdown per policy; best fixed = the least S of one-vl,"
+        " equal and bandwidth; gain = share of the best fixed policy's excess S - 1 removed;"
+        " share = ibqos-fixed's gain over the optimum's; gap = the optimum's gain less"
+        " ibqos-fixed's, in points, then ibqos's variants' gaps"
+        f" ({', '.join(SHOWN)}); contention (ms, one-vl / ibqos-fixed / optimal) beside."
+        " An optimum marked ≥ is a bound: its search stopped at its limit.",
         "",
     ]
     rows = []
     for r in results:
-        base = r.total("one-vl")
-        row = [r.mix.name, ms(base)]
-        for p in MAIN[1:]:
-            row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
-        better = sum(1 for t in r.searched if t < r.total("ibqos-fixed") * (1 - 1e-9) - CLEAN_S)
-        row += [pct(r.gap()), f"{better / len(r.searched):.0%} of {len(r.searched)}"]
-        row += [pct(r.gap(v)) for v in SHOWN]
+        row = [r.mix.name, *(f"{r.s(p):.3f}" for p in MAIN[:-1]), _optimal_s(r)]
+        row += [r.best_fixed, pct(r.gain("ibqos-fixed")), pct(r.gain("optimal"))]
+        row += [share_text(r.share()), pts(r.gap())]
+        row += [pts(r.gap(v)) for v in SHOWN]
+        row.append(" / ".join(ms(r.total(p)) for p in ("one-vl", "ibqos-fixed", "optimal")))
         row.append(f"{r.wall_s:.1f}")
         rows.append(row)
     out += table(
         [
             "mix",
-            "one-vl",
-            "equal (E)",
-            "bandwidth (E)",
-            "ibqos-fixed (E)",
-            "optimal (E)",
+            *(f"S {p}" for p in MAIN),
+            "best fixed",
+            "gain ibqos-fixed",
+            "gain optimal",
+            "share",
             "gap",
-            "rank",
             *(f"gap {v.removeprefix('ibqos ')}" for v in SHOWN),
+            "contention ms",
             "wall s",
         ],
         rows,
@@ -121,57 +130,53 @@ def eval_report(results: list[MixResult], iterations: int, link: float) -> list[
         f"{TUNED} kept, on the {len(live)} mixes with contention: "
         f"{picks(r.outcomes[TUNED] for r in live)}.",
     ]
-    out += ["", "## Where ibqos is more than 5 % from the optimum", ""]
+    out += ["", "## Where ibqos is more than 5 points from the optimum", ""]
     far = [r for r in results if r.gap() > GAP_TARGET]
     if not far:
         out.append("Nowhere.")
     for r in far:
-        out += [f"### {r.mix.name}: gap {pct(r.gap())}", ""]
+        out += [f"### {r.mix.name}: gap {pts(r.gap())}", ""]
         jobs = r.mix.jobs
         rows = []
         for p in [*MAIN, *SHOWN]:
             o = r.outcomes[p]
-            per = {j.id: j.contention_s for j in o.jobs}
+            per = {j.id: j.slowdown for j in o.jobs}
             rows.append(
                 [p, setup_text(o.setup, jobs)]
-                + [ms(max(per[j.id], 0.0)) for j in jobs]
-                + [ms(r.total(p))]
+                + [f"{per[j.id]:.3f}" for j in jobs]
+                + [f"{r.s(p):.3f}", ms(r.total(p))]
             )
         out += table(
-            ["policy", "lanes: VL[jobs]:packets per round"] + [j.id for j in jobs] + ["total"],
+            ["policy", "lanes: VL[jobs]:packets per round"]
+            + [j.id for j in jobs]
+            + ["S", "contention ms"],
             rows,
             "llr",
         )
         alone_ms = ", ".join(f"{j.id} {ms(j.t_alone_s)}" for j in r.outcomes["one-vl"].jobs)
-        out += ["", f"Contention per job in ms; T_alone: {alone_ms} ms.", ""]
+        out += ["", f"Slowdown per job; T_alone: {alone_ms} ms.", ""]
     return out
 
 
-def groups(results: list[MixResult]) -> dict[str, list[MixResult]]:
-    """Mixes by tree and placement, by shape, and all of them."""
-    out: dict[str, list[MixResult]] = {}
-    for r in results:
-        out.setdefault(f"{r.mix.tree} {r.mix.placement}", []).append(r)
-    for r in results:
-        out.setdefault(r.mix.shape, []).append(r)
-    out["all"] = list(results)
-    return out
+def _optimal_s(r: MixResult) -> str:
+    """The optimum's S, marked ≥ when its search stopped at a limit (a bound)."""
+    return f"≥ {r.s('optimal'):.3f}" if r.optimum_bound else f"{r.s('optimal'):.3f}"
 
 
 def versus(rs: Sequence[MixResult], policy: str, other: str) -> str:
-    """Mixes where *policy*'s total is lower / higher than *other*'s by more than 0.5 %."""
-    win = sum(1 for r in rs if r.total(policy) < r.total(other) * 0.995 - CLEAN_S)
-    lose = sum(1 for r in rs if r.total(policy) > r.total(other) * 1.005 + CLEAN_S)
+    """Mixes where *policy*'s S is lower / higher than *other*'s by more than
+    :data:`TIE_S`."""
+    win = sum(1 for r in rs if r.s(policy) < r.s(other) - TIE_S)
+    lose = sum(1 for r in rs if r.s(policy) > r.s(other) + TIE_S)
     return f"{win}/{lose}"
 
 
 def summary(results: list[MixResult]) -> list[str]:
     """The summary tables: per group of mixes, then over all mixes."""
-    pols = [*MAIN[1:], *SHOWN]
+    pols = [*MAIN, *SHOWN]
     out = [
-        "Per group of mixes, over those with contention under one-vl: the mean of each"
-        " policy's total relative to one-vl's (lower is better; 1/E) and the geometric mean"
-        " of E (mixes where a policy removed all contention left out of its E).",
+        "Per group of mixes, over those where one-vl slows some job: the mean S of each"
+        " policy and the mean of its gain over the best fixed policy.",
         "",
     ]
     rows = []
@@ -182,16 +187,15 @@ def summary(results: list[MixResult]) -> list[str]:
             if not live:
                 row.append("-")
                 continue
-            rel = statistics.fmean(r.total(p) / r.total("one-vl") for r in live)
-            effs = [r.total("one-vl") / r.total(p) for r in live if r.total(p) > CLEAN_S]
-            row.append(f"{rel:.3f} / {geomean(effs):.2f}" if effs else f"{rel:.3f} / inf")
+            mean_s = statistics.fmean(r.s(p) for r in live)
+            row.append(f"{mean_s:.3f} / {pct(statistics.fmean(r.gain(p) for r in live))}")
         rows.append(row)
-    out += table(["mixes", "contended", *(f"{p}: rel / E" for p in pols)], rows, "lr")
+    out += table(["mixes", "contended", *(f"{p}: S / gain" for p in pols)], rows, "lr")
     out += [
         "",
         "ibqos (and its variants) against the optimum and the other policies, per group:"
-        " mixes within 5 % of the optimum, and mixes where it beats / loses to equal and"
-        " bandwidth (by more than 0.5 %).",
+        " mixes within 5 points of the optimum's gain, and mixes where it beats / loses to"
+        f" equal and bandwidth (S lower / higher by more than {TIE_S:g}).",
         "",
     ]
     rows = []
@@ -204,7 +208,7 @@ def summary(results: list[MixResult]) -> list[str]:
             )
         rows.append(row)
     out += table(
-        ["mixes", *(f"{p}: ≤ 5 %; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))],
+        ["mixes", *(f"{p}: ≤ 5 pts; vs equal; vs bandwidth" for p in ("ibqos-fixed", *SHOWN))],
         rows,
         "lr",
     )
@@ -213,12 +217,13 @@ def summary(results: list[MixResult]) -> list[str]:
 
 
 def overall(results: Sequence[Any], policies: Sequence[str], below_base: bool = False) -> list[str]:
-    """The "Over all mixes" table: per policy its gaps to the optimum, how many mixes it is
-    within 5 % of it on (and, with *below_base*, at or below the best of one-vl, equal
-    and bandwidth on), and its total contention."""
+    """The "Over all mixes" table: per policy its gaps to the optimum (points), how many
+    mixes it is within 5 points of it on (and, with *below_base*, at or below the best of
+    one-vl, equal and bandwidth on), its mean S, and its total contention beside."""
     rows = []
     for p in policies:
         gaps = [r.gap(p) for r in results if r.contended]
+        shares = [x for x in (r.share(p) for r in results if r.contended) if x is not None]
         below = (
             [f"{sum(_versus_base(r, p) == 'yes' for r in results)}/{len(results)}"]
             if below_base
@@ -227,130 +232,25 @@ def overall(results: Sequence[Any], policies: Sequence[str], below_base: bool = 
         rows.append(
             [
                 p,
-                pct(statistics.median(gaps)) if gaps else "-",
-                pct(statistics.fmean(gaps)) if gaps else "-",
-                pct(max(gaps)) if gaps else "-",
+                pts(statistics.median(gaps)) if gaps else "-",
+                pts(statistics.fmean(gaps)) if gaps else "-",
+                pts(max(gaps)) if gaps else "-",
                 f"{sum(r.gap(p) <= GAP_TARGET for r in results)}/{len(results)}",
                 *below,
+                share_text(statistics.median(shares)) if shares else "-",
+                f"{statistics.fmean(r.s(p) for r in results):.3f}" if results else "-",
                 ms(math.fsum(r.total(p) for r in results)),
             ]
         )
-    header = ["policy", "gap to optimum: median", "mean", "max", "≤ 5 % off"]
+    header = ["policy", "gap to optimum: median", "mean", "max", "≤ 5 pts off"]
     header += ["≤ best of one-vl, equal, bandwidth"] if below_base else []
+    header += ["share of the optimum's gain: median", "mean S"]
     return [
         "",
         "Over all mixes:",
         "",
         *table([*header, "total contention, all mixes (ms)"], rows, "lr"),
     ]
-
-
-# -- SVG charts (no plotting library needed) -------------------------------------------------
-
-COLORS = {
-    "one-vl": "#9e9e9e",
-    "equal": "#4e79a7",
-    "bandwidth": "#f28e2b",
-    "ibqos-fixed": "#59a14f",
-    "optimal": "#b07aa1",
-}
-
-
-def _svg(width: int, height: int, body: list[str]) -> str:
-    return "\n".join(
-        [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-            f' viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-            f'<rect width="{width}" height="{height}" fill="white"/>',
-            *body,
-            "</svg>",
-            "",
-        ]
-    )
-
-
-def _axis(
-    x0: float, y0: float, w: float, h: float, top: float, ticks: Sequence[float], fmt: str
-) -> list[str]:
-    body = [f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 - h}" stroke="black"/>']
-    body.append(f'<line x1="{x0}" y1="{y0}" x2="{x0 + w}" y2="{y0}" stroke="black"/>')
-    for t in ticks:
-        y = y0 - h * t / top
-        body.append(
-            f'<line x1="{x0 - 4}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#e0e0e0"/>'
-        )
-        body.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt.format(t)}</text>')
-    return body
-
-
-def svg_contention(results: list[MixResult]) -> str:
-    """Grouped bars: mean total contention relative to one-vl, per policy and group."""
-    pols = list(MAIN)
-    keys = [k for k in groups(results) if any(r.contended for r in groups(results)[k])]
-    data = {
-        k: [
-            statistics.fmean(
-                r.total(p) / r.total("one-vl") for r in groups(results)[k] if r.contended
-            )
-            for p in pols
-        ]
-        for k in keys
-    }
-    top = max(1.2, max(max(v) for v in data.values()) * 1.05)
-    x0, y0, h, gw = 60, 300, 240, 40 + 14 * len(pols)
-    w = gw * len(keys)
-    body = _axis(x0, y0, w, h, top, [i * 0.2 for i in range(int(top / 0.2) + 1)], "{:.1f}")
-    body.append(
-        f'<text x="{x0}" y="20" font-size="14">Total contention relative to one-vl'
-        " (mean over contended mixes; lower is better)</text>"
-    )
-    for g, k in enumerate(keys):
-        gx = x0 + g * gw + 20
-        for i, (p, v) in enumerate(zip(pols, data[k], strict=True)):
-            bh = h * v / top
-            body.append(
-                f'<rect x="{gx + i * 14}" y="{y0 - bh:.1f}" width="12" height="{bh:.1f}"'
-                f' fill="{COLORS[p]}"><title>{p} {k}: {v:.3f}</title></rect>'
-            )
-        body.append(f'<text x="{gx + 7 * len(pols)}" y="{y0 + 16}" text-anchor="middle">{k}</text>')
-    for i, p in enumerate(pols):
-        lx = x0 + 10 + i * 100
-        body.append(f'<rect x="{lx}" y="{y0 + 34}" width="12" height="12" fill="{COLORS[p]}"/>')
-        body.append(f'<text x="{lx + 16}" y="{y0 + 44}">{p}</text>')
-    return _svg(x0 + w + 20, y0 + 60, body)
-
-
-def svg_gap(results: list[MixResult]) -> str:
-    """One bar per contended mix: ibqos's gap to the optimum, with the 5 % target."""
-    live = [r for r in results if r.contended]
-    gaps = [min(r.gap(), 10.0) for r in live]
-    top = max(0.1, max(gaps, default=0.0) * 1.1)
-    step = 0.05 if top <= 0.3 else 0.1 if top <= 1 else 0.5
-    x0, y0, h, bw = 60, 300, 240, 22
-    w = bw * len(live) + 20
-    body = _axis(x0, y0, w, h, top, [i * step for i in range(int(top / step) + 1)], "{:.0%}")
-    body.append(
-        f'<text x="{x0}" y="20" font-size="14">ibqos over the optimum - 1 (total contention),'
-        " per contended mix; dashed: 5 %</text>"
-    )
-    for i, (r, g) in enumerate(zip(live, gaps, strict=True)):
-        bh = h * g / top
-        x = x0 + 10 + i * bw
-        color = COLORS["ibqos-fixed"] if g <= GAP_TARGET else "#e15759"
-        body.append(
-            f'<rect x="{x}" y="{y0 - bh:.1f}" width="{bw - 4}" height="{bh:.1f}"'
-            f' fill="{color}"><title>{r.mix.name}: {pct(r.gap())}</title></rect>'
-        )
-        body.append(
-            f'<text x="{x + bw / 2 - 2}" y="{y0 + 8}" font-size="10" text-anchor="end"'
-            f' transform="rotate(-60 {x + bw / 2 - 2} {y0 + 8})">{r.mix.name}</text>'
-        )
-    y5 = y0 - h * GAP_TARGET / top
-    body.append(
-        f'<line x1="{x0}" y1="{y5:.1f}" x2="{x0 + w}" y2="{y5:.1f}" stroke="black"'
-        ' stroke-dasharray="4 3"/>'
-    )
-    return _svg(max(x0 + w + 20, 660), y0 + 150, body)
 
 
 # -- the closed loop ----------------------------------------------------------------------
@@ -379,24 +279,24 @@ def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> l
         "",
     ]
     out += [
-        "Total contention in ms at the N `ibqos simulate --policy ibqos` takes (4 rounds of"
-        " tuning for the longest job), E = one-vl's total over the policy's in brackets;"
-        f" optimal = the best of the fixed policies and of the {top} best setups of the"
-        " exhaustive search at 10 iterations, re-run at N; gap = over optimal - 1;"
-        " `≤ base` = ibqos at or below the best of one-vl, equal and bandwidth (yes, or"
-        " its excess).",
+        "S (node-weighted mean slowdown) at the N `ibqos simulate --policy ibqos` takes (4"
+        " rounds of tuning for the longest job), every trial's time counted;"
+        f" optimal = the best by S of the fixed policies and of the {top} best setups of"
+        " the exhaustive search at 10 iterations, re-run at N; gap = the optimum's gain"
+        " over the best fixed policy less the policy's, in points of its excess S - 1;"
+        " `≤ base` = ibqos at or below the best of one-vl, equal and bandwidth (yes, or its"
+        " excess S over it); contention (ms, one-vl / ibqos / optimal) beside.",
         "",
     ]
     rows = []
     for r in results:
-        base = r.total("one-vl")
-        row = [r.mix.name, str(r.iterations), f"{r.sweep_s * 1e3:.1f}", ms(base)]
-        for p in CLOSED_MAIN[1:]:
-            row.append(f"{ms(r.total(p))} ({eff(base, r.total(p))})")
-        row += [pct(r.gap(LOOP)), pct(r.gap(LOOP_UNRANKED)), pct(r.gap("ibqos-fixed"))]
+        row = [r.mix.name, str(r.iterations), f"{r.sweep_s * 1e3:.1f}"]
+        row += [f"{r.s(p):.3f}" for p in CLOSED_MAIN]
+        row += [pts(r.gap(LOOP)), pts(r.gap(LOOP_UNRANKED)), pts(r.gap("ibqos-fixed"))]
         row.append(_versus_base(r, LOOP))
         st = r.loops[LOOP].status
         row.append(f"{st.wanted}; {st.rounds}/{st.reloads}")
+        row.append(" / ".join(ms(r.total(p)) for p in ("one-vl", LOOP, "optimal")))
         row.append(f"{r.wall_s:.0f}")
         rows.append(row)
     out += table(
@@ -404,13 +304,13 @@ def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> l
             "mix",
             "N",
             "sweep ms",
-            "one-vl",
-            *(f"{p} (E)" for p in CLOSED_MAIN[1:]),
+            *(f"S {p}" for p in CLOSED_MAIN),
             "gap ibqos",
             "gap no-predict",
             "gap fixed",
             "≤ base",
             "kept; rounds/reloads",
+            "contention ms",
             "wall s",
         ],
         rows,
@@ -424,13 +324,13 @@ def closed_report(results: list[ClosedResult], top: int, cfg: TuningConfig) -> l
 
 
 def _versus_base(r: ClosedResult, policy: str) -> str:
-    """ "yes" when *policy*'s total is at or below the best of the baselines (within
-    round-off), else its excess over that best."""
-    best = min(r.total(p) for p in BASELINES)
-    mine = r.total(policy)
-    if mine <= best * (1 + 1e-9) + CLEAN_S:
+    """ "yes" when *policy*'s S is at or below the best of the baselines' (within
+    round-off), else its excess S over that best."""
+    best = min(r.s(p) for p in BASELINES)
+    mine = r.s(policy)
+    if mine <= best + EXCESS_EPS:
         return "yes"
-    return f"+{ms(mine - best)} ms" if best <= CLEAN_S else pct(mine / best - 1.0)
+    return f"+{mine - best:.3f}"
 
 
 def main_closed(args: argparse.Namespace) -> int:
@@ -447,16 +347,17 @@ def main_closed(args: argparse.Namespace) -> int:
         r = run_closed(mix, args.fluid_buffers, args.top, tuning=tuning)
         results.append(r)
         say(
-            f"[{i + 1}/{len(todo)}] {mix.name}: N {r.iterations}, one-vl {ms(r.total('one-vl'))}"
-            f" ms, equal {ms(r.total('equal'))}, ibqos {ms(r.total(LOOP))}"
-            f" ({pct(r.gap(LOOP))}), no-predict {ms(r.total(LOOP_UNRANKED))}, optimal"
-            f" {ms(r.total('optimal'))}, {r.wall_s:.0f} s"
+            f"[{i + 1}/{len(todo)}] {mix.name}: N {r.iterations}, S one-vl"
+            f" {r.s('one-vl'):.3f}, equal {r.s('equal'):.3f}, ibqos {r.s(LOOP):.3f}"
+            f" ({pts(r.gap(LOOP))}), no-predict {r.s(LOOP_UNRANKED):.3f}, optimal"
+            f" {r.s('optimal'):.3f}, {r.wall_s:.0f} s"
         )
         docs.append(
             {
                 "mix": mix.name,
                 "iterations": r.iterations,
                 "sweep_s": r.sweep_s,
+                "slowdown": {p: r.s(p) for p in r.outcomes},
                 "totals": {p: r.total(p) for p in r.outcomes},
                 "setups": {p: setup_text(o.setup, mix.jobs) for p, o in r.outcomes.items()},
                 "loops": {p: loop.summary() for p, loop in r.loops.items()},
@@ -493,7 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, help="default 10")
     parser.add_argument("--only", help="run the mixes whose name contains this")
     parser.add_argument("--svg", type=Path, help="write the evaluation's SVG charts here")
-    parser.add_argument("--json", type=Path, help="write every total here")
+    parser.add_argument("--json", type=Path, help="write every S and total here")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes for each optimum's search (default 1)"
+    )
+    parser.add_argument(
+        "--search-limit-s",
+        type=float,
+        help="stop each optimum's search after this many wall seconds; its answer is then a"
+        " bound (default: search to the end)",
+    )
     parser.add_argument(
         "--closed-loop",
         action="store_true",
@@ -537,12 +447,14 @@ def main(argv: list[str] | None = None) -> int:
     todo = [m for m in todo if not args.only or args.only in m.name]
     results = []
     for i, mix in enumerate(todo):
-        r = run_fluid(mix, iterations, args.fluid_buffers)
+        r = run_fluid(
+            mix, iterations, args.fluid_buffers, workers=args.workers, limit_s=args.search_limit_s
+        )
         results.append(r)
         say(
-            f"[{i + 1}/{len(todo)}] {mix.name}: one-vl {ms(r.total('one-vl'))} ms,"
-            f" ibqos-fixed {ms(r.total('ibqos-fixed'))}, optimal {ms(r.total('optimal'))}"
-            f" ({pct(r.gap())}), {len(r.searched)} setups, {r.wall_s:.1f} s"
+            f"[{i + 1}/{len(todo)}] {mix.name}: S one-vl {r.s('one-vl'):.3f}, ibqos-fixed"
+            f" {r.s('ibqos-fixed'):.3f}, optimal {_optimal_s(r)} (gap {pts(r.gap())}),"
+            f" {r.wall_s:.1f} s"
         )
     link = host_link(network(todo[0].xgft)) if todo else 1.0
     used = buffers_used(o for r in results for o in r.outcomes.values())
@@ -559,13 +471,14 @@ def main(argv: list[str] | None = None) -> int:
         {
             "mix": r.mix.name,
             "fluid_buffer_packets": r.outcomes["one-vl"].buffer_packets,
+            "slowdown": {p: r.s(p) for p in r.outcomes},
+            "optimum_bound": r.optimum_bound,
             "totals": {p: r.total(p) for p in r.outcomes},
             "setups": {p: setup_text(o.setup, r.mix.jobs) for p, o in r.outcomes.items()},
             "jobs": {
                 p: {j.id: [j.t_alone_s, j.t_sharing_s] for j in o.jobs}
                 for p, o in r.outcomes.items()
             },
-            "searched": r.searched,
         }
         for r in results
     ]

@@ -3,8 +3,15 @@
 Every policy of :mod:`ibqos.sim.policies` (:data:`EVAL_POLICIES`) runs on the mix, then
 ibqos's variants (:data:`VARIANTS`, :data:`REVERSED`), the picks of ibqos tuning by
 observation (:data:`TUNED`, :data:`BEST_RATIO`), and ``optimal``, the exhaustive search of
-:func:`ibqos.sim.policies.optimal`, evaluated here so the spread of the whole search space
-can be reported too (:func:`run_fluid`).
+:func:`ibqos.sim.policies.optimum` (:func:`run_fluid`; with ``full``, every setup run to
+its end so that the spread of the whole search space can be reported too).
+
+**The measure is S**, the node-weighted mean slowdown
+(:attr:`ibqos.sim.evaluate.Outcome.slowdown`).  A policy's **gain** is the share of the
+best fixed policy's excess slowdown ``S - 1`` it removes (the best of one-vl, equal and
+bandwidth by S: :attr:`Totals.best_fixed`), its **gap** the optimum's gain less its own,
+in points of that excess, and its **share of the optimum** its gain over the optimum's.
+Total contention is reported beside them.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from ibqos.sim.closedloop import (
     fluid_predictor,
 )
 from ibqos.sim.estimate import Phases
-from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate
+from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate, gain
 from ibqos.sim.network import Network
 from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration
@@ -36,6 +43,8 @@ from ibqos.sim.workload import SimJob, prepare
 
 EVAL_POLICIES = ("one-vl", "equal", "bandwidth", "ibqos-fixed")
 MAIN = (*EVAL_POLICIES, "optimal")
+#: the fixed policies ibqos is held against: the gains are over the best of them by S
+FIXED_POLICIES = ("one-vl", "equal", "bandwidth")
 #: ibqos with other weight laws (the plan's ``lanes`` options), to see what would close gaps
 VARIANTS: dict[str, Callable[[LaneConfig], LaneConfig]] = {
     "ibqos ratio 1.5": lambda lanes: replace(lanes, weight_ratio=1.5),
@@ -52,15 +61,19 @@ REVERSED = "ibqos ratio 1/2"
 #: kept unless another does better.  The agent does not tune: this measures what it would gain.
 TUNE_CANDIDATES = ("ibqos-fixed", "ibqos equal", "ibqos ratio 4", REVERSED)
 TUNED = "ibqos tuned"
-#: the candidate with the least total contention: what tuning would keep if it weighed each
-#: job's slowdown by the job's time, as the total does (iteration lengths from its profile)
+#: the candidate of least S: what tuning would keep if it knew each job's time alone
 BEST_RATIO = "ibqos best ratio"
 #: the variants the reports show
 SHOWN = (*VARIANTS, REVERSED, TUNED, BEST_RATIO)
-#: ibqos's gap to the optimum (total contention) the reports hold it to
+#: ibqos's gap to the optimum the reports hold it to: points of the best fixed policy's
+#: excess slowdown
 GAP_TARGET = 0.05
 #: round-off below this is no contention (seconds)
 CLEAN_S = 1e-9
+#: an excess slowdown (S - 1) below this is none (round-off)
+EXCESS_EPS = 1e-9
+#: the least gain of the optimum over the best fixed policy that a share of it is taken of
+SHARE_MIN_GAIN = 0.01
 
 
 def clean(total_s: float) -> float:
@@ -69,26 +82,47 @@ def clean(total_s: float) -> float:
 
 
 class Totals:
-    """A mix's total contention under each policy (``outcomes``), and the gaps to the
-    optimum; ``gap()`` without a policy is :attr:`GAP_POLICY`'s."""
+    """A mix's outcome under each policy (``outcomes``): S, the gains over the best fixed
+    policy, the gaps to the optimum (module docstring), and the total contention beside;
+    ``gap()`` without a policy is :attr:`GAP_POLICY`'s."""
 
     outcomes: dict[str, Outcome]
     GAP_POLICY: ClassVar[str] = "ibqos-fixed"
 
     def total(self, policy: str) -> float:
+        """Total contention (s), reported beside S."""
         return clean(self.outcomes[policy].total_contention_s)
+
+    def s(self, policy: str) -> float:
+        """S, the node-weighted mean slowdown."""
+        return self.outcomes[policy].slowdown
 
     @property
     def contended(self) -> bool:
-        """Policies make a difference: one-vl has contention."""
-        return self.total("one-vl") > CLEAN_S
+        """Policies make a difference: one-vl slows some job."""
+        return self.s("one-vl") - 1.0 > EXCESS_EPS
+
+    @property
+    def best_fixed(self) -> str:
+        """The fixed policy (:data:`FIXED_POLICIES`) of least S; the first of equals."""
+        return min(FIXED_POLICIES, key=lambda p: (self.s(p), FIXED_POLICIES.index(p)))
+
+    def gain(self, policy: str) -> float:
+        """The share of the best fixed policy's excess slowdown *policy* removes (0 when
+        it has none; below 0: it adds to it)."""
+        return gain(self.s(policy), self.s(self.best_fixed))
 
     def gap(self, policy: str | None = None) -> float:
-        """The policy's total over the optimum's, minus 1 (0 when both are 0)."""
-        opt, ib = self.total("optimal"), self.total(policy or self.GAP_POLICY)
-        if opt <= CLEAN_S:
-            return 0.0 if ib <= CLEAN_S else math.inf
-        return ib / opt - 1.0
+        """The optimum's gain less the policy's, in points of the best fixed policy's
+        excess (0: as good as the optimum)."""
+        return self.gain("optimal") - self.gain(policy or self.GAP_POLICY)
+
+    def share(self, policy: str | None = None) -> float | None:
+        """The policy's gain over the optimum's (1.0: all of it); None when the optimum
+        gains less than :data:`SHARE_MIN_GAIN` over the best fixed policy (a share of
+        nearly nothing says nothing)."""
+        best = self.gain("optimal")
+        return self.gain(policy or self.GAP_POLICY) / best if best >= SHARE_MIN_GAIN else None
 
 
 @dataclass
@@ -97,8 +131,9 @@ class MixResult(Totals):
 
     mix: Mix
     outcomes: dict[str, Outcome]
-    searched: list[float] = field(default_factory=list)  # totals of the optimal search
+    searched: list[float] = field(default_factory=list)  # S of every searched setup (full)
     wall_s: float = 0.0
+    optimum_bound: bool = False  # the optimum is a search's best known, a bound
 
 
 def reversed_weights(arb: Arbitration, lanes: LaneConfig) -> Arbitration:
@@ -114,19 +149,19 @@ def reversed_weights(arb: Arbitration, lanes: LaneConfig) -> Arbitration:
     return policies.grouped(groups, [most / packets[vl] for vl in vls], lanes, REVERSED)
 
 
-def tuned(outcomes: dict[str, Outcome], by_total: bool = False) -> Outcome:
+def tuned(outcomes: dict[str, Outcome], by_s: bool = False) -> Outcome:
     """The candidate of :data:`TUNE_CANDIDATES` an agent tuning by observation would keep.
 
     What an agent sees of a job is its injected bytes per second (its hosts' own counters),
-    so it sees slowdowns, not contention: a job's time under a candidate over its least
-    time under any of them (its rate at best over its rate then).  The pick has the least
-    node-weighted sum of those slowdowns (wasted node-time per unit of time, with the best
-    seen standing in for alone); ties keep the earlier candidate.  *by_total*: the least
-    total contention instead (:data:`BEST_RATIO`).
+    so it sees slowdowns against the best it saw, not against alone: a job's time under a
+    candidate over its least time under any of them.  The pick has the least node-weighted
+    mean of those slowdowns, the tuner's score (:func:`ibqos.plan.tuner.score`), which
+    estimates S with the best seen standing in for alone; ties keep the earlier candidate.
+    *by_s*: the least S itself (:data:`BEST_RATIO`).
     """
     tried = [outcomes[name] for name in TUNE_CANDIDATES]
-    if by_total:
-        return replace(min(tried, key=lambda o: o.total_contention_s), policy=BEST_RATIO)
+    if by_s:
+        return replace(min(tried, key=lambda o: o.slowdown), policy=BEST_RATIO)
     best_s = [min(ts) for ts in zip(*([j.t_sharing_s for j in o.jobs] for o in tried), strict=True)]
 
     def slowdowns(o: Outcome) -> float:
@@ -151,10 +186,10 @@ def search(
     buffer_packets: int,
     model: str = "fluid",
 ) -> tuple[Outcome, list[float]]:
-    """The exhaustive search of :func:`ibqos.sim.policies.optimal` (same candidates, same
-    order, same tie-break), keeping every candidate's total, in *model* with its buffers
-    (*buffer_packets*: MTU packets per lane per input); *others*: the other policies'
-    setups, already built."""
+    """The exhaustive search of :func:`ibqos.sim.policies.optimal` (same candidates, the
+    least S kept, the first of equals), every candidate run to its end and its S kept, in
+    *model* with its buffers (*buffer_packets*: MTU packets per lane per input); *others*:
+    the other policies' setups, already built."""
     tried = policies.grid(jobs, lanes) + [replace(arb, name="optimal") for arb in others]
     return policies.best_of(
         model, net, jobs, tried, iterations, t_alone, buffer_packets=buffer_packets
@@ -162,11 +197,20 @@ def search(
 
 
 def run_fluid(
-    mix: Mix, iterations: int, fluid_buffers: int | None, with_optimal: bool = True
+    mix: Mix,
+    iterations: int,
+    fluid_buffers: int | None,
+    with_optimal: bool = True,
+    full: bool = False,
+    workers: int = 1,
+    limit_s: float | None = None,
 ) -> MixResult:
     """The mix under every policy in the fluid model, with *fluid_buffers* packets of
     switch buffer per lane per input (in every run, the policies' own runs too; None:
-    ``ibqos simulate``'s default, :func:`ibqos.sim.fluid.auto_buffers`)."""
+    ``ibqos simulate``'s default, :func:`ibqos.sim.fluid.auto_buffers`).  The optimum:
+    :func:`ibqos.sim.policies.optimum` in *workers* processes, stopped after *limit_s*
+    wall seconds with the best known (a bound); *full*: every setup run to its end, their
+    S kept in :attr:`MixResult.searched`."""
     start = time.perf_counter()
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
@@ -194,13 +238,18 @@ def run_fluid(
         "fluid", net, jobs, setups[REVERSED], iterations, t_alone, buffer_packets=bp
     )
     outcomes[TUNED] = tuned(outcomes)
-    outcomes[BEST_RATIO] = tuned(outcomes, by_total=True)
+    outcomes[BEST_RATIO] = tuned(outcomes, by_s=True)
     result = MixResult(mix, outcomes)
-    if with_optimal:
+    if with_optimal and full:
         others = [setups[p] for p in EVAL_POLICIES]
-        best, totals = search(net, jobs, iterations, mix.lanes, t_alone, others, bp)
+        best, values = search(net, jobs, iterations, mix.lanes, t_alone, others, bp)
         outcomes["optimal"] = best
-        result.searched = totals
+        result.searched = values
+    elif with_optimal:
+        fluid = RunSettings("fluid", net, jobs, iterations, buffer_packets=bp)
+        found = policies.optimum(fluid, mix.lanes, workers=workers, limit_s=limit_s)
+        outcomes["optimal"] = replace(found.outcome, bound=not found.complete)
+        result.optimum_bound = not found.complete
     result.wall_s = time.perf_counter() - start
     return result
 
@@ -269,8 +318,8 @@ def run_closed(
     short_runs = RunSettings("fluid", net, jobs, short, buffer_packets=bp)
     short_alone = short_runs.alone(base)
     grid = policies.grid(jobs, mix.lanes)
-    totals = [short_runs.evaluate(arb, short_alone).total_contention_s for arb in grid]
-    best = sorted(range(len(grid)), key=lambda k: (totals[k], k))[:top]
+    values = [short_runs.evaluate(arb, short_alone).slowdown for arb in grid]
+    best = sorted(range(len(grid)), key=lambda k: (values[k], k))[:top]
     tuning = TuningConfig() if tuning is None else tuning
     sweep = default_sweep_s(jobs)
     n = default_iterations(jobs, sweep, tuning)
@@ -292,5 +341,5 @@ def run_closed(
         outcomes[name] = replace(out, policy=name)
     tried = [outcomes[p] for p in EVAL_POLICIES]
     tried += [runs.evaluate(replace(grid[k], name="optimal"), t_alone) for k in best]
-    outcomes["optimal"] = replace(min(tried, key=lambda o: o.total_contention_s), policy="optimal")
+    outcomes["optimal"] = replace(min(tried, key=lambda o: o.slowdown), policy="optimal")
     return ClosedResult(mix, n, sweep, outcomes, loops, len(grid), time.perf_counter() - start)

@@ -11,8 +11,8 @@ and 4 jobs with periods of 20-120 us (a few hundred KB per host per iteration),
 4 iterations, 3 seeds (36 mixes); ``--scale X`` makes every period X times longer.
 Policies one-vl, equal, bandwidth, ibqos and optimal (the fluid model's optimum) and
 ibqos's variants run with both models (:func:`bench.sim.validation.run_validation`); per mix,
-Spearman's rank correlation (average ranks for ties) of the policies' total contention
-between the models, and every job's contention error (fluid - packet), absolute and
+Spearman's rank correlation (average ranks for ties) of the policies' S (node-weighted
+mean slowdown) between the models, and every job's contention error (fluid - packet), absolute and
 relative to its T_alone in the packet model.  ``--packet-search`` also runs the
 exhaustive search in the packet model, for ibqos's gap to that model's own optimum.
 Then the two mechanisms behind the differences, each isolated in a two-job case
@@ -41,7 +41,7 @@ from bench.sim.cells import buffers_used, pct, setup_text
 from bench.sim.mixes import SHAPES_32, VALIDATION_TREES, host_link, mixes, network
 from bench.sim.run import (
     BEST_RATIO,
-    CLEAN_S,
+    EXCESS_EPS,
     GAP_TARGET,
     MAIN,
     REVERSED,
@@ -82,23 +82,24 @@ def rho_text(x: float) -> str:
 
 
 def relative_to_one_vl(vals: list[Validation], model: str, policy: str) -> float:
-    """The policy's mean total relative to one-vl's, over the mixes where *model* sees
-    contention under one-vl."""
-    live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
-    return statistics.fmean(v.total(model, policy) / v.total(model, "one-vl") for v in live)
+    """The policy's mean excess slowdown (S - 1) relative to one-vl's, over the mixes where
+    *model* sees one-vl slow some job."""
+    live = [v for v in vals if v.excess(model, "one-vl") > EXCESS_EPS]
+    return statistics.fmean(v.excess(model, policy) / v.excess(model, "one-vl") for v in live)
 
 
 def set_ranking(vals: list[Validation]) -> list[str]:
     """The five policies ranked over the whole set of mixes in each model, two ways: by
-    their summed totals, and by their mean total relative to one-vl's (each mix where the
-    model sees contention under one-vl counting alike), with Spearman's rho of each."""
-    out = ["Over the whole set, the policies ranked by total contention in each model:", ""]
+    their summed excess slowdowns (S - 1), and by their mean excess relative to one-vl's
+    (each mix where the model sees one-vl slow a job counting alike), with Spearman's rho
+    of each."""
+    out = ["Over the whole set, the policies ranked by S in each model:", ""]
     rows = []
-    for name in ("sum of totals", "mean relative to one-vl"):
+    for name in ("sum of S - 1", "mean relative to one-vl"):
         ranked = {}
         for model in ("fluid", "packet"):
-            if name == "sum of totals":
-                score = [math.fsum(v.total(model, p) for v in vals) for p in MAIN]
+            if name == "sum of S - 1":
+                score = [math.fsum(v.excess(model, p) for v in vals) for p in MAIN]
             else:
                 score = [relative_to_one_vl(vals, model, p) for p in MAIN]
             ranked[model] = score
@@ -128,23 +129,25 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
         "## Against the packet model's own optimum (--packet-search)",
         "",
         "The search of `optimal` (every grouping onto the lanes x 1, 2, 4, 8 packets per"
-        " round, and the four policies' setups) run in the packet model. gap: a policy's"
-        " total over that optimum's - 1, 0 when within 1 % of one-vl's total; `optimal` here"
-        " is the fluid model's pick.",
+        " round, and the four policies' setups) run in the packet model, the least S kept."
+        " gap: a policy's excess slowdown S - 1 over that optimum's - 1, 0 when within 1 %"
+        " of one-vl's excess; `optimal` here is the fluid model's pick. S, with the total"
+        " contention (us) beside.",
         "",
     ]
     rows = []
     for v in done:
         assert v.packet_optimal is not None
-        ib = v.total("packet", "ibqos-fixed")
-        better = sum(1 for x in v.packet_searched if x < ib - CLEAN_S)
+        ib = v.packet["ibqos-fixed"].slowdown
+        better = sum(1 for x in v.packet_searched if x < ib - EXCESS_EPS)
         rows.append(
             [
                 v.mix.name,
-                f"{v.total('packet', 'one-vl') * 1e6:.1f}",
-                f"{v.packet_optimal.total_contention_s * 1e6:.1f}",
+                f"{v.packet['one-vl'].slowdown:.3f} ({v.total('packet', 'one-vl') * 1e6:.1f})",
+                f"{v.packet_optimal.slowdown:.3f}"
+                f" ({v.packet_optimal.total_contention_s * 1e6:.1f})",
                 setup_text(v.packet_optimal.setup, v.mix.jobs),
-                f"{ib * 1e6:.1f}",
+                f"{ib:.3f} ({v.total('packet', 'ibqos-fixed') * 1e6:.1f})",
                 *[pct(v.packet_gap(p)) for p in pols],
                 f"{better}/{len(v.packet_searched)}",
                 rho_text(v.setup_rho()),
@@ -153,10 +156,10 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     out += table(
         [
             "mix",
-            "one-vl us",
-            "optimum us",
+            "S one-vl (us)",
+            "S optimum (us)",
             "optimum's setup (VL[jobs]:packets)",
-            "ibqos us",
+            "S ibqos (us)",
             *[f"gap {p}" for p in pols],
             "setups better than ibqos",
             "setup rho",
@@ -166,7 +169,7 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     )
     out += ["", "Per shape, over the mixes with contention under one-vl:", ""]
     rows = []
-    contended = [v for v in done if v.total("packet", "one-vl") > CLEAN_S]
+    contended = [v for v in done if v.excess("packet", "one-vl") > EXCESS_EPS]
     by_shape = {s: [v for v in contended if v.mix.shape == s] for s in SHAPES_32}
     for shape, live in [*by_shape.items(), ("all", contended)]:
         if not live:
@@ -174,11 +177,13 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
         row = [shape, str(len(live))]
         for p in pols:
             near = sum(1 for v in live if v.packet_gap(p) <= GAP_TARGET)
-            rel = statistics.fmean(v.total("packet", p) / v.total("packet", "one-vl") for v in live)
+            rel = statistics.fmean(
+                v.excess("packet", p) / v.excess("packet", "one-vl") for v in live
+            )
             row.append(f"{near} ({rel:.3f})")
         opt = statistics.fmean(
-            (v.packet_optimal.total_contention_s if v.packet_optimal else math.nan)
-            / v.total("packet", "one-vl")
+            (v.packet_optimal.slowdown - 1.0 if v.packet_optimal else math.nan)
+            / v.excess("packet", "one-vl")
             for v in live
         )
         rhos = [r for r in (v.setup_rho(TIE) for v in live) if not math.isnan(r)]
@@ -204,10 +209,10 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
     )
     out += [
         "",
-        "setup rho: Spearman's rank correlation between the two models' totals over every"
-        " searched setup of the mix (12, 63 or 451; n/a where one model's totals are all"
-        " equal); in the per-shape table with ties within 1 % of the largest total, as the"
-        " tolerant rho.",
+        "setup rho: Spearman's rank correlation between the two models' S over every"
+        " searched setup of the mix (12, 63 or 451; n/a where one model's S are all"
+        " equal); in the per-shape table with ties within 1 % of the largest excess"
+        " slowdown, as the tolerant rho; rel. one-vl: excess slowdown S - 1 over one-vl's.",
     ]
     return out
 
@@ -215,8 +220,9 @@ def packet_search_report(vals: list[Validation]) -> list[str]:
 def validation_report(
     vals: list[Validation], iterations: int, link: float, unit: float
 ) -> list[str]:
-    """The validation's Markdown report: both models' totals, rank agreement, the policies
-    in each model and the per-job errors; *unit*: the mixes' time scale (seconds)."""
+    """The validation's Markdown report: both models' S (total contention beside), rank
+    agreement by S, the policies in each model and the per-job errors; *unit*: the mixes'
+    time scale (seconds)."""
     pols = [*MAIN, *SHOWN]
     out = ["## Mixes", ""]
     out += table(
@@ -226,25 +232,31 @@ def validation_report(
     )
     out += [
         "",
-        f"## Total contention per mix, fluid / packet ({iterations} iterations, us)",
+        f"## S per mix, fluid / packet ({iterations} iterations)",
         "",
-        "rho: Spearman's rank correlation of the five policies' totals between the models"
-        " (average ranks for ties; n/a: a model sees no contention under any policy);"
-        " rho 1 %: the same with totals closer than 1 % of the mix's largest total counted"
-        " as ties in both models.",
+        "S: node-weighted mean slowdown; rho: Spearman's rank correlation of the five"
+        " policies' S between the models (average ranks for ties; n/a: a model sees no"
+        " slowdown under any policy); rho 1 %: the same with excess slowdowns S - 1 closer"
+        " than 1 % of the mix's largest counted as ties in both models; one-vl's total"
+        " contention (us, fluid / packet) beside.",
         "",
     ]
     rows = []
     for v in vals:
         row = [v.mix.name]
-        row += [f"{v.total('fluid', p) * 1e6:.1f} / {v.total('packet', p) * 1e6:.1f}" for p in MAIN]
+        row += [f"{1 + v.excess('fluid', p):.3f} / {1 + v.excess('packet', p):.3f}" for p in MAIN]
         row += [
+            f"{v.total('fluid', 'one-vl') * 1e6:.1f} / {v.total('packet', 'one-vl') * 1e6:.1f}",
             rho_text(v.rho()),
             rho_text(v.rho(TIE)),
             f"{v.wall_fluid_s:.1f} / {v.wall_packet_s:.1f}",
         ]
         rows.append(row)
-    out += table(["mix", *MAIN, "rho", "rho 1 %", "wall s fluid / packet"], rows, "lr")
+    out += table(
+        ["mix", *MAIN, "one-vl contention us", "rho", "rho 1 %", "wall s fluid / packet"],
+        rows,
+        "lr",
+    )
     out += ["", "## Rank agreement", ""]
     rows = []
     rankings = [
@@ -284,7 +296,7 @@ def validation_report(
     same_best = 0
     for v in vals:
         tf, tp = v.totals("fluid"), v.totals("packet")
-        if tp[tf.index(min(tf))] <= min(tp) * 1.01 + CLEAN_S:
+        if tp[tf.index(min(tf))] <= min(tp) * 1.01 + EXCESS_EPS:
             same_best += 1
     out += [
         "",
@@ -295,10 +307,10 @@ def validation_report(
         "",
         "## The policies in each model",
         "",
-        "Over the mixes where the model sees contention under one-vl: the mean of each"
-        " policy's total relative to one-vl's (lower is better), and the mixes where it beats"
-        " / loses to equal, bandwidth and the fluid model's optimum (by more than 1 % of"
-        " one-vl's total).",
+        "Over the mixes where the model sees one-vl slow some job: the mean of each"
+        " policy's excess slowdown S - 1 relative to one-vl's (lower is better), and the mixes"
+        " where it beats / loses to equal, bandwidth and the fluid model's optimum (by more"
+        " than 1 % of one-vl's excess).",
         "",
     ]
     rows = []
@@ -307,19 +319,19 @@ def validation_report(
         for model in ("fluid", "packet"):
             row.append(f"{relative_to_one_vl(vals, model, p):.3f}")
         for model in ("fluid", "packet"):
-            live = [v for v in vals if v.total(model, "one-vl") > CLEAN_S]
+            live = [v for v in vals if v.excess(model, "one-vl") > EXCESS_EPS]
             cells = []
             for other in ("equal", "bandwidth", "optimal"):
-                tol = [TIE * v.total(model, "one-vl") for v in live]
+                tol = [TIE * v.excess(model, "one-vl") for v in live]
                 win = sum(
                     1
                     for v, t in zip(live, tol, strict=True)
-                    if v.total(model, p) < v.total(model, other) - t
+                    if v.excess(model, p) < v.excess(model, other) - t
                 )
                 lose = sum(
                     1
                     for v, t in zip(live, tol, strict=True)
-                    if v.total(model, p) > v.total(model, other) + t
+                    if v.excess(model, p) > v.excess(model, other) + t
                 )
                 cells.append(f"{win}/{lose}")
             row.append("; ".join(cells))
@@ -335,11 +347,11 @@ def validation_report(
         rows,
         "lr",
     )
-    both = [v for v in vals if v.total("packet", "one-vl") > CLEAN_S]
+    both = [v for v in vals if v.excess("packet", "one-vl") > EXCESS_EPS]
     out += [
         "",
         f"{TUNED}: each model tunes on what it shows. Kept, on the {len(both)} mixes the"
-        f" packet model sees contention on: fluid {picks(v.fluid[TUNED] for v in both)};"
+        f" packet model sees one-vl slow a job on: fluid {picks(v.fluid[TUNED] for v in both)};"
         f" packet {picks(v.packet[TUNED] for v in both)}; the same pick on"
         f" {sum(v.fluid[TUNED].setup.name == v.packet[TUNED].setup.name for v in both)}.",
     ]
@@ -493,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
             "fluid_buffer_packets": v.fluid["one-vl"].buffer_packets,
             "fluid": {p: v.total("fluid", p) for p in v.fluid},
             "packet": {p: v.total("packet", p) for p in v.packet},
+            "slowdown": {
+                m: {p: o.slowdown for p, o in outs.items()}
+                for m, outs in (("fluid", v.fluid), ("packet", v.packet))
+            },
             # which candidate each model kept: the two picks' "jobs" rows below may
             # pair different setups
             "picks": {
@@ -502,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             "packet_optimal": (
                 {
                     "total_contention_s": v.packet_optimal.total_contention_s,
+                    "slowdown": v.packet_optimal.slowdown,
                     "setup": setup_text(v.packet_optimal.setup, v.mix.jobs),
                     "searched": v.packet_searched,
                     "fluid_searched": v.fluid_searched,

@@ -18,8 +18,8 @@ from bench.report import table
 from bench.sim.mixes import Mix, network
 from bench.sim.run import (
     BEST_RATIO,
-    CLEAN_S,
     EVAL_POLICIES,
+    EXCESS_EPS,
     MAIN,
     TUNED,
     clean,
@@ -32,7 +32,7 @@ from ibqos.sim import policies, senders
 from ibqos.sim.evaluate import Outcome, alone, evaluate
 from ibqos.sim.workload import prepare
 
-#: totals closer than this share of the mix's one-vl total (or its largest) are a tie
+#: excess slowdowns closer than this share of the mix's one-vl one (or its largest) tie
 TIE = 0.01
 
 
@@ -62,58 +62,70 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def snap(totals: Sequence[float], tol: float) -> list[float]:
-    """Totals within *tol* of the largest one's scale made equal (ties), for the tolerant
-    rank correlation: differences the models cannot resolve are no ranking."""
-    scale = max(max(totals), CLEAN_S)
+    """Values (excess slowdowns) within *tol* of the largest one's scale made equal (ties),
+    for the tolerant rank correlation: differences the models cannot resolve are no
+    ranking."""
+    scale = max(max(totals), EXCESS_EPS)
     return [round(t / (scale * tol)) if tol > 0 else t for t in totals]
 
 
 @dataclass
 class Validation:
-    """A mix in both models: every policy's outcome, and the searches' totals."""
+    """A mix in both models: every policy's outcome, and the searches' S."""
 
     mix: Mix
     fluid: dict[str, Outcome]
     packet: dict[str, Outcome]
     wall_fluid_s: float
     wall_packet_s: float
-    #: the packet model's own optimum (``--packet-search``), and every searched total
+    #: the packet model's own optimum (``--packet-search``), and every searched setup's S
     packet_optimal: Outcome | None = None
     packet_searched: list[float] = field(default_factory=list)
-    #: the fluid model's searched totals, in the same order
+    #: the fluid model's searched S, in the same order
     fluid_searched: list[float] = field(default_factory=list)
 
     def total(self, model: str, policy: str) -> float:
+        """Total contention (s), reported beside S."""
         return clean((self.fluid if model == "fluid" else self.packet)[policy].total_contention_s)
 
+    def excess(self, model: str, policy: str) -> float:
+        """S - 1, the excess slowdown, in *model* (round-off below :data:`EXCESS_EPS`: 0):
+        what the models are compared by."""
+        return _excess((self.fluid if model == "fluid" else self.packet)[policy].slowdown)
+
     def packet_gap(self, policy: str = "ibqos-fixed") -> float:
-        """*policy*'s total over the packet model's optimum's, minus 1; totals closer than
-        :data:`TIE` of one-vl's total count as equal (0), as the tolerant rho does."""
+        """*policy*'s excess slowdown over the packet model's optimum's, minus 1; values
+        closer than :data:`TIE` of one-vl's count as equal (0), as the tolerant rho does."""
         assert self.packet_optimal is not None
-        opt, got = self.packet_optimal.total_contention_s, self.total("packet", policy)
-        if got - opt <= TIE * max(self.total("packet", "one-vl"), CLEAN_S):
+        opt, got = _excess(self.packet_optimal.slowdown), self.excess("packet", policy)
+        if got - opt <= TIE * max(self.excess("packet", "one-vl"), EXCESS_EPS):
             return 0.0
         return (got - opt) / opt if opt > 0 else math.inf
 
     def totals(self, model: str, pols: Sequence[str] = MAIN) -> list[float]:
-        return [self.total(model, p) for p in pols]
+        """The policies' excess slowdowns in *model* (the name is the ranking's)."""
+        return [self.excess(model, p) for p in pols]
 
     def setup_rho(self, tol: float = 0.0) -> float:
-        """The models' rank agreement over every setup both searched (nan: none)."""
+        """The models' rank agreement over every setup both searched, by S (nan: none)."""
         f, p = self.fluid_searched, self.packet_searched
         if not f or len(f) != len(p):
             return math.nan
-        f, p = [clean(t) for t in f], [clean(t) for t in p]
+        f, p = [_excess(t) for t in f], [_excess(t) for t in p]
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
 
     def rho(self, tol: float = 0.0, own_optimum: bool = False) -> float:
-        """The models' rank agreement over the five policies; with *own_optimum*, the
+        """The models' rank agreement over the five policies by S; with *own_optimum*, the
         packet model's ``optimal`` is its own search's best, not the fluid model's pick."""
         f, p = self.totals("fluid"), self.totals("packet")
         if own_optimum:
             assert self.packet_optimal is not None
-            p[MAIN.index("optimal")] = clean(self.packet_optimal.total_contention_s)
+            p[MAIN.index("optimal")] = _excess(self.packet_optimal.slowdown)
         return spearman(snap(f, tol), snap(p, tol)) if tol else spearman(f, p)
+
+
+def _excess(s: float) -> float:
+    return 0.0 if s - 1.0 < EXCESS_EPS else s - 1.0
 
 
 def run_validation(
@@ -130,7 +142,7 @@ def run_validation(
     net = network(mix.xgft)
     jobs = prepare(net, mix.jobs)
     start = time.perf_counter()
-    fluid = run_fluid(mix, iterations, fluid_buffers)
+    fluid = run_fluid(mix, iterations, fluid_buffers, full=True)
     wall_fluid = time.perf_counter() - start
     start = time.perf_counter()
     base = policies.one_vl(jobs, mix.lanes)
@@ -143,7 +155,7 @@ def run_validation(
         if p not in (TUNED, BEST_RATIO)
     }
     packet[TUNED] = tuned(packet)  # tuned on what the packet model shows
-    packet[BEST_RATIO] = tuned(packet, by_total=True)
+    packet[BEST_RATIO] = tuned(packet, by_s=True)
     v = Validation(mix, fluid.outcomes, packet, wall_fluid, 0.0, fluid_searched=fluid.searched)
     if packet_search:
         others = [fluid.outcomes[p].setup for p in EVAL_POLICIES]

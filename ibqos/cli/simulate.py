@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from ibqos.cli.options import (
     xgft_option,
 )
 from ibqos.config.load import find_config, load_config
-from ibqos.sim.command import network, simulate
-from ibqos.sim.evaluate import MODELS
+from ibqos.sim.command import Search, network, simulate
+from ibqos.sim.evaluate import MODELS, OBJECTIVES
 from ibqos.sim.policies import DEFAULT_LANES, POLICIES
 from ibqos.sim.report import FORMATS
 from ibqos.sim.senders import GRANULARITIES, Granularity
@@ -93,6 +94,24 @@ from ibqos.sim.senders import GRANULARITIES, Granularity
     help="ibqos: rank the candidate setups with the fluid model before trying them (else"
     " in their pool's order).",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    help="What judges a setup: node-time (S, the node-weighted mean slowdown) or worst-job"
+    " (the largest slowdown); optimal searches by it, the gain is by it, and ibqos tunes"
+    " by it (default: the config's tuning.objective, node-time).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="optimal: processes to run its setups in (default: the CPUs this process may use).",
+)
+@click.option(
+    "--optimal-limit-s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="optimal: start no setup after this many wall seconds (the runs under way finish)"
+    " and answer with the best setup known, marked as a bound (default: search to the end).",
+)
 @config_option()
 @format_option(FORMATS)
 def simulate_command(
@@ -111,15 +130,20 @@ def simulate_command(
     iterations: int | None,
     sweep_s: float | None,
     predict: bool,
+    objective: str | None,
+    workers: int | None,
+    optimal_limit_s: float | None,
     path: Path | None,
     fmt: str,
 ) -> None:
     """Predict what a QoS policy does to a job mix: each job's time alone and sharing.
 
-    Jobs iterate (compute, then communicate under their pattern); the contention of a job
-    is its time for N iterations with the mix minus alone.  E is the one-vl total over the
-    policy's.  Lanes come from --config's lanes section (default: ibqos's defaults).
-    See docs/simulate.md.
+    Jobs iterate (compute, then communicate under their pattern); a job's slowdown is its
+    time for N iterations with the mix over alone, S their node-weighted mean, the gain
+    the share of one-vl's excess slowdown (S - 1) a policy removes.  Total contention
+    (sharing minus alone) and E (the one-vl total over the policy's) are shown beside it.
+    Lanes come from --config's lanes section (default: ibqos's defaults).  See
+    docs/simulate.md.
     """
     lanes = DEFAULT_LANES
     tuning = None
@@ -143,6 +167,7 @@ def simulate_command(
         tuning,
         sweep_s,
         predict,
+        Search(objective, workers or len(os.sched_getaffinity(0)), optimal_limit_s),
     )
     for note in report.notes:
         click.echo(f"ibqos: simulate: {note}", err=True)

@@ -8,14 +8,18 @@ them progressing best under (:mod:`ibqos.plan.tuner`, ``docs/tuning.md``).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from ibqos.config.fields import described, flag, number
 
-__all__ = ["TuningConfig"]
+__all__ = ["Objective", "TuningConfig"]
+
+#: what a setup's score judges: the node-weighted mean slowdown (the machine time lost)
+#: or the worst job's slowdown
+Objective = Literal["node-time", "worst-job"]
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", json_schema_extra=described()))
@@ -34,6 +38,10 @@ class TuningConfig:
             favour-light law, or an earlier tried setup for a later one: the floor of the
             margin, which widens to margin_sigmas standard errors of the two trials'
             scores when their sweeps scatter more.
+        objective: what the score of a setup judges (docs/tuning.md, "The score"):
+            "node-time", the node-weighted mean of the jobs' slowdowns (the machine time
+            lost; the default), or "worst-job", the largest slowdown of any job (least
+            maximum slowdown: for sites that protect small jobs from big ones).
         margin_sigmas: how many standard errors of the measured difference a setup must
             gain by to be kept over an earlier tried one (0: the floor alone).
         predicted_slack: a shortlisted setup predicted worse than the best predicted by
@@ -58,6 +66,7 @@ class TuningConfig:
     shortlist: Annotated[int, number(0, 15, integer=True)] = 3
     trial_sweeps: Annotated[int, number(2, 100, integer=True)] = 3
     margin: Annotated[float, number(0, 1)] = 0.0
+    objective: Objective = "node-time"
     margin_sigmas: Annotated[float, number(0, 10)] = 0.0
     predicted_slack: Annotated[float, number(0, 10)] = 0.05
     floor: Annotated[float, number(0, 1)] = 0.5

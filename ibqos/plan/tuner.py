@@ -19,6 +19,11 @@ node-time lost, as contention is weighed in ``docs/simulate-evaluation.md``; a j
 many nodes that slows down wastes more of the machine than a small one.  A score of 1.0
 means every job at its best; the least score wins.
 
+That is the ``node-time`` objective, the default.  With ``tuning.objective: worst-job``
+the score is the worst job's instead: ``max_j best_j / rate_j(c)``, so a setup wins by
+sparing the job it slows most, whatever the nodes (a site protecting small jobs from big
+ones).  The margin, the noise, the drift and the prediction's slack apply to either score.
+
 **The margin comes from the noise.**  Each sweep of a trial gives a score of its own (the
 same formula on that sweep's rates); their standard error is how well the trial measured
 its setup.  A setup beats an earlier tried one (the law first, then the best predicted)
@@ -61,10 +66,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ibqos.config.tuning import TuningConfig
+from ibqos.config.tuning import Objective, TuningConfig
 from ibqos.plan.setups import LAW, Setup
 
-__all__ = ["Sample", "Tuner", "TuningStatus", "score", "score_errors"]
+__all__ = ["Sample", "Tuner", "TuningStatus", "combine", "score", "score_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -116,24 +121,48 @@ def _common_jobs(
     return jobs, best, math.fsum(nodes.get(j, 1) for j in jobs)
 
 
-def score(means: Mapping[str, Mapping[str, float]], nodes: Mapping[str, int]) -> dict[str, float]:
-    """Each setup's score (module docstring) from *means*: setup -> job -> bytes/s.
+def combine(
+    slowdowns: Mapping[str, float], nodes: Mapping[str, int], objective: Objective = "node-time"
+) -> float:
+    """One score from each job's slowdown (*slowdowns*: job -> ``best / rate``, 1.0 at its
+    best): their node-weighted mean (``node-time``) or their largest (``worst-job``); 1.0
+    with no job.
+
+    Raises:
+        ValueError: an unknown objective.
+    """
+    if not slowdowns:
+        return 1.0
+    if objective == "worst-job":
+        return max(slowdowns.values())
+    if objective != "node-time":
+        raise ValueError(f"objective {objective!r}: expected node-time or worst-job")
+    weight = math.fsum(nodes.get(j, 1) for j in slowdowns)
+    return math.fsum(nodes.get(j, 1) * s for j, s in slowdowns.items()) / weight
+
+
+def _slowdowns(
+    rates: Mapping[str, float], best: Mapping[str, float], jobs: set[str]
+) -> dict[str, float]:
+    # a job that sent nothing under a setup was stopped by it: count it as 1000x slower
+    return {j: best[j] / max(rates[j], best[j] * 1e-3) for j in jobs}
+
+
+def score(
+    means: Mapping[str, Mapping[str, float]],
+    nodes: Mapping[str, int],
+    objective: Objective = "node-time",
+) -> dict[str, float]:
+    """Each setup's score (module docstring) under *objective* from *means*: setup -> job
+    -> bytes/s.
 
     Jobs not measured under every setup, or that injected nothing under any, are left out:
     they would weigh setups by what was not seen.
     """
     if not means:
         return {}
-    jobs, best, weight = _common_jobs(means, nodes)
-    out = {}
-    for name, m in means.items():
-        if not jobs:
-            out[name] = 1.0
-            continue
-        # a job that sent nothing under a setup was stopped by it: count it as 1000x slower
-        slow = (nodes.get(j, 1) * best[j] / max(m[j], best[j] * 1e-3) for j in jobs)
-        out[name] = math.fsum(slow) / weight
-    return out
+    jobs, best, _ = _common_jobs(means, nodes)
+    return {name: combine(_slowdowns(m, best, jobs), nodes, objective) for name, m in means.items()}
 
 
 @dataclass
@@ -156,19 +185,21 @@ def score_errors(
     done: Mapping[str, tuple[Mapping[str, float], ...]],
     means: Mapping[str, Mapping[str, float]],
     nodes: Mapping[str, int],
+    objective: Objective = "node-time",
 ) -> dict[str, float]:
-    """Each setup's standard error of its score (module docstring): the spread of the
+    """Each setup's standard error of its score (module docstring) under *objective*: the
+    spread of the
     scores its trial's sweeps give one by one (*done*: setup -> each sweep's rates, bytes/s),
     each against the jobs' best means (*means*, as :func:`score` takes them), over the
     square root of the sweeps.  0 for a trial of one sweep or no jobs in common.
     """
     if not means:
         return {}
-    jobs, best, weight = _common_jobs(means, nodes)
+    jobs, best, _ = _common_jobs(means, nodes)
     out = {}
     for name, samples in done.items():
         per = [
-            math.fsum(nodes.get(j, 1) * best[j] / max(s[j], best[j] * 1e-3) for j in jobs) / weight
+            combine(_slowdowns(s, best, jobs), nodes, objective)
             for s in samples
             if jobs and all(j in s for j in jobs)
         ]
@@ -414,7 +445,7 @@ class Tuner:
         if len(trial.samples) >= self.cfg.trial_sweeps:
             self._done[trial.setup.name] = trial.mean()
             self._sweeps[trial.setup.name] = tuple(trial.samples)
-            self.measured = {**self.measured, **score(self._done, self._nodes)}
+            self.measured = {**self.measured, **score(self._done, self._nodes, self.cfg.objective)}
             log.info(
                 "tuning: trial of %s done, score %.3f",
                 trial.setup.name,
@@ -438,17 +469,17 @@ class Tuner:
     def _fall_back(self, now_s: float) -> None:
         """Back to the best setup measured so far in the round (the law when none): the
         revert every trial keeps room for."""
-        scores = score(self._done, self._nodes)
+        scores = score(self._done, self._nodes, self.cfg.objective)
         best = min(scores, key=lambda n: (scores[n], n != LAW), default=LAW)
         self.wanted = None if best == LAW else self._setups[best]
         self._reserved = False
 
     def _decide(self, now_s: float) -> None:
-        scores = {n: s for n, s in score(self._done, self._nodes).items()}
+        scores = {n: s for n, s in score(self._done, self._nodes, self.cfg.objective).items()}
         self.measured = {**self.measured, **scores}
         choice = LAW
         if scores:
-            errors = score_errors(self._sweeps, self._done, self._nodes)
+            errors = score_errors(self._sweeps, self._done, self._nodes, self.cfg.objective)
             order = list(scores)  # tried order: the law first, then the best predicted
             choice = order[0]
             for name in order[1:]:  # a later one takes over only when beyond the noise
@@ -507,12 +538,9 @@ class Tuner:
         jobs = [j for j in self._kept if j in now and self._kept[j] > 0]
         if not jobs:
             return
-        weight = math.fsum(self._nodes.get(j, 1) for j in jobs)
-        slow = math.fsum(
-            self._nodes.get(j, 1) * self._kept[j] / max(now[j], self._kept[j] * 1e-3) for j in jobs
-        )
-        if abs(slow / weight - 1.0) > self.cfg.drift:
-            log.info("tuning: %s drifted to %.3f of its score; new round", name, slow / weight)
+        slow = combine(_slowdowns(now, self._kept, set(jobs)), self._nodes, self.cfg.objective)
+        if abs(slow - 1.0) > self.cfg.drift:
+            log.info("tuning: %s drifted to %.3f of its score; new round", name, slow)
             self._mix_since = -math.inf  # the mix is the same: no need to settle again
             self.state = "waiting"
 

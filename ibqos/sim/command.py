@@ -22,9 +22,17 @@ from ibqos.sim.closedloop import (
     fluid_predictor,
 )
 from ibqos.sim.estimate import Phases
-from ibqos.sim.evaluate import Outcome, RunSettings
+from ibqos.sim.evaluate import OBJECTIVES, Outcome, RunSettings
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import ADAPTIVE, FIXED, POLICIES, one_vl, setup_of, too_large_to_search
+from ibqos.sim.policies import (
+    ADAPTIVE,
+    FIXED,
+    POLICIES,
+    one_vl,
+    optimum,
+    setup_of,
+    too_large_to_search,
+)
 from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration
 from ibqos.sim.report import BASELINE, load_plan, render
@@ -34,6 +42,23 @@ from ibqos.sim.workload import prepare
 #: the policies that plan by simulating the fluid model (the closed loop runs in it, and
 #: predicts with it)
 PLANNED = (FIXED, ADAPTIVE, "optimal")
+
+
+@dataclass(frozen=True)
+class Search:
+    """How ``optimal`` searches (:func:`ibqos.sim.policies.optimum`).
+
+    Attributes:
+        objective: what it judges the setups by (:data:`~ibqos.sim.evaluate.OBJECTIVES`);
+            the gain printed is by it too.  None: the tuning section's objective.
+        workers: processes it runs the setups in.
+        limit_s: wall seconds after which it answers with the best setup known, a bound
+            (None: no limit).
+    """
+
+    objective: str | None = None
+    workers: int = 1
+    limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +118,7 @@ def simulate(
     tuning: TuningConfig | None = None,
     sweep_s: float | None = None,
     predict: bool = True,
+    search: Search = Search(),
 ) -> SimReport:
     """Run the mix under each policy (and the plan file), return the rendered report.
 
@@ -106,7 +132,8 @@ def simulate(
     :func:`~ibqos.sim.closedloop.default_iterations`).  *tuning*, *sweep_s*, *predict*:
     the closed loop's tuning section, sweep interval (simulated seconds; None: its
     default) and whether the fluid model predicts its candidates (else they are tried in
-    their pool's order).
+    their pool's order).  *search*: how ``optimal`` searches, and the objective, which
+    judges its setups, the gains printed and the closed loop's tuning.
 
     *buffer_packets*: switch buffers per VL per input of *model* (None: its default, for
     the fluid model :func:`~ibqos.sim.senders.auto_buffers`).  *fluid_buffers*: the fluid
@@ -148,6 +175,11 @@ def simulate(
             notes.append(f"--policy all: left out optimal: {why}")
     sim_jobs = prepare(net, jobs)
     tuning = tuning if tuning is not None else TuningConfig()
+    objective = search.objective if search.objective is not None else tuning.objective
+    if objective not in OBJECTIVES:
+        raise SimError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    if objective != tuning.objective:
+        tuning = replace(tuning, objective=objective)  # type: ignore[arg-type]
     sweep = None
     if ADAPTIVE in names:
         sweep = default_sweep_s(sim_jobs) if sweep_s is None else sweep_s
@@ -164,7 +196,8 @@ def simulate(
     runs = RunSettings(model, net, sim_jobs, iterations, per, buffer_packets)
     planning = RunSettings("fluid", net, sim_jobs, iterations, per, fluid_buffers)
     base_arb = one_vl(sim_jobs, lanes)
-    # the fluid run on one VL is both E's baseline and what ibqos-fixed's plan is built from
+    # the fluid run on one VL is both the gain's baseline and what ibqos-fixed's plan is
+    # built from
     base_run = runs.run(base_arb) if model == "fluid" else None
     plan_arb = load_plan(plan) if plan is not None else None
     t_alone = runs.alone(base_arb)
@@ -177,6 +210,12 @@ def simulate(
 
     outcomes = []
     for name in names:
+        if name == "optimal":
+            found = optimum(planning, lanes, objective, search.workers, search.limit_s)
+            out = outcome(found.outcome.setup)
+            outcomes.append(replace(out, bound=not found.complete))
+            notes.append(found.summary())
+            continue
         if name != ADAPTIVE:
             outcomes.append(outcome(setup_of(name, planning, lanes, base_run)))
             continue
@@ -196,4 +235,4 @@ def simulate(
     baseline = next((o for o in outcomes if o.policy == BASELINE), None)
     if baseline is None:
         baseline = outcome(base_arb)
-    return SimReport(render(outcomes, baseline, fmt), tuple(notes))
+    return SimReport(render(outcomes, baseline, fmt, objective), tuple(notes))

@@ -72,6 +72,8 @@ class Outcome:
         buffer_packets: the model's switch input buffers per VL, MTU packets (0: none).
         plan_buffer_packets: for a setup planned by simulating the fluid model (ibqos,
             optimal), that model's buffers (MTU packets per VL); None for the others.
+        bound: the setup is the best a search knew when a limit stopped it (optimal):
+            its measure bounds the optimum's from above, it is not the optimum.
     """
 
     policy: str
@@ -82,6 +84,7 @@ class Outcome:
     sim_time_s: float
     buffer_packets: int
     plan_buffer_packets: int | None = None
+    bound: bool = False
 
     @property
     def total_contention_s(self) -> float:

@@ -18,8 +18,12 @@ nothing but the default lane.
   :func:`setup_of` does not give it.
 - ``optimal``: exhaustive search over the groupings of the jobs onto the lanes and a grid of
   per-lane weights (:data:`WEIGHT_GRID` packets per round), each setup run with the fluid
-  model; the setups of the other policies are tried too, so the optimum is never worse
-  than any of them.  For small mixes (:data:`MAX_SEARCH` setups at most).
+  model and judged by the objective (S by default; :data:`~ibqos.sim.evaluate.OBJECTIVES`);
+  the setups of the other policies are tried too (first), so the optimum is never worse
+  than any of them.  For small mixes (:data:`MAX_SEARCH` setups at most).  The search
+  (:mod:`ibqos.sim.optimum`) skips setups the fluid model cannot tell apart, ends a run
+  once it cannot beat the best so far, can use several processes, and, given a limit,
+  answers with the best setup known, a bound.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from ibqos.plan.weights import interleave, lane_entries, quantize
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network
+from ibqos.sim.optimum import Optimum, search
 from ibqos.sim.qos import Arbitration, from_tables
 from ibqos.sim.senders import Granularity
 from ibqos.sim.workload import RunResult, SimJob
@@ -66,23 +71,30 @@ def build(
     per: Granularity = "auto",
     seen: RunResult | None = None,
     buffer_packets: int | None = None,
+    objective: str = "node-time",
 ) -> Arbitration:
     """The setup policy *name* gives this mix (*per*, *buffer_packets*: the fluid model's
     senders and switch buffers, for the policies that simulate; *seen*: the mix's fluid
-    run on one VL, if already made): :func:`setup_of`.
+    run on one VL, if already made; *objective*: what ``optimal`` judges by):
+    :func:`setup_of`.
 
     Raises:
         SimError: an unknown policy, or a mix too large for ``optimal``.
     """
     fluid = RunSettings("fluid", net, jobs, iterations, per, buffer_packets)
-    return setup_of(name, fluid, lanes, seen)
+    return setup_of(name, fluid, lanes, seen, objective)
 
 
 def setup_of(
-    name: str, fluid: RunSettings, lanes: LaneConfig, seen: RunResult | None = None
+    name: str,
+    fluid: RunSettings,
+    lanes: LaneConfig,
+    seen: RunResult | None = None,
+    objective: str = "node-time",
 ) -> Arbitration:
     """The setup policy *name* gives the mix of *fluid*, the fluid model's runs of it
-    that the policies which simulate use (*seen*: its run on one VL, if already made).
+    that the policies which simulate use (*seen*: its run on one VL, if already made;
+    *objective*: what ``optimal`` judges by, :data:`~ibqos.sim.evaluate.OBJECTIVES`).
 
     Raises:
         SimError: an unknown policy, ``ibqos`` (it changes the setup as it runs:
@@ -104,7 +116,7 @@ def setup_of(
             " (ibqos.sim.closedloop), not one setup"
         )
     if name == "optimal":
-        return optimal(fluid, lanes)
+        return optimal(fluid, lanes, objective)
     raise SimError(f"--policy {name!r}: expected one of {', '.join(POLICIES)}")
 
 
@@ -221,22 +233,41 @@ def ibqos_plan(fluid: RunSettings, lanes: LaneConfig, seen: RunResult | None = N
     return from_tables(plan.tables, plan.job_sl, lanes.mtu, FIXED)
 
 
-def optimal(fluid: RunSettings, lanes: LaneConfig) -> Arbitration:
-    """The best setup of the exhaustive search (see the module docstring), each setup run
-    as *fluid* says.
+def optimal(fluid: RunSettings, lanes: LaneConfig, objective: str = "node-time") -> Arbitration:
+    """The best setup of the exhaustive search (see the module docstring) by *objective*,
+    each setup run as *fluid* says: :func:`optimum`'s, in one process, without a limit.
+
+    Raises:
+        SimError: the search would run more than :data:`MAX_SEARCH` setups.
+    """
+    return optimum(fluid, lanes, objective).outcome.setup
+
+
+def optimum(
+    fluid: RunSettings,
+    lanes: LaneConfig,
+    objective: str = "node-time",
+    workers: int = 1,
+    limit_s: float | None = None,
+    max_runs: int | None = None,
+) -> Optimum:
+    """The exhaustive search (module docstring) of the mix of *fluid* by *objective*: the
+    other policies' setups first (a good best-so-far early cuts more runs short), then
+    the grid.  *workers*, *limit_s*, *max_runs*: :func:`ibqos.sim.optimum.search`; with a
+    limit the answer may be a bound (:attr:`~ibqos.sim.optimum.Optimum.complete`).
 
     Raises:
         SimError: the search would run more than :data:`MAX_SEARCH` setups.
     """
     jobs = fluid.jobs
     tried = grid(jobs, lanes)
-    t_alone = fluid.alone(one_vl(jobs, lanes))
-    tried += [
+    base = one_vl(jobs, lanes)
+    t_alone = fluid.alone(base)
+    first = [
         replace(setup_of(p, fluid, lanes), name="optimal")
         for p in ("one-vl", "equal", "bandwidth", FIXED)
     ]
-    best, _ = fluid.best_of(tried, t_alone)
-    return best.setup
+    return search(fluid, first + tried, t_alone, objective, workers, limit_s, max_runs)
 
 
 def grid(jobs: Sequence[SimJob], lanes: LaneConfig) -> list[Arbitration]:
@@ -274,9 +305,8 @@ def best_of(
     per: Granularity = "auto",
     buffer_packets: int | None = None,
 ) -> tuple[Outcome, list[float]]:
-    """Each of *setups* run in *model*: the outcome of the one with the least total
-    contention (the first of equals), and every setup's total (s), in order
-    (:meth:`RunSettings.best_of`)."""
+    """Each of *setups* run in *model*: the outcome of the one of least S (the first of
+    equals), and every setup's S, in order (:meth:`RunSettings.best_of`)."""
     runs = RunSettings(model, net, jobs, iterations, per, buffer_packets)
     return runs.best_of(setups, t_alone)
 

@@ -1,19 +1,28 @@
 """What ``ibqos simulate`` prints, and the plan files it reads.
 
+The measure of a policy is S, the node-weighted mean slowdown of the jobs
+(:attr:`~ibqos.sim.evaluate.Outcome.slowdown`), and its gain over one-vl the share of
+one-vl's excess slowdown it removes (:meth:`~ibqos.sim.evaluate.Outcome.gain`); when
+one-vl slows nobody there is no gain to make, and the gain is a dash (JSON null).  The
+worst job's slowdown, the total contention, the node-time wasted and E (one-vl's total
+contention over the policy's; a dash when the policy has none) are printed beside it.
+
 JSON (one policy): ``policy``, ``model``, ``buffer_packets`` (the model's switch input
 buffers per VL, MTU packets; 0: none), ``plan_buffer_packets`` (for ibqos and optimal, the
 buffers of the fluid runs they planned with; else null), ``iterations``, ``jobs`` (``id``,
-``nodes``, ``sl``, ``vl``, ``t_alone_s``, ``t_sharing_s``, ``contention_s``),
-``total_contention_s``, ``node_time_wasted_s``, ``efficiency`` (E against ``baseline``,
-the one-vl policy; null when it is infinite), ``setup`` (``sl2vl``, ``vlarb_low``,
-``vlarb_high``, ``high_limit``, ``mtu``). Several policies: ``{"results": [...]}`` in the
-order asked.
+``nodes``, ``sl``, ``vl``, ``t_alone_s``, ``t_sharing_s``, ``contention_s``,
+``slowdown``), ``slowdown`` (S), ``worst_slowdown``, ``objective`` (what ``optimal``
+judged by), ``gain`` (over ``baseline``, the one-vl policy, by the objective; null when
+the baseline has no excess), ``bound`` (true: optimal's search stopped at its limit, the
+setup is the best known, not the optimum), ``total_contention_s``, ``node_time_wasted_s``,
+``efficiency`` (E against ``baseline``; null when the policy has no contention),
+``setup`` (``sl2vl``, ``vlarb_low``, ``vlarb_high``, ``high_limit``, ``mtu``). Several
+policies: ``{"results": [...]}`` in the order asked.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,11 +34,12 @@ from ibqos.sim.qos import Arbitration
 
 FORMATS = ("table", "json")
 BASELINE = "one-vl"
+#: an excess slowdown below this is none (round-off)
+EXCESS_EPS = 1e-9
 
 
-def to_json(outcome: Outcome, baseline: Outcome) -> dict[str, Any]:
+def to_json(outcome: Outcome, baseline: Outcome, objective: str = "node-time") -> dict[str, Any]:
     """One outcome as the documented JSON object."""
-    eff = outcome.efficiency(baseline)
     arb = outcome.setup
     return {
         "policy": outcome.policy,
@@ -46,12 +56,18 @@ def to_json(outcome: Outcome, baseline: Outcome) -> dict[str, Any]:
                 "t_alone_s": j.t_alone_s,
                 "t_sharing_s": j.t_sharing_s,
                 "contention_s": _clean(j.contention_s),
+                "slowdown": j.slowdown,
             }
             for j in outcome.jobs
         ],
+        "slowdown": outcome.slowdown,
+        "worst_slowdown": outcome.worst_slowdown,
+        "objective": objective,
+        "gain": gain_of(outcome, baseline, objective),
+        "bound": outcome.bound,
         "total_contention_s": _clean(outcome.total_contention_s),
         "node_time_wasted_s": _clean(outcome.node_time_wasted_s),
-        "efficiency": None if math.isinf(eff) else eff,
+        "efficiency": efficiency_of(outcome, baseline),
         "baseline": BASELINE,
         "setup": {
             "sl2vl": list(arb.sl_to_vl),
@@ -63,46 +79,88 @@ def to_json(outcome: Outcome, baseline: Outcome) -> dict[str, Any]:
     }
 
 
-def render(outcomes: Sequence[Outcome], baseline: Outcome, fmt: str) -> str:
-    """The outcomes as a table (per job, then totals) or JSON."""
+def gain_of(outcome: Outcome, baseline: Outcome, objective: str = "node-time") -> float | None:
+    """*outcome*'s gain over *baseline* by *objective* (the share of its excess removed);
+    None when the baseline has no excess to remove (0 against 0 is no gain)."""
+    if baseline.measure(objective) - 1.0 <= EXCESS_EPS:
+        return None
+    return outcome.gain(baseline, objective)
+
+
+def efficiency_of(outcome: Outcome, baseline: Outcome) -> float | None:
+    """E, *baseline*'s total contention over *outcome*'s; None when *outcome* has none
+    (round-off below a nanosecond is none): no ratio to print."""
+    mine = _clean(outcome.total_contention_s)
+    if mine <= 0:
+        return None
+    return _clean(baseline.total_contention_s) / mine
+
+
+def _text(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _gain_text(g: float | None) -> str:
+    return "-" if g is None else f"{g:.0%}"
+
+
+def render(
+    outcomes: Sequence[Outcome], baseline: Outcome, fmt: str, objective: str = "node-time"
+) -> str:
+    """The outcomes as a table (per job, then S and totals) or JSON; *objective*: what
+    the gain and ``optimal`` judge by."""
     if fmt == "json":
-        docs = [to_json(o, baseline) for o in outcomes]
+        docs = [to_json(o, baseline, objective) for o in outcomes]
         body: Any = docs[0] if len(docs) == 1 else {"results": docs}
         return json.dumps(body, indent=2) + "\n"
+    by = "S" if objective == "node-time" else "worst"
     lines: list[str] = []
     for o in outcomes:
         how = f"{o.model} model, {buffers_text(o.buffer_packets)}"
         if o.plan_buffer_packets is not None and o.model != "fluid":
             how += f"; planned with the fluid model, {buffers_text(o.plan_buffer_packets)}"
-        lines.append(f"policy {o.policy} ({how}, {o.iterations} iterations)")
+        lines.append(f"policy {_name(o)} ({how}, {o.iterations} iterations)")
         lines.append(f"  setup: {o.setup.describe()}")
         lines.append(
             f"  {'job':<12} {'nodes':>5} {'SL':>3} {'VL':>3} {'T_alone s':>11}"
-            f" {'T_sharing s':>12} {'contention s':>13}"
+            f" {'T_sharing s':>12} {'slowdown':>9} {'contention s':>13}"
         )
         for j in o.jobs:
             lines.append(
                 f"  {j.id:<12} {j.nodes:>5} {j.sl:>3} {j.vl:>3} {j.t_alone_s:>11.6f}"
-                f" {j.t_sharing_s:>12.6f} {_clean(j.contention_s):>13.6f}"
+                f" {j.t_sharing_s:>12.6f} {j.slowdown:>9.3f} {_clean(j.contention_s):>13.6f}"
             )
-        eff = o.efficiency(baseline)
-        shown = "inf" if math.isinf(eff) else f"{eff:.2f}"
+        e = _text(efficiency_of(o, baseline), ".2f")
         lines.append(
-            f"  total contention {_clean(o.total_contention_s):.6f} s, node-time wasted"
-            f" {_clean(o.node_time_wasted_s):.6f} node-s, E vs {BASELINE} {shown}"
+            f"  S {o.slowdown:.3f}, worst job {o.worst_slowdown:.3f}, gain over {BASELINE}"
+            f" by {by} {_gain_text(gain_of(o, baseline, objective))}; beside it: total"
+            f" contention {_clean(o.total_contention_s):.6f} s, node-time wasted"
+            f" {_clean(o.node_time_wasted_s):.6f} node-s, E {e}"
         )
         lines.append("")
     if len(outcomes) > 1:
-        w = max(10, *(len(o.policy) for o in outcomes))  # the names line up
-        lines.append(f"{'policy':<{w}} {'total contention s':>19} {'node-s wasted':>14} {'E':>7}")
+        w = max(10, *(len(_name(o)) for o in outcomes))  # the names line up
+        lines.append(
+            f"{'policy':<{w}} {'S':>6} {'worst':>6} {'gain':>5}"
+            f" {'contention s':>13} {'node-s wasted':>14} {'E':>6}"
+        )
         for o in outcomes:
-            eff = o.efficiency(baseline)
             lines.append(
-                f"{o.policy:<{w}} {_clean(o.total_contention_s):>19.6f}"
-                f" {_clean(o.node_time_wasted_s):>14.6f}"
-                f" {'inf' if math.isinf(eff) else f'{eff:.2f}':>7}"
+                f"{_name(o):<{w}} {o.slowdown:>6.3f} {o.worst_slowdown:>6.3f}"
+                f" {_gain_text(gain_of(o, baseline, objective)):>5}"
+                f" {_clean(o.total_contention_s):>13.6f} {_clean(o.node_time_wasted_s):>14.6f}"
+                f" {_text(efficiency_of(o, baseline), '.2f'):>6}"
             )
+        lines.append(
+            f"S: node-weighted mean slowdown; gain: share of {BASELINE}'s excess"
+            f" {by} - 1 removed; contention and E (its total over the policy's) beside it"
+        )
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _name(o: Outcome) -> str:
+    """The policy's name, marked when its setup is a search's bound."""
+    return f"{o.policy} (bound)" if o.bound else o.policy
 
 
 def buffers_text(packets: int) -> str:

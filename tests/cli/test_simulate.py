@@ -66,9 +66,9 @@ def test_all_policies_table_and_ibqos_beats_one_vl(mix: Path) -> None:
     results = {r["policy"]: r for r in json.loads(out)["results"]}
     assert list(results) == ["one-vl", "equal", "bandwidth", "ibqos-fixed", "ibqos", "optimal"]
     assert {r["iterations"] for r in results.values()} == {3}
-    assert results["ibqos-fixed"]["total_contention_s"] < results["one-vl"]["total_contention_s"]
-    assert results["optimal"]["total_contention_s"] <= min(
-        r["total_contention_s"] for p, r in results.items() if p != "ibqos"
+    assert results["ibqos-fixed"]["slowdown"] < results["one-vl"]["slowdown"]
+    assert results["optimal"]["slowdown"] <= min(
+        r["slowdown"] for p, r in results.items() if p != "ibqos"
     )
     # 3 iterations are less than a sweep (4 periods): the loop runs the first plan only
     assert err.startswith("ibqos: simulate: ibqos: 0 round(s) of tuning"), err
@@ -79,8 +79,75 @@ def test_all_policies_table_and_ibqos_beats_one_vl(mix: Path) -> None:
     )  # fmt: skip
     assert code == 0
     assert "policy equal (fluid model, 8 packets of buffer per VL, 2 iterations)" in table
-    assert "T_alone s" in table and "E vs one-vl" in table
+    assert "T_alone s" in table and "gain over one-vl by S" in table
     assert "\nibqos-fixed " in table  # the summary's names line up however long
+
+
+def test_s_and_the_gain_lead_and_contention_is_beside_them(mix: Path) -> None:
+    code, out, err = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "one-vl",
+        "--policy", "equal", "--iterations", "3", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    base, equal = json.loads(out)["results"]
+    for r in (base, equal):
+        nodes = sum(j["nodes"] for j in r["jobs"])
+        s = sum(j["nodes"] * j["t_sharing_s"] / j["t_alone_s"] for j in r["jobs"]) / nodes
+        assert r["slowdown"] == pytest.approx(s)
+        assert r["worst_slowdown"] == pytest.approx(max(j["slowdown"] for j in r["jobs"]))
+        assert r["objective"] == "node-time" and r["bound"] is False
+    assert base["slowdown"] > 1.0 and base["gain"] == 0.0
+    assert equal["gain"] == pytest.approx(1 - (equal["slowdown"] - 1) / (base["slowdown"] - 1))
+    code, out, _ = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "one-vl",
+        "--policy", "equal", "--iterations", "3", "--objective", "worst-job", "--format", "json",
+    )  # fmt: skip
+    base, equal = json.loads(out)["results"]
+    assert equal["objective"] == "worst-job"
+    assert equal["gain"] == pytest.approx(
+        1 - (equal["worst_slowdown"] - 1) / (base["worst_slowdown"] - 1)
+    )
+
+
+def test_no_contention_is_no_gain_a_dash_not_inf() -> None:
+    # the demo's jobs sit on the first two 16-host leaves of this tree: nothing contends
+    args = ["simulate", "--xgft", "2;16,4;1,4", "--jobs", str(ROOT / "examples/demo-jobs.yaml")]
+    args += ["--policy", "one-vl", "--policy", "equal", "--iterations", "2"]
+    code, table, err = invoke(*args)
+    assert code == 0, err
+    assert "inf" not in table
+    rows = [ln.split() for ln in table.splitlines() if ln.startswith(("one-vl ", "equal "))]
+    assert [r[0] for r in rows] == ["one-vl", "equal"]
+    for r in rows:  # S, worst, gain, contention, node-s, E
+        assert r[1:4] == ["1.000", "1.000", "-"] and r[6] == "-", r
+    code, out, _ = invoke(*args, "--format", "json")
+    for r in json.loads(out)["results"]:
+        assert r["gain"] is None and r["efficiency"] is None
+        assert r["slowdown"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_optimal_searches_by_the_objective_and_says_when_it_is_a_bound(mix: Path) -> None:
+    def run(*extra: str) -> tuple[dict[str, Any], str]:
+        code, out, err = invoke(
+            "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "optimal",
+            "--iterations", "2", "--workers", "1", "--format", "json", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        return json.loads(out), err
+
+    node, err = run()
+    assert node["bound"] is False and "optimal: the optimum of" in err, err
+    worst, _ = run("--objective", "worst-job")
+    assert worst["worst_slowdown"] <= node["worst_slowdown"] + 1e-12
+    assert node["slowdown"] <= worst["slowdown"] + 1e-12
+    cut, err = run("--optimal-limit-s", "1e-9")
+    assert cut["bound"] is True and "optimal: a bound: the best known of" in err, err
+    assert cut["slowdown"] >= node["slowdown"] - 1e-12
+    code, table, _ = invoke(
+        "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--policy", "optimal",
+        "--iterations", "2", "--optimal-limit-s", "1e-9",
+    )  # fmt: skip
+    assert code == 0 and "policy optimal (bound) (fluid model" in table
 
 
 def test_ibqos_tunes_over_a_default_n_long_enough_for_its_rounds(mix: Path) -> None:
@@ -103,9 +170,7 @@ def test_ibqos_tunes_over_a_default_n_long_enough_for_its_rounds(mix: Path) -> N
     assert "sweeps of 20 ms); kept " in err and len(err.strip().splitlines()) == 1
     # without buffers only the grouping matters on this mix, and the round tries the
     # law's grouping at other weights: switching costs the jobs nothing, as it should
-    assert both["ibqos"]["total_contention_s"] == pytest.approx(
-        both["equal"]["total_contention_s"], rel=1e-9
-    )
+    assert both["ibqos"]["slowdown"] == pytest.approx(both["equal"]["slowdown"], rel=1e-9)
     code, _, err = invoke(
         "simulate", "--xgft", "2;8,4;1,2", "--jobs", str(mix), "--sweep-s", "0",
     )  # fmt: skip

@@ -107,6 +107,7 @@ def test_collection_bounds() -> None:
         ({"fabric": {"routes": "smp"}}, "fabric.routes: expected one of auto, dump,"),
         ({"fabric": {"routes": "dump"}}, "fabric.lft_dump: required when fabric.routes is dump"),
         ({"tuning": {"lft_dump": "/x"}}, "tuning.lft_dump"),  # moved to fabric.lft_dump
+        ({"tuning": {"objective": "fastest"}}, "tuning.objective"),
     ],
 )
 def test_bad_values_name_their_key(doc: dict[str, object], message: str) -> None:
@@ -240,3 +241,9 @@ def test_code_builds_and_replaces_sections_as_dataclasses(tmp_path: Path) -> Non
     assert vars(AgentConfig()) == {
         f.name: getattr(AgentConfig(), f.name) for f in dataclasses.fields(AgentConfig)
     }  # `ibqos show-config`
+
+
+def test_the_tuning_objective_is_node_time_unless_worst_job_is_asked() -> None:
+    assert parse_config({}, "c.yaml").tuning.objective == "node-time"
+    cfg = parse_config({"tuning": {"objective": "worst-job"}}, "c.yaml")
+    assert cfg.tuning.objective == "worst-job"

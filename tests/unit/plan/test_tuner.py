@@ -9,7 +9,7 @@ import pytest
 
 from ibqos.config.tuning import TuningConfig
 from ibqos.plan.setups import LAW, Setup
-from ibqos.plan.tuner import Sample, Tuner, score, score_errors
+from ibqos.plan.tuner import Sample, Tuner, combine, score, score_errors
 
 LAW_SETUP = Setup(LAW, ((1,), (2,)), (1.0, 2.0))
 EQUAL = Setup("equal", ((1,), (2,)), (1.0, 1.0))
@@ -83,6 +83,40 @@ def test_score_is_node_weighted_slowdown_relative_to_best() -> None:
     assert got["a"] == pytest.approx((24 * 1 + 8 * 2) / 32)
     assert got["b"] == pytest.approx((24 * 2 + 8 * 1) / 32)
     assert score({"a": {"big": 1.0}, "b": {"small": 1.0}}, NODES) == {"a": 1.0, "b": 1.0}
+
+
+def test_the_worst_job_objective_scores_the_largest_slowdown() -> None:
+    means = {"a": {"big": 10.0, "small": 4.0}, "b": {"big": 5.0, "small": 8.0}}
+    got = score(means, NODES, "worst-job")
+    # a halves the small job, b the big one: alike by the worst job, not by node-time
+    assert got == {"a": pytest.approx(2.0), "b": pytest.approx(2.0)}
+    means["c"] = {"big": 8.0, "small": 6.0}
+    got = score(means, NODES, "worst-job")
+    assert got["c"] == pytest.approx(max(10 / 8, 8 / 6))
+    assert got["c"] < got["a"]
+    assert score(means, NODES)["a"] < score(means, NODES)["c"]  # node-time prefers a
+    sweeps = {"b": ({"big": 4.0, "small": 8.0}, {"big": 6.0, "small": 8.0})}
+    per = [10 / 4, 10 / 6]  # the big job is the worst in both sweeps
+    errors = score_errors(sweeps, means, NODES, "worst-job")
+    assert errors["b"] == pytest.approx(abs(per[0] - per[1]) / 2)
+    with pytest.raises(ValueError, match="objective 'fastest'"):
+        combine({"big": 1.0}, NODES, "fastest")  # type: ignore[arg-type]
+
+
+def test_the_tuner_keeps_what_its_objective_prefers() -> None:
+    rates = {
+        LAW: {"big": 8.0, "small": 4.0},
+        "equal": {"big": 10.0, "small": 3.0},  # the big job gains, the small one pays
+        "favour-heavy": {"big": 6.0, "small": 4.0},
+        "one-lane": {"big": 7.0, "small": 3.0},
+    }
+    kept = {}
+    for objective in ("node-time", "worst-job"):
+        fab, tuner = Fabric(rates), Tuner(cfg(objective=objective), enforce=True)
+        kept[objective] = fab.run(tuner, 30)[-1]
+    # node-time: equal (24 x 1.0 + 8 x 1.33) / 32 = 1.08 against the law's 1.19; by the
+    # worst job equal's small job (1.33) is worse off than anyone under the law (1.25)
+    assert kept == {"node-time": "equal", "worst-job": LAW}
 
 
 def test_a_round_tries_law_then_shortlist_and_keeps_the_best_measured() -> None:
