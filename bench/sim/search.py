@@ -1,0 +1,148 @@
+"""Benchmark the tuner's search: setups beyond the fixed candidates, within a time budget.
+
+Usage: python -m bench.sim.search [--only 64|2048] [--budget-64 S] [--budget-2048 S]
+[--evaluations N]
+
+What the agent's background thread runs before a round of tuning
+(:func:`ibqos.sim.search.rank_pool`): the jobs calibrated to what they measured under
+the plan in force, the fixed candidates of :func:`ibqos.plan.setups.candidates`
+predicted in the steady state (the **baseline**: the best of them is what tuning had
+without the search), then the search from them until its budget runs out
+(:func:`ibqos.sim.search.search`).  The plan is ibqos's favour-light law after the jobs
+ran on one VL (the ``ibqos-fixed`` policy's): the agent's decision of that sweep, its
+jobs estimated from the counters as the agent would, their phases (duty, period) as
+their profiles would record them.  The search may make ``--evaluations`` predictions
+beyond the candidates (1,000: the time budget ends it first).
+
+**64 hosts, 4 jobs**: ``2;16,4;1,4`` (4:1 at the leaves) with the mix of
+:func:`bench.benchmixes.jobs_64` (every job on every leaf; periods of 40-100 us).
+**2,048 nodes, 20 jobs**: the mix of :mod:`bench.sim.bench` (``3;16,16,8;1,8,8``).
+Lanes: the simulator's (8 VLArb entries, as ibsim), SL 0 reserved.
+
+Printed, per mix: the wall time from the start of the prediction (calibration
+included) to the search's end, the predictions made (the candidates' included) and the
+cache's hits, why it stopped, the baseline's best candidate and its score S (the
+node-weighted mean slowdown the fluid model predicts), and the search's best and its S;
+then the best setup found.  docs/simulate-benchmark.md holds one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+import ibqos
+from bench.machine import machine
+from bench.report import head, row
+from bench.sim.benchmixes import XGFT_2048, jobs_64, jobs_2048
+from ibqos.config.tuning import TuningConfig
+from ibqos.fabric.model import Fabric
+from ibqos.fabric.xgft import parse_xgft
+from ibqos.jobs.model import Job
+from ibqos.plan.decide import Decider
+from ibqos.plan.planner import law_setup
+from ibqos.plan.setups import candidates
+from ibqos.sim.estimate import Phases
+from ibqos.sim.fluid import simulate_fluid
+from ibqos.sim.network import Network, xgft_network
+from ibqos.sim.policies import DEFAULT_LANES, SweepTable, one_vl
+from ibqos.sim.search import Budget, SearchResult, evaluator_for, search
+from ibqos.sim.senders import forget_mix
+from ibqos.sim.workload import prepare
+
+XGFT_64 = "2;16,4;1,4"
+TARGET_64_S = 10.0
+TARGET_2048_S = 120.0
+
+
+def bench(net: Network, jobs: list[Job], budget: Budget) -> SearchResult:
+    """The search of *jobs* on *net* as the agent's thread runs it (module docstring)."""
+    forget_mix()
+    sim_jobs = prepare(net, jobs)
+    lanes = DEFAULT_LANES
+    seen = simulate_fluid(net, sim_jobs, one_vl(sim_jobs, lanes), 3, buffer_packets=0)
+    fabric = Fabric(net.topo, source="simulated")
+    table = SweepTable(net, fabric)(seen.link_bytes / max(seen.sim_time_s, 1e-12))
+    decider = Decider(fabric, replace(lanes, min_hold_s=0.0, min_interval_s=0.0))
+    decision = decider.decide(table, jobs, 0.0)
+    plan = decision.plan
+    pool = candidates(law_setup(plan), TuningConfig().candidates, lanes.weight_ratio)
+    started = time.perf_counter()  # the agent's thread starts here: it has the decision
+    phases = {j.id: Phases(j.duty, j.period_s) for j in jobs}  # as profiles record them
+    ev, _ = evaluator_for(net, jobs, decision, plan, phases=phases)
+    assert ev is not None
+    return search(ev, pool, budget, started_s=started)
+
+
+def cells(name: str, hosts: int, jobs: int, target_s: float, got: SearchResult) -> list[str]:
+    """The mix's row of the table."""
+    base = min(got.starts, key=lambda e: e.score)
+    return [
+        name,
+        f"{hosts:,}",
+        str(jobs),
+        f"{target_s:g}",
+        f"{got.elapsed_s:.1f}",
+        f"{got.evaluations} ({len(got.starts)} + {got.evaluations - len(got.starts)})",
+        str(got.hits),
+        got.stopped,
+        f"{base.setup.name} {base.score:.3f}",
+        f"{got.best.score:.3f}",
+        f"{(base.score - got.best.score) / (base.score - 1.0):.0%}" if base.score > 1.0 else "-",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.sim.search", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--only", choices=("64", "2048"))
+    ap.add_argument("--budget-64", type=float, default=TARGET_64_S)
+    ap.add_argument("--budget-2048", type=float, default=TARGET_2048_S)
+    ap.add_argument("--evaluations", type=int, default=1000)
+    args = ap.parse_args(argv)
+    print(f"ibqos {ibqos.__version__}; {machine()}")
+    print()
+    columns = [
+        "mix",
+        "hosts",
+        "jobs",
+        "budget s",
+        "wall s",
+        "predictions (candidates + search)",
+        "cache hits",
+        "stopped",
+        "baseline: best candidate, S",
+        "search: best S",
+        "excess removed",
+    ]
+    print("\n".join(head(columns, "lllr")))
+    shown = []
+    runs: list[tuple[str, float]] = []
+    if args.only in (None, "64"):
+        runs.append((XGFT_64, args.budget_64))
+    if args.only in (None, "2048"):
+        runs.append((XGFT_2048, args.budget_2048))
+    for xgft, budget_s in runs:
+        name = f"`{xgft}`"
+        net = xgft_network(parse_xgft(xgft))
+        jobs = jobs_64(net) if xgft == XGFT_64 else jobs_2048(net)
+        got = bench(net, jobs, Budget(budget_s, args.evaluations))
+        hosts = sum(len(j.nodes) for j in jobs)
+        print(row(cells(name, hosts, len(jobs), budget_s, got)), flush=True)
+        shown.append((name, got))
+    for name, got in shown:
+        best = got.best
+        lanes = "; ".join(
+            f"SLs {','.join(map(str, g))}: {t:g}"
+            for g, t in zip(best.setup.groups, best.setup.targets, strict=True)
+        )
+        print(f"\n{name}: {got.describe()}\n  {best.setup.name}: packets per round {lanes}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
