@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from ibqos.config.tuning import TuningConfig
 from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import parse_xgft
@@ -17,10 +18,13 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.planner import Plan, law_setup
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import Setup, candidates
+from ibqos.sim.closedloop import LoopResult, closed_loop, fluid_predictor
 from ibqos.sim.estimate import Phases
+from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import DEFAULT_LANES, SweepTable, one_vl
+from ibqos.sim.predict import Steady
 from ibqos.sim.search import (
     FOUND,
     MIN_GAIN,
@@ -177,9 +181,7 @@ def test_rank_pool_hands_the_found_setups_to_the_tuner(
 ) -> None:
     decision, plan = decided
     starts = pool(plan)
-    got = rank_pool(
-        net, MIX, decision, plan, starts, phases=PHASES, budget=Budget(None, 40)
-    )
+    got = rank_pool(net, MIX, decision, plan, starts, phases=PHASES, budget=Budget(None, 40))
     assert got.found and set(got.ranking) == {s.name for s in [*starts, *got.found]}
     assert got.ranking[0] == got.found[0].name == "found-1"
     assert all(got.scores[got.ranking[0]] <= v for v in got.scores.values())
@@ -189,3 +191,21 @@ def test_rank_pool_hands_the_found_setups_to_the_tuner(
     assert not plain.found and set(plain.ranking) == {s.name for s in starts}
     for name in plain.ranking:
         assert plain.scores[name] == pytest.approx(got.scores[name])
+
+
+def test_the_closed_loop_tries_what_the_search_found_and_repeats(net: Network) -> None:
+    jobs = prepare(net, MIX)
+    runs = RunSettings("fluid", net, jobs, 40, buffer_packets=0)
+    cfg = TuningConfig(trial_sweeps=2, shortlist=2)
+    steady = Steady(warmup=1, measure=4, buffer_packets=0)
+
+    def once() -> LoopResult:
+        predictor = fluid_predictor(net, MIX, steady, dict(PHASES), evaluations=30)
+        return closed_loop(runs, DEFAULT_LANES, cfg, None, predictor)
+
+    a, b = once(), once()
+    assert "found-1" in a.status.predicted
+    assert a.status.predicted["found-1"] == min(a.status.predicted.values())
+    tried = [s.setup for s in a.switches if any(r.startswith("setup") for r in s.reasons)]
+    assert "found-1" in tried
+    assert a.switches == b.switches and a.status == b.status  # deterministic
