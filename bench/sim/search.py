@@ -9,14 +9,20 @@ the plan in force, the fixed candidates of :func:`ibqos.plan.setups.candidates`
 predicted in the steady state (the **baseline**: the best of them is what tuning had
 without the search), then the search from them until its budget runs out
 (:func:`ibqos.sim.search.search`).  The plan is ibqos's favour-light law after the jobs
-ran on one VL (the ``ibqos-fixed`` policy's): the agent's decision of that sweep, its
-jobs estimated from the counters as the agent would, their phases (duty, period) as
-their profiles would record them.  The search may make ``--evaluations`` predictions
-beyond the candidates (1,000: the time budget ends it first).
+ran on one VL (the ``ibqos-fixed`` policy's), and the agent's decision after the jobs
+ran 4 iterations under it: its jobs estimated from those counters as the agent would,
+their phases (duty, period) as their profiles would record them.  The search may make
+``--evaluations`` predictions beyond the candidates (1,000: the time budget ends it
+first).
 
-**64 hosts, 4 jobs**: ``2;16,4;1,4`` (4:1 at the leaves) with the mix of
-:func:`bench.benchmixes.jobs_64` (every job on every leaf; periods of 40-100 us).
-**2,048 nodes, 20 jobs**: the mix of :mod:`bench.sim.bench` (``3;16,16,8;1,8,8``).
+- **64 hosts, 4 jobs**: ``2;16,4;1,4`` (4:1 at the leaves) with the mix of
+  :func:`bench.sim.benchmixes.jobs_64` (every job on every leaf; periods of 40-100 us);
+- **64 hosts, 3 jobs**: ``2;8,8;1,2`` (4:1), on every leaf of 8 a 32-node all-to-all at
+  11 GB/s (duty 0.5) on 4 hosts, a 16-node random-pairs job at 8 GB/s (duty 0.35) and a
+  16-node 4x4 halo at 4 GB/s (duty 0.2) on 2 each, 20 ms periods: a mix whose best
+  weights are not monotonic in intensity;
+- **2,048 nodes, 20 jobs**: the mix of :mod:`bench.sim.bench` (``3;16,16,8;1,8,8``).
+
 Lanes: the simulator's (8 VLArb entries, as ibsim), SL 0 reserved.
 
 Printed, per mix: the wall time from the start of the prediction (calibration
@@ -37,7 +43,7 @@ from dataclasses import replace
 import ibqos
 from bench.machine import machine
 from bench.report import head, row
-from bench.sim.benchmixes import XGFT_2048, jobs_64, jobs_2048
+from bench.sim.benchmixes import XGFT_2048, compute_hosts, jobs_64, jobs_2048
 from ibqos.config.tuning import TuningConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import parse_xgft
@@ -49,13 +55,29 @@ from ibqos.sim.estimate import Phases
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network, xgft_network
 from ibqos.sim.policies import DEFAULT_LANES, SweepTable, one_vl
+from ibqos.sim.qos import from_tables
 from ibqos.sim.search import Budget, SearchResult, evaluator_for, search
 from ibqos.sim.senders import forget_mix
 from ibqos.sim.workload import prepare
 
 XGFT_64 = "2;16,4;1,4"
+XGFT_3 = "2;8,8;1,2"
 TARGET_64_S = 10.0
 TARGET_2048_S = 120.0
+
+
+def jobs_3(net: Network) -> list[Job]:
+    """Three jobs interleaved on every leaf of 8 (module docstring)."""
+    hosts = compute_hosts(net)
+
+    def on(slots: Sequence[int]) -> tuple[str, ...]:
+        return tuple(h for i, h in enumerate(hosts) if i % 8 in slots)
+
+    return [
+        Job("a2a", on((0, 1, 4, 5)), "all-to-all", 11e9, 0.5, 0.02),
+        Job("pairs", on((2, 6)), "random-pairs", 8e9, 0.35, 0.02),
+        Job("halo", on((3, 7)), "halo", 4e9, 0.2, 0.02, halo_dims=(4, 4)),
+    ]
 
 
 def bench(net: Network, jobs: list[Job], budget: Budget) -> SearchResult:
@@ -63,12 +85,16 @@ def bench(net: Network, jobs: list[Job], budget: Budget) -> SearchResult:
     forget_mix()
     sim_jobs = prepare(net, jobs)
     lanes = DEFAULT_LANES
-    seen = simulate_fluid(net, sim_jobs, one_vl(sim_jobs, lanes), 3, buffer_packets=0)
     fabric = Fabric(net.topo, source="simulated")
-    table = SweepTable(net, fabric)(seen.link_bytes / max(seen.sim_time_s, 1e-12))
+    sweep = SweepTable(net, fabric)
     decider = Decider(fabric, replace(lanes, min_hold_s=0.0, min_interval_s=0.0))
-    decision = decider.decide(table, jobs, 0.0)
-    plan = decision.plan
+    arb = one_vl(sim_jobs, lanes)
+    for k in range(2):  # the law from one VL's counters, then the counters under the law
+        seen = simulate_fluid(net, sim_jobs, arb, 4, buffer_packets=0)
+        decision = decider.decide(sweep(seen.link_bytes / max(seen.sim_time_s, 1e-12)), jobs, k)
+        plan = decision.plan
+        assert plan.tables is not None
+        arb = from_tables(plan.tables, plan.job_sl, lanes.mtu)
     pool = candidates(law_setup(plan), TuningConfig().candidates, lanes.weight_ratio)
     started = time.perf_counter()  # the agent's thread starts here: it has the decision
     phases = {j.id: Phases(j.duty, j.period_s) for j in jobs}  # as profiles record them
@@ -123,13 +149,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = []
     runs: list[tuple[str, float]] = []
     if args.only in (None, "64"):
-        runs.append((XGFT_64, args.budget_64))
+        runs += [(XGFT_64, args.budget_64), (XGFT_3, args.budget_64)]
     if args.only in (None, "2048"):
         runs.append((XGFT_2048, args.budget_2048))
     for xgft, budget_s in runs:
         name = f"`{xgft}`"
         net = xgft_network(parse_xgft(xgft))
-        jobs = jobs_64(net) if xgft == XGFT_64 else jobs_2048(net)
+        if xgft == XGFT_2048:
+            jobs = jobs_2048(net)
+        else:
+            jobs = jobs_64(net) if xgft == XGFT_64 else jobs_3(net)
         got = bench(net, jobs, Budget(budget_s, args.evaluations))
         hosts = sum(len(j.nodes) for j in jobs)
         print(row(cells(name, hosts, len(jobs), budget_s, got)), flush=True)

@@ -18,10 +18,12 @@ senders to ``auto``: what the closed-loop lab's fluid contention runs
 (``docs/simulate-validation.md``, "The simulator against the closed-loop lab").
 
 Per setup and job: the time per iteration sharing, and alone (one job, the same lane and
-senders); the slowdown is their ratio.  A setup's **score** is the node-weighted mean of
-the jobs' times relative to each job's best over the setups predicted (:func:`scores`):
-1.0 when every job is at its best; the observation side scores measured times the same
-way.
+senders, :func:`alone_times`); the slowdown is their ratio.  A setup's **score**
+(:func:`scores`) is the node-weighted mean of the jobs' times relative to each job's best
+over the setups predicted (1.0 when every job is at its best; the observation side scores
+measured times the same way), or, against their times alone, S, the node-weighted mean
+slowdown, which does not depend on what else is predicted: tuning's prediction and its
+search (:mod:`ibqos.sim.search`) score so.
 
 A cycle of the tuner, from the agent's decision::
 

@@ -50,7 +50,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 
 from ibqos.classify.prior import Priors
@@ -343,7 +343,6 @@ class SearchResult:
     elapsed_s: float
     stopped: str
     climbs: int = 0
-    trace: tuple[float, ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
         """One line: the search's cost and what it found."""
