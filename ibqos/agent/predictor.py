@@ -41,7 +41,7 @@ __all__ = ["AGENT_EVALUATIONS", "make_predictor", "profile_phases", "routed_netw
 
 #: most predictions of the search beyond the candidates (its time budget ends it first on
 #: large fabrics)
-AGENT_EVALUATIONS = 200
+AGENT_EVALUATIONS = 1000
 
 
 def make_predictor(

@@ -13,7 +13,8 @@ packets the tables cannot encode exactly is skipped unevaluated.
 
 - a lane's packets one rung up or down :data:`LADDER` (1, 2, 3, 4, 6, 8, ...);
 - two lanes swap their packets (the heavy job on the heaviest weight: not monotonic);
-- one SL moves to another lane, or to a lane of its own (a split, one lane more);
+- one SL moves to another lane, or to a lane of its own (a split, one lane more: as
+  heavy as its lane was, a rung heavier, or half as heavy as the others);
 - two lanes merge (one lane fewer), keeping the larger of their packets.
 
 **The method: first-improvement local search with restarts.**  Every start point (the
@@ -296,10 +297,14 @@ class Space:
                     lanes[i] = (list(rest), p)
                     kept = [(s, q) for s, q in lanes if s]
                     out.append(self.point([s for s, _ in kept], [q for _, q in kept]))
-                if rest and n < self.lanes:  # to a lane of its own, as heavy as its last
-                    lanes = [(list(s), q) for s, q in point]
-                    lanes[i] = (list(rest), p)
-                    lanes.append(([sl], p))
+                if not rest or n >= self.lanes:
+                    continue
+                # to a lane of its own: as heavy as its last, a rung heavier, or the
+                # others twice as heavy (a split alone at equal weight may not gain)
+                for mine, others in ((p, 1), (_rung(p, +1), 1), (p, 2)):
+                    lanes = [(list(s), q * others) for s, q in point]
+                    lanes[i] = (list(rest), p * others)
+                    lanes.append(([sl], mine))
                     out.append(self.point([s for s, _ in lanes], [q for _, q in lanes]))
         for i in range(n):
             for j in range(i + 1, n):
