@@ -1,7 +1,7 @@
 """Benchmark the tuner's search: setups beyond the fixed candidates, within a time budget.
 
-Usage: python -m bench.sim.search [--only 64|2048] [--budget-64 S] [--budget-2048 S]
-[--evaluations N]
+Usage: python -m bench.sim.search [--only 64|2048|generated] [--budget-64 S]
+[--budget-2048 S] [--evaluations N] [--generated K] [--seed S]
 
 What the agent's background thread runs before a round of tuning
 (:func:`ibqos.sim.search.rank_pool`): the jobs calibrated to what they measured under
@@ -21,7 +21,9 @@ first).
   11 GB/s (duty 0.5) on 4 hosts, a 16-node random-pairs job at 8 GB/s (duty 0.35) and a
   16-node 4x4 halo at 4 GB/s (duty 0.2) on 2 each, 20 ms periods: a mix whose best
   weights are not monotonic in intensity;
-- **2,048 nodes, 20 jobs**: the mix of :mod:`bench.sim.bench` (``3;16,16,8;1,8,8``).
+- **2,048 nodes, 20 jobs**: the mix of :mod:`bench.sim.bench` (``3;16,16,8;1,8,8``);
+- with ``--generated K``, K random mixes of 2 to 5 jobs on ``2;8,8;1,2``
+  (:func:`generated`, drawn from ``--seed``), each with the 64-host budget.
 
 Lanes: the simulator's (8 VLArb entries, as ibsim), SL 0 reserved.
 
@@ -39,6 +41,8 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+
+import numpy as np
 
 import ibqos
 from bench.machine import machine
@@ -78,6 +82,33 @@ def jobs_3(net: Network) -> list[Job]:
         Job("pairs", on((2, 6)), "random-pairs", 8e9, 0.35, 0.02),
         Job("halo", on((3, 7)), "halo", 4e9, 0.2, 0.02, halo_dims=(4, 4)),
     ]
+
+
+PATTERNS = ("all-to-all", "halo", "ring", "random-pairs")
+
+
+def generated(net: Network, rng: np.random.Generator) -> list[Job]:
+    """A random mix on *net*'s hosts: 2 to 5 jobs of 4 to 24 hosts, each pattern, rate
+    (10 to 95 % of a link), duty (0.1 to 0.8) and period (2 to 50 ms) drawn; the hosts
+    interleaved or contiguous, drawn per mix."""
+    hosts = compute_hosts(net)
+    link = float(net.capacity[net.router.port_index[net.hosts[hosts[0]]]])
+    n = int(rng.integers(2, 6))
+    order = list(rng.permutation(len(hosts))) if rng.random() < 0.5 else list(range(len(hosts)))
+    jobs = []
+    for k in range(n):
+        size = int(rng.integers(1, 7)) * 4
+        if len(order) < size:
+            break
+        nodes = tuple(sorted(hosts[i] for i in order[:size]))
+        order = order[size:]
+        pattern = str(rng.choice(PATTERNS))
+        dims = (4, size // 4) if pattern == "halo" else None
+        rate = round(float(rng.uniform(0.1, 0.95)) * link, -6)
+        duty = round(float(rng.uniform(0.1, 0.8)), 2)
+        period = round(float(rng.uniform(2.0, 50.0)), 1) * 1e-3
+        jobs.append(Job(f"j{k + 1}", nodes, pattern, rate, duty, period, halo_dims=dims))
+    return jobs
 
 
 def bench(net: Network, jobs: list[Job], budget: Budget) -> SearchResult:
@@ -125,7 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.sim.search", description=__doc__.splitlines()[0]
     )
-    ap.add_argument("--only", choices=("64", "2048"))
+    ap.add_argument("--only", choices=("64", "2048", "generated"))
+    ap.add_argument("--generated", type=int, default=0, help="seeded random 64-host mixes")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--budget-64", type=float, default=TARGET_64_S)
     ap.add_argument("--budget-2048", type=float, default=TARGET_2048_S)
     ap.add_argument("--evaluations", type=int, default=1000)
@@ -152,11 +185,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs += [(XGFT_64, args.budget_64), (XGFT_3, args.budget_64)]
     if args.only in (None, "2048"):
         runs.append((XGFT_2048, args.budget_2048))
+    if args.only in (None, "generated"):
+        runs += [(f"{XGFT_3}#{k}", args.budget_64) for k in range(args.generated)]
+    rng = np.random.default_rng(args.seed)
     for xgft, budget_s in runs:
         name = f"`{xgft}`"
-        net = xgft_network(parse_xgft(xgft))
+        net = xgft_network(parse_xgft(xgft.split("#")[0]))
         if xgft == XGFT_2048:
             jobs = jobs_2048(net)
+        elif "#" in xgft:
+            jobs = generated(net, rng)
         else:
             jobs = jobs_64(net) if xgft == XGFT_64 else jobs_3(net)
         got = bench(net, jobs, Budget(budget_s, args.evaluations))

@@ -284,6 +284,8 @@ def fluid_predictor(
             defaults).
         phases: each job's phases where known (as a profile would record them); the
             others are assumed (:data:`~ibqos.sim.estimate.ASSUMED_PHASES`).
+        evaluations: the search's predictions beyond the candidates, each round (0: the
+            candidates alone).
     """
 
     def predictor(decision: Decision, plan: Plan, setups: Sequence[Setup]) -> Predicted:
