@@ -13,7 +13,7 @@ The modules, a stage each::
     estimate.py, predict.py: the jobs as the agent measured them, and the
         steady-state prediction of setups
     search.py: tuning's prediction of its candidates and the search beyond them
-        (rank_pool)
+        (rank_pool), over setupspace.py's points and moves
     closedloop.py: ``--policy ibqos``, the agent's tuning closed over the fluid model
     command.py: ``ibqos simulate``            whatif.py: the agent's what-if
 

@@ -1,21 +1,13 @@
 """A search of the setup space, guided by the fluid prediction: the setups tuning tries
 besides the fixed candidates of :mod:`ibqos.plan.setups`.
 
-**The space.**  A point is a grouping of the active job SLs onto lanes (any partition,
-not only groups contiguous in intensity; at most the job lanes the configuration allows)
-and each lane's MTU packets per arbitration round, as VLArb encodes them: a whole number
-per lane, in the entries ``vlarb_low_cap`` leaves for jobs
-(:func:`ibqos.plan.planner.setup_tables`, :func:`ibqos.plan.weights.quantize`).  Only the
-ratios count: packets are kept divided by their greatest common divisor.  A point whose
-packets the tables cannot encode exactly is skipped unevaluated.
-
-**The moves** from a point:
-
-- a lane's packets one rung up or down :data:`LADDER` (1, 2, 3, 4, 6, 8, ...);
-- two lanes swap their packets (the heavy job on the heaviest weight: not monotonic);
-- one SL moves to another lane, or to a lane of its own (a split, one lane more: as
-  heavy as its lane was, a rung heavier, or half as heavy as the others);
-- two lanes merge (one lane fewer), keeping the larger of their packets.
+**The space** (:mod:`ibqos.sim.setupspace`): a point is a grouping of the active job SLs
+onto lanes (any partition, not only groups contiguous in intensity; at most the job lanes
+the configuration allows) and each lane's MTU packets per arbitration round, as VLArb
+encodes them (:func:`ibqos.plan.planner.setup_tables`, :func:`ibqos.plan.weights.quantize`);
+a point whose packets the tables cannot encode exactly is skipped unevaluated.  The moves
+change one lane's weight, swap two lanes' weights, move one SL to another lane or a lane
+of its own, or merge two lanes.
 
 **The method: first-improvement local search with restarts.**  Every start point (the
 candidates: the law first, then the fixed shapes) is predicted; the search then climbs
@@ -25,7 +17,7 @@ the other in turn, and moves to the first neighbour predicted better by more tha
 from.  A fluid prediction costs 3 ms to 2 s (``docs/simulate-benchmark.md``), so the
 search affords tens of them: first improvement moves as soon as one neighbour is better,
 where best improvement would predict the whole neighbourhood (over a hundred points for
-20 jobs on 7 lanes) before one step; annealing needs many more evaluations to pay off its
+15 SLs on 7 lanes) before one step; annealing needs many more evaluations to pay off its
 random walk; and coordinate descent covers the weights only, not the groupings.
 
 **Evaluations are cached by the tables a setup programs**
@@ -33,10 +25,11 @@ random walk; and coordinate descent covers the weights only, not the groupings.
 (packets 2:4 and 1:2, a grouping reached twice) are predicted once.
 
 **The budget.**  The start points are always predicted (the tuner needs their ranking);
-the search then stops when the next evaluation would end past ``budget_s`` seconds of
-wall time (its cost taken as the mean so far), after ``evaluations`` predictions beyond
-the starts, or when every start has been climbed to a local optimum; it returns the best
-found.  Without a time limit the search is deterministic (the simulator's closed loop).
+the search then stops when its next step would end past :attr:`Budget.seconds` of wall
+time from the prediction's start (a step's cost taken as the mean so far), after
+:attr:`Budget.evaluations` predictions beyond the starts, or when every start has been
+climbed to a local optimum; it returns the best found.  Without a time limit the search
+is deterministic (the simulator's closed loop).
 
 **The score** is :func:`ibqos.sim.predict.scores` against each job's time alone: ``S``,
 the node-weighted mean slowdown (lower is better).
@@ -50,17 +43,16 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from ibqos.classify.prior import Priors
-from ibqos.errors import SimError
+from ibqos.errors import IbqosError, SimError
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan, Tables, setup_tables
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import Setup
-from ibqos.plan.tables import lane_pool, sl_intensities
 from ibqos.plan.tuning import Predicted
 from ibqos.sim.estimate import ASSUMED_PHASES, Phases, estimate_jobs, injected
 from ibqos.sim.network import Network
@@ -76,17 +68,16 @@ from ibqos.sim.predict import (
     steady_times,
 )
 from ibqos.sim.qos import Arbitration, from_tables
+from ibqos.sim.setupspace import Point, Space
 from ibqos.sim.workload import SimJob, prepare
 
 __all__ = [
     "FOUND",
-    "LADDER",
     "MIN_GAIN",
     "Budget",
     "Evaluated",
     "Evaluator",
     "SearchResult",
-    "Space",
     "evaluator_for",
     "rank_pool",
     "search",
@@ -94,16 +85,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: packets per round a lane's weight moves along, one rung at a time (about x1.5)
-LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: least relative gain in score for a move to be taken (below it the fluid model's own
 #: discreteness, and a trial on the fabric could never tell)
 MIN_GAIN = 0.002
 #: most found setups handed to the tuner (``found-1`` ...)
 FOUND = 3
-
-#: a point: (SLs of a lane, its packets per round) per lane, in canonical order
-Point = tuple[tuple[tuple[int, ...], int], ...]
 
 
 @dataclass(frozen=True)
@@ -206,121 +192,8 @@ class Evaluator:
 
 
 def _renamed(got: Evaluated, setup: Setup) -> Evaluated:
-    arb = Arbitration(
-        got.arbitration.job_sl,
-        got.arbitration.sl_to_vl,
-        got.arbitration.vlarb_low,
-        got.arbitration.vlarb_high,
-        got.arbitration.high_limit,
-        got.arbitration.mtu,
-        setup.name,
-    )
+    arb = replace(got.arbitration, name=setup.name)
     return Evaluated(setup, arb, got.times, got.score)
-
-
-@dataclass(frozen=True)
-class Space:
-    """The setup space of a plan's active job SLs.
-
-    Attributes:
-        intensity: SL -> its jobs' summed intensity (orders the lanes, most intense first).
-        lanes: most job lanes.
-    """
-
-    intensity: Mapping[int, float]
-    lanes: int
-
-    @classmethod
-    def of(cls, plan: Plan) -> Space:
-        """The space of *plan*'s job SLs and lanes."""
-        intensity = sl_intensities(plan.job_sl, plan.job_intensity, plan.cfg)
-        return cls(intensity, len(lane_pool(plan.cfg)[1]))
-
-    def point(self, groups: Sequence[Sequence[int]], packets: Sequence[int]) -> Point:
-        """The canonical point: lanes by their most intense SL, then SL; packets over
-        their greatest common divisor."""
-        g = reduce(math.gcd, packets, 0) or 1
-        lanes = [(tuple(sorted(sls)), p // g) for sls, p in zip(groups, packets, strict=True)]
-        lanes.sort(key=lambda lane: (-max(self.intensity[sl] for sl in lane[0]), lane[0]))
-        return tuple(lanes)
-
-    def setup(self, point: Point, name: str) -> Setup:
-        """The setup of *point*: its lanes as groups, its packets as targets."""
-        return Setup(name, tuple(sls for sls, _ in point), tuple(float(p) for _, p in point))
-
-    def moves(self, point: Point, rng: random.Random) -> Iterator[Point]:
-        """The neighbours of *point* (module docstring), each kind shuffled by *rng*, the
-        kinds taken in turn."""
-        kinds = [self._weights(point), self._swaps(point), self._regroups(point)]
-        for kind in kinds:
-            rng.shuffle(kind)
-        while any(kinds):
-            for kind in kinds:
-                if kind:
-                    yield kind.pop()
-
-    def _weights(self, point: Point) -> list[Point]:
-        if len(point) < 2:
-            return []  # one lane: its weight is nothing relative to another's
-        out = []
-        groups = [sls for sls, _ in point]
-        for i, (_, p) in enumerate(point):
-            for q in (_rung(p, +1), _rung(p, -1)):
-                if q != p:
-                    packets = [pp for _, pp in point]
-                    packets[i] = q
-                    out.append(self.point(groups, packets))
-        return out
-
-    def _swaps(self, point: Point) -> list[Point]:
-        out = []
-        groups = [sls for sls, _ in point]
-        for i in range(len(point)):
-            for j in range(i + 1, len(point)):
-                if point[i][1] != point[j][1]:
-                    packets = [p for _, p in point]
-                    packets[i], packets[j] = packets[j], packets[i]
-                    out.append(self.point(groups, packets))
-        return out
-
-    def _regroups(self, point: Point) -> list[Point]:
-        out = []
-        n = len(point)
-        for i, (sls, p) in enumerate(point):
-            for sl in sls:
-                rest = tuple(s for s in sls if s != sl)
-                for j in range(n):  # to another lane (the lane emptied goes)
-                    if j == i:
-                        continue
-                    lanes = [(list(s), q) for s, q in point]
-                    lanes[j][0].append(sl)
-                    lanes[i] = (list(rest), p)
-                    kept = [(s, q) for s, q in lanes if s]
-                    out.append(self.point([s for s, _ in kept], [q for _, q in kept]))
-                if not rest or n >= self.lanes:
-                    continue
-                # to a lane of its own: as heavy as its last, a rung heavier, or the
-                # others twice as heavy (a split alone at equal weight may not gain)
-                for mine, others in ((p, 1), (_rung(p, +1), 1), (p, 2)):
-                    lanes = [(list(s), q * others) for s, q in point]
-                    lanes[i] = (list(rest), p * others)
-                    lanes.append(([sl], mine))
-                    out.append(self.point([s for s, _ in lanes], [q for _, q in lanes]))
-        for i in range(n):
-            for j in range(i + 1, n):
-                two: list[tuple[tuple[int, ...], int]] = [
-                    lane for k, lane in enumerate(point) if k not in (i, j)
-                ]
-                two.append((point[i][0] + point[j][0], max(point[i][1], point[j][1])))
-                out.append(self.point([s for s, _ in two], [q for _, q in two]))
-        return list(dict.fromkeys(out))  # two ways to one point: once
-
-
-def _rung(packets: int, step: int) -> int:
-    """The next value of :data:`LADDER` above (*step* +1) or below (-1) *packets*."""
-    if step > 0:
-        return next((v for v in LADDER if v > packets), packets)
-    return next((v for v in reversed(LADDER) if v < packets), packets)
 
 
 @dataclass(frozen=True)
@@ -431,11 +304,16 @@ def search(
                 if stop is not None:
                     break
                 setup = space.setup(nb, f"search-{len(seen) + 1}")
-                tables = ev.tables(setup)
-                if not _encodes(tables, nb):
+                try:
+                    tables = ev.tables(setup)
+                    if not _encodes(tables, nb):
+                        seen[nb] = math.inf
+                        continue
+                    got = ev.evaluate(setup, tables)
+                except (IbqosError, ValueError) as err:  # one point must not end the search
+                    log.warning("search: %s: %s", setup.groups, err)
                     seen[nb] = math.inf
                     continue
-                got = ev.evaluate(setup, tables)
                 seen[nb] = got.score
                 if _key(got) not in start_keys:
                     extra.append(got)
