@@ -1,7 +1,7 @@
 """Benchmark the tuner's search: setups beyond the fixed candidates, within a time budget.
 
 Usage: python -m bench.sim.search [--only 64|2048|generated] [--budget-64 S]
-[--budget-2048 S] [--evaluations N] [--generated K] [--seed S]
+[--budget-2048 S] [--evaluations N] [--generated K] [--seed S] [--closed-loop]
 
 What the agent's background thread runs before a round of tuning
 (:func:`ibqos.sim.search.rank_pool`): the jobs calibrated to what they measured under
@@ -27,6 +27,12 @@ first).
 
 Lanes: the simulator's (8 VLArb entries, as ibsim), SL 0 reserved.
 
+With ``--closed-loop``, the three-job mix and every generated mix whose best candidate
+is predicted above S 1.05 also run as ``ibqos simulate --policy ibqos`` runs them (its
+default N, buffers and lanes, the jobs' phases known), once with the candidates alone
+and once with the search (40 predictions a round), beside the fixed policies: their S,
+trials counted.
+
 Printed, per mix: the wall time from the start of the prediction (calibration
 included) to the search's end, the predictions made (the candidates' included) and the
 cache's hits, why it stopped, the baseline's best candidate and its score S (the
@@ -48,6 +54,7 @@ import ibqos
 from bench.machine import machine
 from bench.report import head, row
 from bench.sim.benchmixes import XGFT_2048, compute_hosts, jobs_64, jobs_2048
+from ibqos.config.lanes import LaneConfig
 from ibqos.config.tuning import TuningConfig
 from ibqos.fabric.model import Fabric
 from ibqos.fabric.xgft import parse_xgft
@@ -55,15 +62,25 @@ from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
 from ibqos.plan.planner import law_setup
 from ibqos.plan.setups import candidates
+from ibqos.sim.closedloop import (
+    SEARCH_EVALUATIONS,
+    closed_loop,
+    default_iterations,
+    default_sweep_s,
+    fluid_predictor,
+)
 from ibqos.sim.estimate import Phases
+from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import simulate_fluid
 from ibqos.sim.network import Network, xgft_network
-from ibqos.sim.policies import DEFAULT_LANES, SweepTable, one_vl
+from ibqos.sim.policies import DEFAULT_LANES, SweepTable, one_vl, setup_of
+from ibqos.sim.predict import Steady
 from ibqos.sim.qos import from_tables
 from ibqos.sim.search import Budget, SearchResult, evaluator_for, search
-from ibqos.sim.senders import forget_mix
+from ibqos.sim.senders import auto_buffers, forget_mix
 from ibqos.sim.workload import prepare
 
+FIXED_POLICIES = ("one-vl", "equal", "bandwidth", "ibqos-fixed")
 XGFT_64 = "2;16,4;1,4"
 XGFT_3 = "2;8,8;1,2"
 TARGET_64_S = 10.0
@@ -134,6 +151,33 @@ def bench(net: Network, jobs: list[Job], budget: Budget) -> SearchResult:
     return search(ev, pool, budget, started_s=started)
 
 
+#: a mix whose best candidate is predicted above this S is run in the closed loop
+CONTENDS = 1.05
+LOOP_COLUMNS = (*FIXED_POLICIES, "ibqos, candidates only", "ibqos, with the search")
+
+
+def closed_loops(net: Network, jobs: list[Job]) -> list[float]:
+    """S of *jobs* under each fixed policy, then in ``ibqos simulate --policy ibqos``'s
+    closed loop without the search and with it (its defaults: N for 4 rounds, the fluid
+    model's buffers by default, the jobs' phases known)."""
+    forget_mix()
+    sim_jobs = prepare(net, jobs)
+    lanes, tuning = LaneConfig(), TuningConfig()
+    sweep = default_sweep_s(sim_jobs)
+    buffers = auto_buffers(sim_jobs, "auto", None)
+    n = default_iterations(sim_jobs, sweep, tuning)
+    runs = RunSettings("fluid", net, sim_jobs, n, "auto", buffers)
+    t_alone = runs.alone(one_vl(sim_jobs, lanes))
+    out = [runs.evaluate(setup_of(p, runs, lanes, None), t_alone).slowdown for p in FIXED_POLICIES]
+    phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in sim_jobs}
+    steady = Steady(buffer_packets=buffers)
+    for evaluations in (0, SEARCH_EVALUATIONS):
+        predictor = fluid_predictor(net, jobs, steady, phases, evaluations)
+        loop = closed_loop(runs, lanes, tuning, sweep, predictor)
+        out.append(runs.evaluate(loop.final, t_alone, loop.run).slowdown)
+    return out
+
+
 def cells(name: str, hosts: int, jobs: int, target_s: float, got: SearchResult) -> list[str]:
     """The mix's row of the table."""
     base = min(got.starts, key=lambda e: e.score)
@@ -159,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", choices=("64", "2048", "generated"))
     ap.add_argument("--generated", type=int, default=0, help="seeded random 64-host mixes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--closed-loop", action="store_true", help="and each mix in the loop")
     ap.add_argument("--budget-64", type=float, default=TARGET_64_S)
     ap.add_argument("--budget-2048", type=float, default=TARGET_2048_S)
     ap.add_argument("--evaluations", type=int, default=1000)
@@ -180,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     print("\n".join(head(columns, "lllr")))
     shown = []
+    looped: list[list[str]] = []
     runs: list[tuple[str, float]] = []
     if args.only in (None, "64"):
         runs += [(XGFT_64, args.budget_64), (XGFT_3, args.budget_64)]
@@ -201,6 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         hosts = sum(len(j.nodes) for j in jobs)
         print(row(cells(name, hosts, len(jobs), budget_s, got)), flush=True)
         shown.append((name, got))
+        contends = min(e.score for e in got.starts) > CONTENDS
+        if args.closed_loop and xgft != XGFT_2048 and (xgft == XGFT_3 or contends):
+            looped.append([name, str(len(jobs)), *(f"{v:.3f}" for v in closed_loops(net, jobs))])
+    if looped:
+        print("\nclosed loop (N for 4 rounds of tuning, trials counted), S per policy:\n")
+        print("\n".join(head(["mix", "jobs", *LOOP_COLUMNS], "llr")))
+        print("\n".join(row(r) for r in looped))
     for name, got in shown:
         best = got.best
         lanes = "; ".join(
