@@ -9,7 +9,8 @@ declared or profile pattern, else gravity; phases from the job's profile where i
 them, else ``tuning.assumed_duty`` and ``assumed_period_s``), calibrated to what they
 measured under the setup in force; and each candidate's tables as the planner would
 program them (:func:`ibqos.plan.planner.setup_tables`), run in the steady state
-(:func:`ibqos.sim.predict.predict`).
+(:mod:`ibqos.sim.predict`); then the search beyond the candidates
+(:func:`ibqos.sim.search.rank_pool`), within ``tuning.search_budget_s`` of wall time.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ from ibqos.plan.setups import Setup
 from ibqos.plan.tuning import Predicted, Predictor
 from ibqos.sim.estimate import Phases
 from ibqos.sim.network import Network
-from ibqos.sim.predict import network_for, rank_pool
+from ibqos.sim.predict import network_for
+from ibqos.sim.search import Budget, rank_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["make_predictor", "profile_phases", "routed_network"]
+__all__ = ["AGENT_EVALUATIONS", "make_predictor", "profile_phases", "routed_network"]
+
+#: most predictions of the search beyond the candidates (its time budget ends it first on
+#: large fabrics)
+AGENT_EVALUATIONS = 1000
 
 
 def make_predictor(
@@ -62,6 +68,9 @@ def make_predictor(
             cache[:] = [(model, tables, net)]
             return net
 
+    # no time, no search; a search bounded by evaluations too, as the simulator's
+    budget = Budget(cfg.search_budget_s, AGENT_EVALUATIONS) if cfg.search_budget_s > 0 else None
+
     def predictor(decision: Decision, plan: Plan, pool: Sequence[Setup]) -> Predicted:
         running, known = jobs(), priors()
         return rank_pool(
@@ -73,6 +82,7 @@ def make_predictor(
             priors=known,
             phases=profile_phases(running, known),
             assumed=Phases(cfg.assumed_duty, cfg.assumed_period_s),
+            budget=budget,
         )
 
     return predictor

@@ -59,6 +59,9 @@ class TuningConfig:
             gives none (prediction only).
         assumed_period_s: iteration length in seconds, for jobs whose profile gives none
             (prediction only).
+        search_budget_s: wall-clock seconds a prediction may take, the search for setups
+            beyond the candidates included (``docs/tuning.md``, "The search"); the
+            candidates are predicted whatever it says; 0: no search.
     """
 
     enabled: Annotated[bool, flag()] = True
@@ -75,3 +78,4 @@ class TuningConfig:
     max_reloads_per_hour: Annotated[int, number(2, 3600, integer=True)] = 12
     assumed_duty: Annotated[float, number(0.01, 1)] = 0.5
     assumed_period_s: Annotated[float, number(1e-6, 3600)] = 0.01
+    search_budget_s: Annotated[float, number(0, 3600)] = 60.0

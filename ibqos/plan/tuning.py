@@ -6,7 +6,9 @@ Each cycle :class:`TuningDriver` makes the pool of setups for the plan's jobs (t
 first, :func:`ibqos.plan.setups.candidates`).  When the mix (jobs and classes) has stayed
 the same for ``tuning.settle_s``, it predicts the pool in a background thread
 (:data:`Predictor`; the decision cycle never waits for it) and hands the ranking to the
-tuner, which waits for it before a round.  With no predictor, or one that fails, the
+tuner, which waits for it before a round.  The prediction may bring setups of its own, a
+search's beyond the pool (:attr:`Predicted.found`, ``found-1`` ...): they join the pool
+before the round, so the tuner may try them.  With no predictor, or one that fails, the
 ranking is the pool's own order (the order of :mod:`ibqos.plan.setups`), said in the log.
 
 The thread shares the interpreter with the cycle: a prediction holds the GIL for the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +34,12 @@ from ibqos.plan.tuner import Sample, Tuner, TuningStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Predicted", "Predictor", "TuningDriver"]
+__all__ = ["MAX_FOUND", "Predicted", "Predictor", "TuningDriver"]
+
+#: most found setups a prediction adds to the pool
+MAX_FOUND = 4
+#: what a setup may be called: metric-label and log friendly
+_NAME = re.compile(r"[a-z0-9+.-]+")
 
 
 @dataclass(frozen=True)
@@ -42,11 +50,15 @@ class Predicted:
         ranking: the pool's setup names, best predicted first.
         scores: setup -> predicted score (lower is better; the tuner's measure).
         text: the prediction as a table, for ``ibqos run --dry-run`` ("" when none).
+        found: setups a search found beyond the pool, best first (names ``found-1`` ...,
+            in *ranking* and *scores* too): the driver adds them to the pool, at most
+            :data:`MAX_FOUND`.
     """
 
     ranking: tuple[str, ...]
     scores: Mapping[str, float]
     text: str = ""
+    found: tuple[Setup, ...] = ()
 
 
 #: predicts *setups* for the jobs of the decision (plan in force, setups): may take long
@@ -199,8 +211,25 @@ class TuningDriver:
         done_mix, predicted = result
         if done_mix == mix:
             self.predicted = predicted
+            self.pool = [*self.pool, *self._found(predicted)]
             best = predicted.ranking[0] if predicted.ranking else LAW
             log.info("tuning: predicted %s best of %d setups", best, len(predicted.ranking))
+
+    def _found(self, predicted: Predicted) -> list[Setup]:
+        """The found setups of *predicted* that may join the pool: named as setups are,
+        not yet in it, placing the pool's SLs; at most :data:`MAX_FOUND`."""
+        names = {s.name for s in self.pool}
+        sls = self.pool[0].sls if self.pool else frozenset()
+        out: list[Setup] = []
+        for setup in predicted.found:
+            if len(out) == MAX_FOUND:
+                break
+            if _NAME.fullmatch(setup.name) and setup.name not in names and setup.fits(sls):
+                out.append(setup)
+                names.add(setup.name)
+            else:
+                log.warning("tuning: found setup %s left out of the pool", setup.name)
+        return out
 
     def predict_now(self, decision: Decision) -> Predicted | None:
         """Predict the pool of *decision*'s plan now, in this thread, whatever the mix's

@@ -10,8 +10,10 @@ The modules, a stage each::
     packet.py: the packet model, packet by packet (simulate_packets)
     evaluate.py: a mix under a setup, alone and sharing (RunSettings, Outcome)
     policies.py: the setups compared          report.py: their tables
-    estimate.py, predict.py: the jobs as the agent measured them, and tuning's
-        steady-state prediction of its candidate setups (rank_pool)
+    estimate.py, predict.py: the jobs as the agent measured them, and the
+        steady-state prediction of setups
+    search.py: tuning's prediction of its candidates and the search beyond them
+        (rank_pool), over setupspace.py's points and moves
     closedloop.py: ``--policy ibqos``, the agent's tuning closed over the fluid model
     command.py: ``ibqos simulate``            whatif.py: the agent's what-if
 

@@ -29,8 +29,10 @@ hour of simulated time, which in a run of seconds means ``max_reloads_per_hour``
 whole run.
 
 The prediction (:mod:`ibqos.sim.predict`) ranks the candidates before a round when a
-*predictor* is given (:func:`fluid_predictor`); without one the round tries them in the
-pool's order.  Everything is deterministic: the prediction runs inline.
+*predictor* is given (:func:`fluid_predictor`), and its search (:mod:`ibqos.sim.search`)
+adds the setups it found; without one the round tries the candidates in the pool's
+order.  Everything is deterministic: the prediction runs inline and the search is
+bounded by its count of predictions, not by wall time.
 
 Units: seconds (simulated), bytes per second.
 """
@@ -60,12 +62,14 @@ from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
 from ibqos.sim.policies import ADAPTIVE, SweepTable
-from ibqos.sim.predict import Steady, rank_pool
+from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration, from_tables
+from ibqos.sim.search import Budget, rank_pool
 from ibqos.sim.workload import RunResult, SimJob
 
 __all__ = [
     "ROUNDS",
+    "SEARCH_EVALUATIONS",
     "SWEEP_PERIODS",
     "LoopResult",
     "Switch",
@@ -84,6 +88,8 @@ SWEEP_PERIODS = 4
 ROUNDS = 4
 #: N when no policy tunes (and at least N when one does)
 BASE_ITERATIONS = 10
+#: predictions the search makes beyond the candidates before each round
+SEARCH_EVALUATIONS = 40
 
 
 def default_sweep_s(jobs: Sequence[SimJob]) -> float:
@@ -263,10 +269,13 @@ def fluid_predictor(
     jobs: Sequence[Job],
     steady: Steady | None = None,
     phases: dict[str, Phases] | None = None,
+    evaluations: int = SEARCH_EVALUATIONS,
 ) -> Predictor:
     """The tuning's predictor on the simulated fabric's routes, with the steady state
-    given: :func:`~ibqos.sim.predict.rank_pool`, as the agent's own
-    (:func:`ibqos.agent.predictor.make_predictor`, a layer up) runs it.
+    given: :func:`~ibqos.sim.search.rank_pool` and its search, as the agent's own
+    (:func:`ibqos.agent.predictor.make_predictor`, a layer up) runs it, but bounded by
+    *evaluations* (predictions beyond the candidates; 0: no search) instead of wall time,
+    so that a run repeats to the bit.
 
     Args:
         net: the fabric and its routes.
@@ -275,10 +284,15 @@ def fluid_predictor(
             defaults).
         phases: each job's phases where known (as a profile would record them); the
             others are assumed (:data:`~ibqos.sim.estimate.ASSUMED_PHASES`).
+        evaluations: the search's predictions beyond the candidates, each round (0: the
+            candidates alone).
     """
 
     def predictor(decision: Decision, plan: Plan, setups: Sequence[Setup]) -> Predicted:
         how = Steady() if steady is None else steady
-        return rank_pool(net, jobs, decision, plan, setups, phases=phases, steady=how)
+        budget = Budget(None, evaluations) if evaluations > 0 else None
+        return rank_pool(
+            net, jobs, decision, plan, setups, phases=phases, steady=how, budget=budget
+        )
 
     return predictor

@@ -18,10 +18,12 @@ senders to ``auto``: what the closed-loop lab's fluid contention runs
 (``docs/simulate-validation.md``, "The simulator against the closed-loop lab").
 
 Per setup and job: the time per iteration sharing, and alone (one job, the same lane and
-senders); the slowdown is their ratio.  A setup's **score** is the node-weighted mean of
-the jobs' times relative to each job's best over the setups predicted (:func:`scores`):
-1.0 when every job is at its best; the observation side scores measured times the same
-way.
+senders, :func:`alone_times`); the slowdown is their ratio.  A setup's **score**
+(:func:`scores`) is the node-weighted mean of the jobs' times relative to each job's best
+over the setups predicted (1.0 when every job is at its best; the observation side scores
+measured times the same way), or, against their times alone, S, the node-weighted mean
+slowdown, which does not depend on what else is predicted: tuning's prediction and its
+search (:mod:`ibqos.sim.search`) score so.
 
 A cycle of the tuner, from the agent's decision::
 
@@ -41,14 +43,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ibqos.classify.prior import Priors
 from ibqos.errors import SimError
 from ibqos.jobs.model import Job
-from ibqos.plan.planner import Plan, setup_tables
-from ibqos.plan.report import Decision
-from ibqos.plan.setups import Setup
 from ibqos.plan.tuner import score as measured_score
-from ibqos.plan.tuning import Predicted
 from ibqos.sim.estimate import (
     ASSUMED_PHASES,
     Estimate,
@@ -59,7 +56,7 @@ from ibqos.sim.estimate import (
 )
 from ibqos.sim.fluid import FluidSim
 from ibqos.sim.network import Network
-from ibqos.sim.qos import Arbitration, from_tables
+from ibqos.sim.qos import Arbitration
 from ibqos.sim.senders import Granularity, granularity
 from ibqos.sim.workload import SimJob, prepare
 
@@ -71,12 +68,12 @@ __all__ = [
     "Prediction",
     "SetupPrediction",
     "Steady",
+    "alone_times",
     "calibrate",
     "estimate_jobs",
     "injected",
     "network_for",
     "predict",
-    "rank_pool",
     "render_prediction",
     "scores",
     "steady_times",
@@ -173,11 +170,14 @@ class Prediction:
         setups: per setup.
         how: what the runs were (:meth:`Steady.describe`).
         notes: how the jobs were estimated, one line each.
+        against_alone: the scores are S, against each job's time alone (else against
+            each job's best over these setups: :func:`scores`).
     """
 
     setups: tuple[SetupPrediction, ...]
     how: str
     notes: tuple[str, ...] = ()
+    against_alone: bool = False
 
     def get(self, name: str) -> SetupPrediction:
         """The setup of that name.
@@ -213,21 +213,31 @@ class Prediction:
         return out
 
 
-def scores(times: Sequence[Mapping[str, float]], nodes: Mapping[str, int]) -> list[float]:
+def scores(
+    times: Sequence[Mapping[str, float]],
+    nodes: Mapping[str, int],
+    alone: Mapping[str, float] | None = None,
+) -> list[float]:
     """Each setup's score from its jobs' times per iteration (predicted or measured):
-    ``sum_j nodes_j * t_j(setup) / min_s t_j(s) / sum_j nodes_j``; 1.0 is every job at
-    its best over these setups.  Jobs are those of *nodes*; each setup's times must cover
-    them.
+    ``sum_j nodes_j * t_j(setup) / ref_j / sum_j nodes_j``, where ``ref_j`` is the job's
+    best time over these setups (1.0: every job at its best over them) or, given *alone*
+    (job -> seconds per iteration alone), its time alone: then the score is S, the
+    node-weighted mean slowdown, whatever other setups are scored with it (a setup
+    faster than alone counts as alone).  Jobs are those of *nodes*; each setup's times
+    must cover them.
 
     Raises:
-        SimError: a setup without a time for a job, or a time not above 0.
+        SimError: a setup (or *alone*) without a time for a job, or a time not above 0.
     """
-    for k, t in enumerate(times):
+    for k, t in enumerate([*times, *([] if alone is None else [alone])]):
         for jid in nodes:
             if jid not in t or not t[jid] > 0:
                 raise SimError(f"setup #{k}: no time per iteration for job {jid}")
     # the observation side's score: a job's rate is its bytes per iteration over its time
     rates = {str(k): {j: 1.0 / t[j] for j in nodes} for k, t in enumerate(times)}
+    if alone is not None:  # the reference: each job's rate alone
+        rates["alone"] = {j: 1.0 / alone[j] for j in nodes}
+    # the objective: tuning.objective is passed on here once the tuner's score takes one
     got = measured_score(rates, nodes)
     return [got[str(k)] for k in range(len(times))]
 
@@ -252,8 +262,8 @@ def steady_times(
     return out
 
 
-def _alone(
-    net: Network, jobs: Sequence[SimJob], arb: Arbitration, steady: Steady
+def alone_times(
+    net: Network, jobs: Sequence[SimJob], arb: Arbitration, steady: Steady = Steady()
 ) -> dict[str, float]:
     """Each job's seconds per iteration alone: the same senders and buffers as in the mix
     (alone, a job's iterations repeat from the first: two suffice)."""
@@ -345,7 +355,7 @@ def predict(
     ids = [j.id for j in jobs]
     for arb in setups:
         arb.check_jobs(ids)
-    alone = _alone(net, jobs, setups[0], steady)
+    alone = alone_times(net, jobs, setups[0], steady)
     times = [steady_times(net, jobs, arb, steady) for arb in setups]
     nodes = {j.id: len(j.job.nodes) for j in jobs}
     out = []
@@ -356,41 +366,10 @@ def predict(
     return Prediction(tuple(out), steady.describe(jobs), tuple(notes))
 
 
-def rank_pool(
-    net: Network,
-    jobs: Sequence[Job],
-    decision: Decision,
-    plan: Plan,
-    pool: Sequence[Setup],
-    *,
-    priors: Priors | None = None,
-    phases: Mapping[str, Phases] | None = None,
-    assumed: Phases = ASSUMED_PHASES,
-    steady: Steady = Steady(),
-) -> Predicted:
-    """Tuning's prediction of *pool* (:data:`ibqos.plan.tuning.Predictor`): the running
-    *jobs* estimated from *decision* (:func:`estimate_jobs`: never their declared rates;
-    phases from *phases*, else *assumed*), calibrated to their means under the plan's
-    tables (:func:`calibrate`), and each setup's tables as the planner would program them
-    (:func:`ibqos.plan.planner.setup_tables`) predicted in the steady state; ranked by
-    score, ties in the pool's order."""
-    order = tuple(s.name for s in pool)
-    if plan.tables is None:
-        return Predicted(order, {})
-    est = estimate_jobs(net, jobs, decision, priors, phases, assumed)
-    if not est.jobs:
-        return Predicted(order, {}, "predicted: no job measured\n")
-    mtu = plan.cfg.mtu
-    # what the measurement was made under: the plan's own tables
-    in_force = from_tables(plan.tables, plan.job_sl, mtu, plan.tables.setup)
-    calibrated = calibrate(net, est.jobs, injected(decision), in_force)
-    ids = {j.id for j in calibrated}
-    job_sl = {j: sl for j, sl in plan.job_sl.items() if j in ids}
-    arbs = [from_tables(setup_tables(plan, s), job_sl, mtu, s.name) for s in pool]
-    pred = predict(net, prepare(net, calibrated), arbs, steady, est.notes)
-    ranked = sorted(pred.setups, key=lambda s: s.score)  # stable: the pool's order ties
-    scores = {s.name: s.score for s in pred.setups}
-    return Predicted(tuple(s.name for s in ranked), scores, render_prediction(pred))
+_SCORED = {
+    False: "1.000 = every job at its\n  best over these setups, node-weighted; * lowest score)",
+    True: "S, the node-weighted mean\n  slowdown; * lowest score)",
+}
 
 
 def render_prediction(pred: Prediction) -> str:
@@ -412,7 +391,6 @@ def render_prediction(pred: Prediction) -> str:
         row = [f"{mark} {s.name:<{name_w}}", *(f"{c:>{cell_w}}" for c in cells)]
         row += [f"{s.total_contention_s * 1e3:>14.2f}", f"{s.score:>7.3f}"]
         lines.append(" ".join(row))
-    lines.append("  (x: slowdown, time sharing / time alone; score: 1.000 = every job at its")
-    lines.append("  best over these setups, node-weighted; * lowest score)")
+    lines.append("  (x: slowdown, time sharing / time alone; score: " + _SCORED[pred.against_alone])
     lines += [f"  {n}" for n in pred.notes]
     return "\n".join(lines) + "\n"

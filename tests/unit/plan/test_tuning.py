@@ -10,8 +10,8 @@ from ibqos.config.lanes import LaneConfig
 from ibqos.config.tuning import TuningConfig
 from ibqos.jobs.model import Job
 from ibqos.plan.decide import Decider
-from ibqos.plan.setups import LAW
-from ibqos.plan.tuning import Predicted, TuningDriver
+from ibqos.plan.setups import LAW, Setup
+from ibqos.plan.tuning import MAX_FOUND, Predicted, TuningDriver
 from tests.support.fabric_rates import leaf_up_ports, rates, setup
 
 LANES = LaneConfig(reserved_sls=(0,), min_hold_s=0.0, min_interval_s=0.0)
@@ -106,3 +106,27 @@ def test_predict_now_and_no_predictor() -> None:
         CFG, enforce=False, predictor=lambda d, p, pool: Predicted(("x",), {}, "table")
     ).predict_now(d)
     assert got is not None and got.text == "table"
+
+
+def test_the_found_setups_join_the_pool_before_the_round() -> None:
+    def predictor(decision, plan, pool):
+        law = pool[0]
+        heavy_first = tuple(reversed(law.targets))
+        found = [
+            Setup("found-1", law.groups, heavy_first),
+            Setup("Found_2", law.groups, law.targets),  # not a setup's name
+            Setup("found-3", law.groups[1:], law.targets[1:]),  # an SL left out
+            Setup(pool[1].name, law.groups, law.targets),  # a candidate's name
+            *(Setup(f"found-{k}", law.groups, (float(k),) * len(law.groups)) for k in (4, 5, 6)),
+            Setup("found-7", law.groups, law.targets),  # beyond the bound
+        ]
+        names = [s.name for s in found if s.name != pool[1].name] + [s.name for s in pool]
+        scores = {n: 1.0 + 0.001 * i for i, n in enumerate(names)}
+        return Predicted(tuple(names), scores, "t", tuple(found))
+
+    driver = TuningDriver(CFG, enforce=True, predictor=predictor, background=False)
+    seen = run(driver, 6, {})
+    names = [s.name for s in driver.pool]
+    assert names[0] == LAW and len(names) == CFG.candidates + MAX_FOUND
+    assert names[CFG.candidates :] == ["found-1", "found-4", "found-5", "found-6"]
+    assert next(n for n in seen if n != LAW) == "found-1"  # the first trial, as ranked

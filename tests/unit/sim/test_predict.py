@@ -170,6 +170,18 @@ def test_score_is_the_node_weighted_mean_over_each_jobs_best() -> None:
         scores([{"a": 1.0}], nodes)
 
 
+def test_against_alone_the_score_is_s_whatever_else_is_scored() -> None:
+    nodes = {"a": 30, "b": 10}
+    alone = {"a": 1.0, "b": 0.5}
+    x, y = {"a": 2.0, "b": 1.0}, {"a": 1.0, "b": 3.0}
+    got = scores([x, y], nodes, alone=alone)
+    assert got == pytest.approx([(30 * 2 + 10 * 2) / 40, (30 * 1 + 10 * 6) / 40])
+    assert scores([y], nodes, alone=alone) == pytest.approx(got[1:])  # no other setup counts
+    assert scores([{"a": 0.5, "b": 0.5}], nodes, alone=alone) == [1.0]  # faster: as alone
+    with pytest.raises(SimError, match="job b"):
+        scores([x], nodes, alone={"a": 1.0})
+
+
 def test_shortlist_is_best_first_and_always_keeps_the_law() -> None:
     nodes = {"a": 1, "b": 1}
     times = {
