@@ -1,12 +1,13 @@
 """Random job mixes from a seed, for an evaluation nobody tuned constants to.
 
 A mix (:func:`draw`, :class:`bench.sim.mixes.Mix`) is 2 to 6 jobs on one fat tree of
-:data:`TREES` (2- and 3-level, slimmed and full; 32 or 64 hosts), placed ``contiguous``,
-``interleaved`` or ``fragmented`` (:data:`PLACEMENTS`).  Each job draws:
+:data:`TREES` (2- and 3-level, slimmed and full; 32 hosts each, so that a hundred mixes
+run in well under an hour on 2 CPUs), placed ``contiguous``, ``interleaved`` or
+``fragmented`` (:data:`PLACEMENTS`).  Each job draws:
 
 - a pattern of :data:`PATTERNS`: ``all-to-all``, ``ring``, ``halo`` (a near-square grid),
   ``random-pairs``, or a real application's matrix (``app``:
-  :mod:`bench.sim.apps`, its 64 ranks folded onto 4, 8, 16 or 32 hosts);
+  :mod:`bench.sim.apps`, its 64 ranks folded onto 4, 8 or 16 hosts);
 - its hosts: the mix fills 70-100 % of the fabric's hosts, split at random among the jobs
   (at least 2 hosts each; 4 or more, a divisor of 64, for an application's matrix);
 - its rate while communicating, 30-95 % of the host link; its duty, 0.2-0.9; its
@@ -33,17 +34,17 @@ from ibqos.sim import policies
 
 #: the fabrics, by label: XGFT specs (hosts per leaf, ...; parents per node, ...)
 TREES: dict[str, str] = {
-    "2L 4:1": "2;16,4;1,4",
-    "2L 2:1": "2;16,4;1,8",
-    "2L 8 leaves 4:1": "2;8,8;1,2",
+    "2L 4:1": "2;8,4;1,2",
+    "2L 2:1": "2;8,4;1,4",
+    "2L 8 leaves 4:1": "2;4,8;1,1",
     "2L full": "2;8,4;1,8",
-    "3L 4:1": "3;4,4,4;1,2,2",
+    "3L 4:1": "3;4,4,2;1,2,2",
     "3L full": "3;4,4,2;1,4,4",
 }
 PLACEMENTS = ("contiguous", "interleaved", "fragmented")
 PATTERNS = ("all-to-all", "ring", "halo", "random-pairs", "app")
 #: host counts an application's 64 ranks fold onto
-APP_HOSTS = (4, 8, 16, 32)
+APP_HOSTS = (4, 8, 16)
 JOBS = (2, 6)  # fewest, most
 RATE = (0.3, 0.95)  # share of the host link while communicating
 DUTY = (0.2, 0.9)
