@@ -4,6 +4,7 @@ held-out mix, measured in S at the closed loop's N.
 Usage: python -m bench.sim.heldout [--generated N] [--seed S] [--start K] [--no-named]
                                    [--only TEXT] [--jobs K] [--search-jobs K]
                                    [--short N] [--json FILE]
+       python -m bench.sim.heldout --from-json FILE
 
 Mixes: the held-out mix (:func:`bench.sim.mixes.held_out`), the real applications' mixes
 (:func:`bench.sim.generate.app_mixes`), then *N* mixes drawn from seed *S*
@@ -299,6 +300,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--short", type=int, default=10, help="the search's iterations (default 10)")
     ap.add_argument("--json", type=Path, help="write the results here, as they come")
+    ap.add_argument(
+        "--from-json", type=Path, help="render the results a --json file holds, run nothing"
+    )
     args = ap.parse_args(argv)
     for opt in ("generated", "start", "search_jobs"):
         if getattr(args, opt) < 0:
@@ -317,6 +321,13 @@ def todo(args: argparse.Namespace) -> list[Mix]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    if args.from_json:  # a run saved (or stopped) earlier: its mixes, in its order
+        doc = json.loads(args.from_json.read_text())
+        print(
+            f"machine: {doc['machine']}; {len(doc['results'])} mixes, from {args.from_json.name}\n"
+        )
+        print("\n".join(report([Result(**r) for r in doc["results"]])))
+        return 0
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     mixes = todo(args)
