@@ -295,8 +295,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--search-jobs",
         type=int,
-        default=4,
-        help="search the optimum on mixes of at most this many jobs (default 4)",
+        default=3,
+        help="search the optimum on mixes of at most this many jobs (default 3)",
     )
     ap.add_argument("--short", type=int, default=10, help="the search's iterations (default 10)")
     ap.add_argument("--json", type=Path, help="write the results here, as they come")

@@ -29,7 +29,7 @@ SMALL = Mix(
 
 def test_the_options_are_checked() -> None:
     args = heldout.parse([])
-    assert (args.generated, args.jobs, args.search_jobs, args.short) == (100, 1, 4, 10)
+    assert (args.generated, args.jobs, args.search_jobs, args.short) == (100, 1, 3, 10)
     for bad in (["--generated", "-1"], ["--jobs", "0"], ["--short", "0"]):
         with pytest.raises(SystemExit):
             heldout.parse(bad)
