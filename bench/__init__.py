@@ -13,6 +13,7 @@ development environment's Python, as ``python -m bench.<area>.<name>``:
 - ``bench.sim.predict``: the tuner's steady-state prediction of its candidates;
 - ``bench.sim.eval``: the QoS policies in the simulator's fluid model;
 - ``bench.sim.validate``: the fluid model against the packet model;
+- ``bench.sim.heldout``: the policies on generated, real-application and held-out mixes;
 - ``bench.closedloop.bench``: the adaptive agent on labs with fluid contention;
 - ``bench.attribution.eval``: attribution against the lab's ground truth.
 

@@ -2,9 +2,15 @@
 
 Usage: python -m bench.closedloop.bench [--mix NAME ...] [--window S] [--svg]
 [--json FILE] [--from-json FILE]
+       python -m bench.closedloop.bench --jobs FILE [--xgft SPEC | --topology FILE] [...]
 
-Each mix runs on a lab with fluid contention (XGFT ``2;8,4;1,2``: 4 leaves of 8 hosts, 2
-spines, 4x EDR), so the jobs are slowed by the tables OpenSM really programmed, under four
+Each mix runs on a lab with fluid contention, so the jobs are slowed by the tables OpenSM
+really programmed.  The named mixes (:mod:`bench.closedloop.mixes`: ``two``, ``three``,
+``four``, ``six-on-3`` and ``apps``, four real applications' matrices) run on XGFT
+``2;8,4;1,2`` (4 leaves of 8 hosts, 2 spines, 4x EDR) unless ``--xgft`` or ``--topology``
+(an ibnetdiscover file) gives another fabric with their hosts.  ``--jobs FILE`` runs an
+admin's own job file instead (every job with its traffic keys: pattern, rate, duty,
+period), on the fabric given, to try a mix before enforcing.  Each mix runs under four
 policies, each on a fresh lab (OpenSM's defaults in force when it starts):
 
 - ``one-vl``: no agent: OpenSM's default QoS, every job on SL 0, one lane;
@@ -44,7 +50,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +57,14 @@ import ibqos
 from bench import ROOT
 from bench.closedloop import report
 from bench.closedloop import run as cr
+from bench.closedloop.mixes import ALL_MIXES, XGFT, Mix, fabric, own_mix
 from bench.report import say
+from ibqos.errors import IbqosError
+from ibqos.fabric.topology import Topology
 from ibqos.jobs.hosts import expand_hosts
 from ibqos.lab import manage
 from ibqos.lab.agentrun import write_jobs
 
-XGFT = "2;8,4;1,2"
 #: settled window, seconds of lab time
 WINDOW_S = 12.0
 #: most seconds tuning may take to settle before the run gives up waiting
@@ -66,110 +73,6 @@ SETTLE_LIMIT_S = 90.0
 WARM_S = 2.0
 MAX_RELOADS = 12  # tuning.max_reloads_per_hour (its default), said in the table
 
-
-def _job(
-    jid: str,
-    name: str,
-    nodes: str,
-    pattern: str,
-    rate: float,
-    duty: float,
-    period: float,
-    **extra: Any,
-) -> dict[str, Any]:
-    job = {
-        "id": jid,
-        "name": name,
-        "nodes": nodes,
-        "pattern": pattern,
-        "rate_bytes_per_s": rate,
-        "duty": duty,
-        "period_s": period,
-    }
-    return job | extra
-
-
-@dataclass(frozen=True)
-class Mix:
-    """A job mix of the benchmark: its jobs, lanes the agent may use, and what it shows."""
-
-    name: str
-    note: str
-    jobs: tuple[dict[str, Any], ...]
-    lanes: Mapping[str, Any]
-
-
-MIXES = (
-    Mix(
-        "two",
-        "heavy all-to-all + moderate all-to-all, interleaved on leaves 1-2",
-        (
-            _job("H", "ft", "cn[0001-0004,0009-0012]", "all-to-all", 1.0e10, 0.8, 0.1),
-            _job("M", "cg", "cn[0005-0006,0013-0014]", "all-to-all", 1.0e10, 0.4, 0.05),
-        ),
-        {},
-    ),
-    Mix(
-        "three",
-        "heavy all-to-all, moderate halo, light ring; interleaved over 4 leaves",
-        (
-            _job(
-                "H",
-                "ft",
-                "cn[0001-0002,0009-0010,0017-0018,0025-0026]",
-                "all-to-all",
-                1.0e10,
-                0.8,
-                0.1,
-            ),
-            _job(
-                "M",
-                "lammps",
-                "cn[0003,0011,0019,0027]",
-                "halo",
-                1.0e10,
-                0.5,
-                0.05,
-                halo_dims=[2, 2],
-            ),
-            _job("L", "wrf", "cn[0004,0012,0020,0028]", "ring", 4.0e9, 0.3, 0.05),
-        ),
-        {},
-    ),
-    Mix(
-        "four",
-        "heavy all-to-all, moderate halo, two light; contiguous placement",
-        (
-            _job("H", "ft", "cn[0001-0012]", "all-to-all", 8.0e9, 0.8, 0.1),
-            _job("M", "lammps", "cn[0013-0020]", "halo", 1.0e10, 0.5, 0.05, halo_dims=[2, 4]),
-            _job("L1", "wrf", "cn[0021-0026]", "ring", 5.0e9, 0.3, 0.05),
-            _job("L2", "cp2k", "cn[0027-0032]", "all-to-all", 2.0e9, 0.4, 0.1),
-        ),
-        {},
-    ),
-    Mix(
-        "six-on-3",
-        "2 heavy, 2 moderate, 2 light on 3 data VLs (lanes.data_vls 3); interleaved",
-        (
-            _job("H1", "ft", "cn[0001-0002,0009-0010]", "all-to-all", 1.0e10, 0.8, 0.1),
-            _job("H2", "fft", "cn[0017-0018,0025-0026]", "all-to-all", 1.0e10, 0.8, 0.1),
-            _job(
-                "M1",
-                "lammps",
-                "cn[0003,0011,0019,0027]",
-                "halo",
-                8.0e9,
-                0.5,
-                0.05,
-                halo_dims=[2, 2],
-            ),
-            _job("M2", "namd", "cn[0004-0005,0012-0013]", "all-to-all", 8.0e9, 0.4, 0.1),
-            _job("L1", "wrf", "cn[0006,0014,0020,0028]", "ring", 3.0e9, 0.3, 0.05),
-            _job("L2", "cp2k", "cn[0007,0015,0021,0029]", "ring", 2.0e9, 0.3, 0.1),
-        ),
-        {"data_vls": 3, "vlarb_low_cap": 3},
-    ),
-)
 
 POLICIES = ("one-vl", "equal", "ibqos-fixed", "adaptive")
 
@@ -216,8 +119,9 @@ def nodes(mix: Mix) -> dict[str, int]:
     return {str(j["id"]): len(expand_hosts(j["nodes"], "bench")) for j in mix.jobs}
 
 
-def run_mix(mix: Mix, root: Path, window_s: float) -> dict[str, Any]:
-    """Alone rates, then the four policies; their measurements as plain data."""
+def run_mix(mix: Mix, root: Path, window_s: float, topo: Topology) -> dict[str, Any]:
+    """Alone rates, then the four policies on fabric *topo*; their measurements as plain
+    data."""
     out: dict[str, Any] = {"mix": mix.name, "note": mix.note, "nodes": nodes(mix)}
     out["lanes"] = dict(mix.lanes)
     traces: dict[str, Any] = {}
@@ -225,7 +129,7 @@ def run_mix(mix: Mix, root: Path, window_s: float) -> dict[str, Any]:
     for k, name in enumerate(("adaptive", "one-vl", "equal", "ibqos-fixed")):
         lab_name = f"cl-{mix.name}-{k}"
         t = time.monotonic()
-        lab = cr.lab_up(lab_name, root, XGFT, mix.jobs)
+        lab = cr.lab_up(lab_name, root, topo, mix.jobs)
         try:
             if k == 0:
                 out["alone"] = cr.alone_rates(lab, mix.jobs)
@@ -257,29 +161,75 @@ def _fmt(rates: Mapping[str, float]) -> str:
     return ", ".join(f"{j} {r:.1f}/s" for j, r in rates.items())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, checked (usage errors exit 2)."""
     ap = argparse.ArgumentParser(
         prog="python -m bench.closedloop.bench", description=__doc__.splitlines()[0]
     )
-    ap.add_argument("--mix", action="append", choices=[m.name for m in MIXES])
+    ap.add_argument("--mix", action="append", choices=[m.name for m in ALL_MIXES])
+    ap.add_argument(
+        "--jobs",
+        type=Path,
+        help="run this job file (traffic keys required) instead of the named mixes",
+    )
+    ap.add_argument("--xgft", help=f"the lab's fabric, an XGFT spec (default {XGFT})")
+    ap.add_argument("--topology", type=Path, help="the lab's fabric, an ibnetdiscover file")
     ap.add_argument("--window", type=float, default=WINDOW_S, help="settled window, seconds")
     ap.add_argument("--svg", action="store_true", help="write docs/img/closedloop.svg")
     ap.add_argument("--json", type=Path, help="write the raw results here")
     ap.add_argument("--from-json", type=Path, help="render saved results, run nothing")
     args = ap.parse_args(argv)
+    if args.jobs is not None and args.mix:
+        ap.error("--jobs: runs the file's mix; leave out --mix")
+    if args.xgft is not None and args.topology is not None:
+        ap.error("--xgft SPEC or --topology FILE, not both")
+    if args.from_json and (args.jobs or args.xgft or args.topology):
+        ap.error("--from-json: renders saved results; it takes no --jobs, --xgft, --topology")
+    if not args.window > 0:
+        ap.error(f"--window {args.window}: expected more than 0 seconds")
+    return args
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Mix], Topology, str]:
+    """The mixes to run, the fabric and its label, as *args* ask; every mix's hosts
+    checked against the fabric.
+
+    Raises:
+        IbqosError: a fabric or job file that cannot be read, or hosts not on the fabric.
+    """
+    topo, label = fabric(args.xgft, args.topology)
+    if args.jobs is not None:
+        return [own_mix(args.jobs, topo)], topo, label
+    mixes = [m for m in ALL_MIXES if not args.mix or m.name in args.mix]
+    known = {ca.hostname for ca in topo.cas()}
+    for mix in mixes:
+        missing = sorted(
+            set().union(*(expand_hosts(j["nodes"], "bench") for j in mix.jobs)) - known
+        )
+        if missing:
+            raise IbqosError(f"mix {mix.name}: hosts not on {label}: {', '.join(missing[:5])}")
+    return mixes, topo, label
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     if args.from_json:
         doc = json.loads(args.from_json.read_text())
     else:
-        mixes = [m for m in MIXES if not args.mix or m.name in args.mix]
+        try:
+            mixes, topo, label = plan(args)
+        except IbqosError as err:
+            say(f"error: {err}")
+            return 2
         t0 = time.monotonic()
         load0 = os.getloadavg()
         results = []
         with tempfile.TemporaryDirectory(prefix="ibqos-closedloop.") as tmp:
             for mix in mixes:
-                results.append(run_mix(mix, Path(tmp) / "labs", args.window))
+                results.append(run_mix(mix, Path(tmp) / "labs", args.window, topo))
         doc = {
             "version": version(),
-            "xgft": XGFT,
+            "fabric": label,
             "window_s": args.window,
             "max_reloads_per_hour": MAX_RELOADS,
             "wall_s": time.monotonic() - t0,

@@ -84,8 +84,9 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
 
 def markdown(doc: Mapping[str, Any]) -> str:
     """The table of every run, then the targets per mix."""
+    where = doc.get("fabric") or f"XGFT {doc['xgft']}"  # results saved before "fabric"
     lines = [
-        f"ibqos {doc['version']}, XGFT {doc['xgft']}, settled window {doc['window_s']:g} s;"
+        f"ibqos {doc['version']}, {where}, settled window {doc['window_s']:g} s;"
         f" {doc['machine']}; load average {doc['load'][0][0]:.1f} at the start,"
         f" {doc['load'][1][0]:.1f} at the end; {doc['wall_s'] / 60:.0f} min in all.",
         "",

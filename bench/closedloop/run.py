@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ibqos.fabric.xgft import build_xgft, parse_xgft
+from ibqos.fabric.topology import Topology
 from ibqos.lab import manage
 from ibqos.lab.agentrun import AgentRun, Sections, agent_config, read_state, write_jobs
 from ibqos.lab.lab import Lab
@@ -108,15 +108,15 @@ def _point(lab: Lab, t0: float, state_dir: Path | None) -> Point | None:
     return Point(time.monotonic() - t0, float(truth.get("time_s", 0.0)), its, tuning)
 
 
-def lab_up(name: str, root: Path, xgft: str, jobs: Sequence[Mapping[str, Any]]) -> Lab:
-    """A fluid lab of *jobs* on *xgft*, ticking every 0.1 s, reading OpenSM's tables back
-    every 1 s."""
+def lab_up(name: str, root: Path, topo: Topology, jobs: Sequence[Mapping[str, Any]]) -> Lab:
+    """A fluid lab of *jobs* on the fabric *topo*, ticking every 0.1 s, reading OpenSM's
+    tables back every 1 s."""
     root.mkdir(parents=True, exist_ok=True)
     jobs_file = root / f"{name}.jobs.yaml"
     write_jobs(jobs_file, jobs)
     return manage.up(
         name,
-        build_xgft(parse_xgft(xgft)),
+        topo,
         root=root,
         jobs=jobs_file,
         opensm_options=QUIET,

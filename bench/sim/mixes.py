@@ -11,6 +11,9 @@ the caller's time scale.  Placements: ``contiguous`` (the jobs in a random order
 consecutive hosts) and ``fragmented`` (every leaf's hosts shuffled, then dealt out leaf by
 leaf, so every job has hosts on every leaf, interleaved with the other jobs').  The same
 arguments draw the same mixes.
+
+:func:`held_out` is one more mix, fixed by hand and kept out of every tuning: three jobs
+interleaved across the 8 leaves of ``2;8,8;1,2`` (:data:`HELD_OUT_XGFT`).
 """
 
 from __future__ import annotations
@@ -222,3 +225,37 @@ def mixes(
                         )
                     )
     return out
+
+
+#: the held-out mix's fabric: 8 leaves of 8 hosts, 2 uplinks each (4:1)
+HELD_OUT_XGFT = "2;8,8;1,2"
+
+
+def held_out() -> Mix:
+    """The held-out mix on :data:`HELD_OUT_XGFT`, every job on every leaf: a 32-node
+    all-to-all at 11 GB/s (duty 0.5), 16-node random pairs at 8 GB/s (duty 0.35) and a
+    16-node 4x4 halo at 4 GB/s (duty 0.2), all with 20 ms iterations.  Each leaf's hosts
+    in order go 4 to the all-to-all, 2 to the pairs, 2 to the halo."""
+    by_leaf = leaves(network(HELD_OUT_XGFT))
+    column = [h for row in zip(*by_leaf, strict=True) for h in row]  # leaf by leaf
+    spec = (
+        ("a2a", 32, "all-to-all", 11e9, 0.5),
+        ("pairs", 16, "random-pairs", 8e9, 0.35),
+        ("halo", 16, "halo", 4e9, 0.2),
+    )
+    jobs = []
+    at = 0
+    for jid, n, pattern, rate, duty in spec:
+        nodes = tuple(sorted(column[at : at + n]))
+        at += n
+        dims = (4, 4) if pattern == "halo" else None
+        jobs.append(Job(jid, nodes, pattern, rate, duty, 0.020, name=jid, halo_dims=dims))
+    return Mix(
+        "held-out",
+        "4:1",
+        HELD_OUT_XGFT,
+        "interleaved",
+        "3 jobs",
+        tuple(jobs),
+        policies.DEFAULT_LANES,
+    )

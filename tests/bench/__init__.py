@@ -1,0 +1,1 @@
+"""Tests of the code of the benchmarks (bench/): parsers, generators, command lines."""
