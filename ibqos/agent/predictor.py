@@ -83,6 +83,7 @@ def make_predictor(
             phases=profile_phases(running, known),
             assumed=Phases(cfg.assumed_duty, cfg.assumed_period_s),
             budget=budget,
+            objective=cfg.objective,
         )
 
     return predictor

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ibqos.config.lanes import LaneConfig
-from ibqos.config.tuning import TuningConfig
+from ibqos.config.tuning import Objective, TuningConfig
 from ibqos.errors import SimError
 from ibqos.fabric.model import Fabric
 from ibqos.jobs.model import Job
@@ -270,6 +270,7 @@ def fluid_predictor(
     steady: Steady | None = None,
     phases: dict[str, Phases] | None = None,
     evaluations: int = SEARCH_EVALUATIONS,
+    objective: Objective = "node-time",
 ) -> Predictor:
     """The tuning's predictor on the simulated fabric's routes, with the steady state
     given: :func:`~ibqos.sim.search.rank_pool` and its search, as the agent's own
@@ -286,13 +287,22 @@ def fluid_predictor(
             others are assumed (:data:`~ibqos.sim.estimate.ASSUMED_PHASES`).
         evaluations: the search's predictions beyond the candidates, each round (0: the
             candidates alone).
+        objective: what the setups are scored by (``tuning.objective``).
     """
 
     def predictor(decision: Decision, plan: Plan, setups: Sequence[Setup]) -> Predicted:
         how = Steady() if steady is None else steady
         budget = Budget(None, evaluations) if evaluations > 0 else None
         return rank_pool(
-            net, jobs, decision, plan, setups, phases=phases, steady=how, budget=budget
+            net,
+            jobs,
+            decision,
+            plan,
+            setups,
+            phases=phases,
+            steady=how,
+            budget=budget,
+            objective=objective,
         )
 
     return predictor

@@ -225,7 +225,7 @@ def simulate(
             # the fabric is: the run's own senders and buffers
             phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in sim_jobs}
             steady = Steady(per=per, buffer_packets=fluid_buffers)
-            predictor = fluid_predictor(net, jobs, steady, phases)
+            predictor = fluid_predictor(net, jobs, steady, phases, objective=tuning.objective)
         loop = closed_loop(planning, lanes, tuning, sweep, predictor)
         out = runs.evaluate(loop.final, t_alone, loop.run)
         outcomes.append(replace(out, plan_buffer_packets=fluid_buffers))

@@ -43,6 +43,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ibqos.config.tuning import Objective
 from ibqos.errors import SimError
 from ibqos.jobs.model import Job
 from ibqos.plan.tuner import score as measured_score
@@ -217,6 +218,7 @@ def scores(
     times: Sequence[Mapping[str, float]],
     nodes: Mapping[str, int],
     alone: Mapping[str, float] | None = None,
+    objective: Objective = "node-time",
 ) -> list[float]:
     """Each setup's score from its jobs' times per iteration (predicted or measured):
     ``sum_j nodes_j * t_j(setup) / ref_j / sum_j nodes_j``, where ``ref_j`` is the job's
@@ -224,7 +226,8 @@ def scores(
     (job -> seconds per iteration alone), its time alone: then the score is S, the
     node-weighted mean slowdown, whatever other setups are scored with it (a setup
     faster than alone counts as alone).  Jobs are those of *nodes*; each setup's times
-    must cover them.
+    must cover them.  With *objective* ``worst-job`` the score is the largest of those
+    ratios instead of their node-weighted mean (``tuning.objective``).
 
     Raises:
         SimError: a setup (or *alone*) without a time for a job, or a time not above 0.
@@ -237,8 +240,7 @@ def scores(
     rates = {str(k): {j: 1.0 / t[j] for j in nodes} for k, t in enumerate(times)}
     if alone is not None:  # the reference: each job's rate alone
         rates["alone"] = {j: 1.0 / alone[j] for j in nodes}
-    # the objective: tuning.objective is passed on here once the tuner's score takes one
-    got = measured_score(rates, nodes)
+    got = measured_score(rates, nodes, objective)
     return [got[str(k)] for k in range(len(times))]
 
 

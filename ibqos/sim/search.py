@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from functools import reduce
 
 from ibqos.classify.prior import Priors
+from ibqos.config.tuning import Objective
 from ibqos.errors import IbqosError, SimError
 from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan, Tables, setup_tables
@@ -137,6 +138,7 @@ class Evaluator:
         steady: how the steady state is measured (None: :class:`Steady`'s defaults).
         clock: wall-clock seconds (the fluid runs' cost, which the search's time budget
             reads).
+        objective: what a setup is scored by (``tuning.objective``).
     """
 
     def __init__(
@@ -146,12 +148,14 @@ class Evaluator:
         plan: Plan,
         steady: Steady | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        objective: Objective = "node-time",
     ) -> None:
         if not jobs:
             raise SimError("search: no job to predict")
         self.net, self.jobs, self.plan = net, list(jobs), plan
         self.steady = Steady() if steady is None else steady
         self.clock = clock
+        self.objective: Objective = objective
         self.job_sl = {j.id: plan.job_sl[j.id] for j in jobs if j.id in plan.job_sl}
         self.nodes = {j.id: len(j.job.nodes) for j in jobs}
         self.alone: dict[str, float] | None = None
@@ -182,8 +186,7 @@ class Evaluator:
         if self.alone is None:  # alone, a job has the fabric to itself: any setup will do
             self.alone = alone_times(self.net, self.jobs, arb, self.steady)
         times = steady_times(self.net, self.jobs, arb, self.steady)
-        # the objective (tuning.objective) is scores()'s to pass on to the tuner's score
-        score = scores([times], self.nodes, alone=self.alone)[0]
+        score = scores([times], self.nodes, alone=self.alone, objective=self.objective)[0]
         got = Evaluated(setup, arb, times, score)
         self._cache[key] = got
         self.evaluations += 1
@@ -402,12 +405,14 @@ def evaluator_for(
     assumed: Phases = ASSUMED_PHASES,
     steady: Steady | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    objective: Objective = "node-time",
 ) -> tuple[Evaluator | None, tuple[str, ...]]:
     """The evaluator of *plan*'s setups for the running *jobs* as the agent knows them,
     and how they were estimated: estimated from *decision*
     (:func:`~ibqos.sim.estimate.estimate_jobs`: never their declared rates; phases from
     *phases*, else *assumed*), calibrated to their means under the plan's tables
-    (:func:`~ibqos.sim.predict.calibrate`); *clock* times its runs.  None when the plan
+    (:func:`~ibqos.sim.predict.calibrate`); *clock* times its runs, *objective* scores
+    them.  None when the plan
     writes no tables or no job was measured."""
     if plan.tables is None:
         return None, ()
@@ -417,7 +422,7 @@ def evaluator_for(
     # what the measurement was made under: the plan's own tables
     in_force = from_tables(plan.tables, plan.job_sl, plan.cfg.mtu, plan.tables.setup)
     calibrated = calibrate(net, est.jobs, injected(decision), in_force)
-    return Evaluator(net, prepare(net, calibrated), plan, steady, clock), est.notes
+    return Evaluator(net, prepare(net, calibrated), plan, steady, clock, objective), est.notes
 
 
 def rank_pool(
@@ -433,14 +438,16 @@ def rank_pool(
     steady: Steady | None = None,
     budget: Budget | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    objective: Objective = "node-time",
 ) -> Predicted:
     """Tuning's prediction of *pool* (:data:`ibqos.plan.tuning.Predictor`), and the
     search's setups beside it: the jobs as :func:`evaluator_for` makes them, each setup's
     tables as the planner would program them (:func:`ibqos.plan.planner.setup_tables`)
     predicted in the steady state, the pool first, then the search from it
     (:func:`search`, within *budget*, counted from this call; None: the pool alone).
-    Ranked by score (S), ties in the pool's order; the found setups (``found-1`` ...)
-    come in :attr:`Predicted.found` and in the ranking.
+    Ranked by score (S, or the worst job's slowdown by *objective*), ties in the pool's
+    order; the found setups (``found-1`` ...) come in :attr:`Predicted.found` and in the
+    ranking.
     """
     started = clock()
     order = tuple(s.name for s in pool)
@@ -454,6 +461,7 @@ def rank_pool(
         assumed=assumed,
         steady=steady,
         clock=clock,
+        objective=objective,
     )
     if ev is None or not pool:
         return Predicted(order, {}, "".join(f"{n}\n" for n in notes))

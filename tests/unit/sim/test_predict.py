@@ -182,6 +182,18 @@ def test_against_alone_the_score_is_s_whatever_else_is_scored() -> None:
         scores([x], nodes, alone={"a": 1.0})
 
 
+def test_by_the_worst_job_the_score_is_the_largest_slowdown_whatever_the_nodes() -> None:
+    nodes = {"a": 30, "b": 10}
+    alone = {"a": 1.0, "b": 0.5}
+    x, y = {"a": 2.0, "b": 1.0}, {"a": 1.0, "b": 3.0}
+    got = scores([x, y], nodes, alone=alone, objective="worst-job")
+    assert got == pytest.approx([2.0, 6.0])
+    # w spares the big job and slows the small one 3x: node-time prefers it, worst-job not
+    w = {"a": 1.0, "b": 1.5}
+    assert scores([x, w], nodes, alone=alone) == pytest.approx([2.0, (30 + 10 * 3) / 40])
+    assert scores([x, w], nodes, alone=alone, objective="worst-job") == pytest.approx([2.0, 3.0])
+
+
 def test_shortlist_is_best_first_and_always_keeps_the_law() -> None:
     nodes = {"a": 1, "b": 1}
     times = {
