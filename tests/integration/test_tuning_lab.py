@@ -59,7 +59,7 @@ JOBS = [
 ]
 TRIED = (LAW, "equal", "favour-heavy")  # the first three candidates
 MAX_RELOADS = 12
-LIMIT_S = 100.0  # the round must be decided by then
+LIMIT_S = 110.0  # the round must be decided by then
 
 
 @pytest.fixture
@@ -121,7 +121,9 @@ def test_the_agent_keeps_the_setup_the_jobs_ran_best_under(tuning_lab, tmp_path:
         opensm={"reload_budget": {"burst": 6, "per_minute": 30.0}},
         tuning={
             "enabled": True,  # agentrun's agents do not tune unless told to
-            "settle_s": 1.0,
+            # the classes first settle (EWMA tau 2 s, held 1 s): a round that starts while
+            # H is still moderate pools setups of two equal lanes, not these three
+            "settle_s": 8.0,
             "candidates": len(TRIED),
             "shortlist": len(TRIED) - 1,
             "trial_sweeps": 3,
