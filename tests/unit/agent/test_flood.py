@@ -208,7 +208,8 @@ def test_a_thread_that_ended_is_started_again(serve, tmp_path, monkeypatch) -> N
 
     monkeypatch.setattr(slserve.ServeLoop, "_due", end)
     server.supervise()
-    wait_for(lambda: not server.stats.up)
+    # the flag drops in the thread's last steps: wait for the thread itself to end
+    wait_for(lambda: not server.stats.up and server._loop is not None and not server._loop.alive())
     monkeypatch.undo()
     health = SlService(lambda: None)
     assert health.health() is None  # not meant to serve
