@@ -28,9 +28,10 @@ with total contention per iteration beside it.  The summary counts, over all mix
 over the contended ones (one-vl's S above 1.0005), the share where ibqos is at or below
 the best of one-vl, equal and bandwidth (within 0.0001 of its S), and the share within
 5 points of the optimum's gain (:meth:`~ibqos.sim.evaluate.Outcome.gain`: the share of
-that best fixed policy's excess slowdown each removes), where the optimum was searched.  Progress goes to stderr,
-the Markdown report to stdout; ``--jobs K`` runs K mixes at once in processes.  The same
-arguments draw the same mixes; docs/simulate-evaluation.md holds runs.
+that best fixed policy's excess slowdown each removes), where the optimum was searched.
+Progress goes to stderr, one line per mix as it ends; the Markdown report to stdout, in
+mix order; ``--jobs K`` runs K mixes at once in processes.  The same arguments draw the
+same mixes; docs/simulate-evaluation.md holds runs.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -186,13 +187,16 @@ def _run(job: tuple[Mix, int, int]) -> Result:
     return run_mix(*job)
 
 
-def _results(work: Sequence[tuple[Mix, int, int]], processes: int) -> Iterator[Result]:
-    """Each mix's result, in order: here, or in *processes* processes."""
+def _results(work: Sequence[tuple[Mix, int, int]], processes: int) -> Iterator[tuple[int, Result]]:
+    """Each mix's index and result as it ends: here in order, or in *processes*
+    processes (a slow mix holds back no other's progress line, nor its saving)."""
     if processes == 1:
-        yield from map(_run, work)
+        yield from enumerate(map(_run, work))
         return
     with ProcessPoolExecutor(processes) as pool:
-        yield from pool.map(_run, work)
+        futures = {pool.submit(_run, w): k for k, w in enumerate(work)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
 # -- report -------------------------------------------------------------------------------
@@ -333,17 +337,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     mixes = todo(args)
     work = [(m, args.search_jobs, args.short) for m in mixes]
-    results: list[Result] = []
-    for i, r in enumerate(_results(work, args.jobs)):
-        results.append(r)
+    done: dict[int, Result] = {}
+    for k, r in _results(work, args.jobs):
+        done[k] = r
         say(
-            f"[{i + 1}/{len(work)}] {r.mix}: S one-vl {r.s['one-vl']:.3f}, ibqos"
+            f"[{len(done)}/{len(work)}] {r.mix}: S one-vl {r.s['one-vl']:.3f}, ibqos"
             f" {r.s[LOOP]:.3f}, optimal {'' if r.searched else '≥'}{r.s['optimal']:.3f},"
             f" {r.wall_s:.0f} s"
         )
-        if args.json:  # as it goes: a long run stopped keeps what it did
-            doc = {"machine": machine(), "results": [asdict(x) for x in results]}
-            args.json.write_text(json.dumps(doc, indent=1))
+        if args.json:  # as it goes: a long run stopped keeps what it did, in mix order
+            kept = [asdict(done[i]) for i in sorted(done)]
+            args.json.write_text(json.dumps({"machine": machine(), "results": kept}, indent=1))
+    results = [done[i] for i in sorted(done)]
     print(f"machine: {machine()}")
     print(
         f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after;"
