@@ -121,5 +121,5 @@ def refine(
         clock=clock,
         objective=objective,
     )
-    error = None if learnt is None else {k: float(v) for k, v in learnt.doc().items()}
+    error = None if learnt is None else learnt.doc()
     return Predicted(out.ranking, out.scores, out.text, out.found, error), learnt
