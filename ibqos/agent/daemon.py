@@ -170,6 +170,7 @@ class Agent:
         self._watch_opensm()
         self.reloader = Reloader(config_path, text, parts, counters, metrics.health)
         metrics.tuning.status = lambda: parts.tuning.status(clock())
+        metrics.tuning.prediction_error = lambda: parts.tuning.prediction_error()
         metrics.health.sl_answers = self.sl.board.counts
         metrics.health.sl_server = self.sl.health
         metrics.health.job_source_up = parts.source_up

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ibqos.agent.handoff import SlBoard, SlServer
 from ibqos.agent.pipeline import Pipeline
-from ibqos.agent.predictor import make_predictor
+from ibqos.agent.predictor import make_predictor, make_refiner
 from ibqos.agent.slserve import Limits
 from ibqos.agent.standby import SmGate
 from ibqos.attribute.jobmap import FileJobSource
@@ -193,7 +193,7 @@ class AgentParts:
     def _tuning(self, config: Config) -> TuningDriver:
         """The tuning of *config* (built anew when its ``tuning`` section changes)."""
         pipeline = self.pipeline
-        predictor = make_predictor(
+        agent = (
             config.tuning,
             lambda: pipeline.fabric,
             self._running,
@@ -203,8 +203,9 @@ class AgentParts:
         return TuningDriver(
             config.tuning,
             enforce=not (self.dry_run or config.mode == "observe"),
-            predictor=predictor,
+            predictor=make_predictor(*agent),
             ratio=pipeline.lanes.weight_ratio,
+            refiner=make_refiner(*agent),
         )
 
 

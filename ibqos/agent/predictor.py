@@ -11,6 +11,15 @@ measured under the setup in force; and each candidate's tables as the planner wo
 program them (:func:`ibqos.plan.planner.setup_tables`), run in the steady state
 (:mod:`ibqos.sim.predict`); then the search beyond the candidates
 (:func:`ibqos.sim.search.rank_pool`), within ``tuning.search_budget_s`` of wall time.
+
+:func:`make_refiner` gives the driver its :data:`~ibqos.plan.tuning.Refiner`, run after a
+round decides (:mod:`ibqos.sim.refine`): the phases of the jobs not known (a profile that
+records phases not learnt from trials: :func:`ibqos.sim.learn.known_phases`) fitted to
+what the trials measured, within half of ``tuning.search_budget_s``, then the search near
+the setups tried with the phases fitted, within the other half.  What was learnt is
+recorded in the jobs' profiles (:func:`ibqos.sim.learn.record`, when the agent has
+profiles), where the next run's prediction starts from it, and the prediction's error
+before and after the fit is logged, kept for ``ibqos status`` and the metrics.
 """
 
 from __future__ import annotations
@@ -29,15 +38,23 @@ from ibqos.jobs.model import Job
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import Setup
-from ibqos.plan.tuning import Predicted, Predictor
+from ibqos.plan.tuning import Observation, Predicted, Predictor, Refiner
 from ibqos.sim.estimate import Phases
+from ibqos.sim.learn import known_phases, record
 from ibqos.sim.network import Network
 from ibqos.sim.predict import network_for
+from ibqos.sim.refine import refine
 from ibqos.sim.search import Budget, rank_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AGENT_EVALUATIONS", "make_predictor", "profile_phases", "routed_network"]
+__all__ = [
+    "AGENT_EVALUATIONS",
+    "make_predictor",
+    "make_refiner",
+    "profile_phases",
+    "routed_network",
+]
 
 #: most predictions of the search beyond the candidates (its time budget ends it first on
 #: large fabrics)
@@ -54,20 +71,7 @@ def make_predictor(
     """The predictor of the agent whose fabric, running jobs, job profiles and
     forwarding tables the callables give (read when a prediction starts: the fabric or
     the tables may have been read again)."""
-    lock = threading.Lock()
-    # the network of one fabric model and tables (both are replaced, never changed in
-    # place), held with them: an id alone could be a newer object's
-    cache: list[tuple[Fabric, Tables | None, Network]] = []
-
-    def network() -> Network:
-        model, tables = fabric(), routes()
-        with lock:
-            if cache and cache[0][0] is model and cache[0][1] is tables:
-                return cache[0][2]
-            net = routed_network(model.topo, tables)
-            cache[:] = [(model, tables, net)]
-            return net
-
+    network = _networks(fabric, routes)
     # no time, no search; a search bounded by evaluations too, as the simulator's
     budget = Budget(cfg.search_budget_s, AGENT_EVALUATIONS) if cfg.search_budget_s > 0 else None
 
@@ -87,6 +91,72 @@ def make_predictor(
         )
 
     return predictor
+
+
+def make_refiner(
+    cfg: TuningConfig,
+    fabric: Callable[[], Fabric],
+    jobs: Callable[[], Sequence[Job]],
+    priors: Callable[[], Priors | None],
+    routes: Callable[[], Tables | None] = lambda: None,
+) -> Refiner:
+    """The refiner of the agent the callables describe (as :func:`make_predictor`'s):
+    fits the jobs to the trials, records what it learnt in their profiles, and searches
+    near the setups tried (module docstring)."""
+    network = _networks(fabric, routes)
+    half = cfg.search_budget_s / 2
+    budget = Budget(half, AGENT_EVALUATIONS) if half > 0 else None
+
+    def refiner(
+        decision: Decision, plan: Plan, kept: Setup, observations: Sequence[Observation]
+    ) -> Predicted:
+        running, known = jobs(), priors()
+        out, learnt = refine(
+            network(),
+            running,
+            decision,
+            plan,
+            observations,
+            known=known_phases(running, known),
+            priors=known,
+            phases=profile_phases(running, known),
+            assumed=Phases(cfg.assumed_duty, cfg.assumed_period_s),
+            budget=budget,
+            learn_budget_s=half,
+            objective=cfg.objective,
+        )
+        if learnt is not None and learnt.phases and known is not None:
+            done = record(known.store, running, learnt, plan.job_cls)
+            log.info(
+                "tuning: phases learnt from %d trials recorded in %d profile(s)",
+                learnt.trials,
+                done,
+            )
+        return out
+
+    return refiner
+
+
+def _networks(
+    fabric: Callable[[], Fabric], routes: Callable[[], Tables | None]
+) -> Callable[[], Network]:
+    """The network of the fabric and tables the callables give now, built once per
+    fabric model and tables."""
+    lock = threading.Lock()
+    # the network of one fabric model and tables (both are replaced, never changed in
+    # place), held with them: an id alone could be a newer object's
+    cache: list[tuple[Fabric, Tables | None, Network]] = []
+
+    def network() -> Network:
+        model, tables = fabric(), routes()
+        with lock:
+            if cache and cache[0][0] is model and cache[0][1] is tables:
+                return cache[0][2]
+            net = routed_network(model.topo, tables)
+            cache[:] = [(model, tables, net)]
+            return net
+
+    return network
 
 
 def routed_network(topo: Topology, tables: Tables | None) -> Network:

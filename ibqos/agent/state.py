@@ -167,7 +167,7 @@ def tuning_doc(status: TuningStatus) -> dict[str, Any]:
     def finite(scores: Mapping[str, float]) -> dict[str, float | None]:
         return {k: (v if math.isfinite(v) else None) for k, v in sorted(scores.items())}
 
-    return {
+    doc: dict[str, Any] = {
         "state": status.state,
         "wanted": status.wanted,
         "trial": status.trial,
@@ -177,7 +177,11 @@ def tuning_doc(status: TuningStatus) -> dict[str, Any]:
         "predicted": finite(status.predicted),
         "measured": finite(status.measured),
         "decision": status.decision,
+        "refinements": status.refinements,
     }
+    if status.prediction_error is not None:  # the jobs' phases fitted to the trials
+        doc["prediction_error"] = finite(status.prediction_error)
+    return doc
 
 
 def _sl(value: object) -> int:

@@ -95,6 +95,8 @@ def _tuning_lines(doc: Mapping[str, Any] | None) -> list[str]:
     lines = ["", head]
     if doc.get("decision"):
         lines.append(f"last round: {doc['decision']}")
+    if doc.get("refinements"):  # setups near the kept one tried after the round decided
+        lines.append(f"refinements since the round: {doc['refinements']}")
     if err := doc.get("prediction_error"):  # ibqos.sim.learn.Learnt, when phases were fitted
         lines.append(
             f"prediction error: {err['before']:.1%} with the phases assumed,"

@@ -62,6 +62,11 @@ class TuningConfig:
         search_budget_s: wall-clock seconds a prediction may take, the search for setups
             beyond the candidates included (``docs/tuning.md``, "The search"); the
             candidates are predicted whatever it says; 0: no search.
+        refine_rounds: after a round decides, rounds of refinement at most per mix
+            (``docs/tuning.md``, "Refinement"): setups near the kept one, predicted with
+            the jobs' phases fitted to the trials, then tried on the fabric within
+            max_reloads_per_hour, each kept only if it measures better by the margin;
+            0: none.
     """
 
     enabled: Annotated[bool, flag()] = True
@@ -79,3 +84,4 @@ class TuningConfig:
     assumed_duty: Annotated[float, number(0.01, 1)] = 0.5
     assumed_period_s: Annotated[float, number(1e-6, 3600)] = 0.01
     search_budget_s: Annotated[float, number(0, 3600)] = 60.0
+    refine_rounds: Annotated[int, number(0, 16, integer=True)] = 2

@@ -11,8 +11,8 @@ setup of least score, leaving the law only for a gain above ``margin``.
     score(c) = sum_j nodes_j * best_j / rate_j(c)  /  sum_j nodes_j
 
 where ``rate_j(c)`` is job *j*'s injected bytes per second under *c* (the mean over the
-trial's sweeps of its hosts' own transmit counters: exact, since hosts belong to one job)
-and ``best_j`` the most it injected under any setup tried.  A job moves the same bytes per
+trial's sweeps of its hosts' transmit counters) and ``best_j`` the most it injected under
+any setup tried.  A job moves the same bytes per
 iteration whatever the setup, so ``best_j / rate_j(c)`` is its slowdown under *c* relative to
 its best: 1.0 = as fast as it went under any setup.  Weighting by nodes makes the score the
 node-time lost, as contention is weighed in ``docs/simulate-evaluation.md``; a job on
@@ -50,9 +50,11 @@ more than ``drift``.  A job that starts or ends ends the round and brings back t
 the planner does so itself, since a setup places a fixed set of SLs, and the reload that
 brings the new SL to OpenSM carries it, so it is not tuning's reload.
 
-Observe mode never trials: :class:`Tuner` with ``enforce=False`` only keeps the ranking
-the prediction gives, for metrics and status.
+**Refinement.**  After a round decides, :meth:`Tuner.extend` may queue more setups (the
+driver's, :mod:`ibqos.plan.tuning`), tried as a round's: in the order tried, one takes over
+from the kept setup only by beating it by the margin.
 
+Observe mode never trials: it only keeps the prediction's ranking, for metrics and status.
 Everything here is pure: the caller passes the time, the samples and the setups.  Units:
 bytes per second, seconds.
 """
@@ -188,10 +190,9 @@ def score_errors(
     objective: Objective = "node-time",
 ) -> dict[str, float]:
     """Each setup's standard error of its score (module docstring) under *objective*: the
-    spread of the
-    scores its trial's sweeps give one by one (*done*: setup -> each sweep's rates, bytes/s),
-    each against the jobs' best means (*means*, as :func:`score` takes them), over the
-    square root of the sweeps.  0 for a trial of one sweep or no jobs in common.
+    spread of the scores its trial's sweeps give one by one (*done*: setup -> each sweep's
+    rates, bytes/s), each against the jobs' best means (*means*, as :func:`score` takes
+    them), over the square root of the sweeps.  0 for a trial of one sweep or no jobs.
     """
     if not means:
         return {}
@@ -215,8 +216,7 @@ class TuningStatus:
         state: ``off``, ``predicting`` (observe mode: ranking only), ``settling`` (the mix
             changed; waiting ``settle_s``), ``waiting`` (for a ranking, or for jobs),
             ``trial``, ``budget`` (a round waits for room in ``max_reloads_per_hour`` or
-            OpenSM's reload budget) or
-            ``settled``.
+            OpenSM's reload budget) or ``settled``.
         wanted: the setup the tuner asks the planner for.
         trial: the setup on trial, if any.
         rounds: rounds started.
@@ -225,6 +225,9 @@ class TuningStatus:
         predicted: setup -> predicted score (lower is better), as the prediction gave it.
         measured: setup -> measured score of the last round (lower is better).
         decision: the last round's outcome, one line.
+        refinements: refinements (:meth:`Tuner.extend`) since the last round started.
+        prediction_error: the prediction's error before and after fitting the jobs'
+            phases to the trials (``before``, ``after``, ``trials``), when fitted.
     """
 
     state: str
@@ -236,6 +239,8 @@ class TuningStatus:
     predicted: Mapping[str, float]
     measured: Mapping[str, float]
     decision: str
+    refinements: int = 0
+    prediction_error: Mapping[str, float] | None = None
 
 
 class Tuner:
@@ -272,22 +277,51 @@ class Tuner:
         self.predicted: dict[str, float] = {}
         self.measured: dict[str, float] = {}
         self.decision = ""
+        self.decided = 0  # decisions made (a round's or a refinement's)
+        self.refinements = 0
+        self._base: str | None = None  # refining: the kept setup the extra ones challenge
+        self._extra: list[str] = []
 
     # -- what the agent reads --------------------------------------------------------------
 
     def status(self, now_s: float) -> TuningStatus:
         """What the tuner is doing now (*now_s*: the caller's clock)."""
+        trial = None if self._trial is None else self._trial.setup.name
         return TuningStatus(
-            self.state,
-            self._wanted_name,
-            None if self._trial is None else self._trial.setup.name,
-            self.rounds,
-            self.reloads,
-            self._recent(now_s),
-            dict(self.predicted),
-            dict(self.measured),
-            self.decision,
+            *(self.state, self._wanted_name, trial, self.rounds, self.reloads),
+            *(self._recent(now_s), dict(self.predicted), dict(self.measured), self.decision),
+            self.refinements,
         )
+
+    @property
+    def kept(self) -> Setup | None:
+        """The setup the last decision kept, once settled on it (None otherwise)."""
+        name = self._wanted_name
+        return self._setups.get(name) if self.state == "settled" else None
+
+    def observations(self) -> list[tuple[Setup, dict[str, float]]]:
+        """Each setup measured this round and its jobs' mean rates (bytes/s), the kept one
+        first, then in the order tried."""
+        kept = self._wanted_name
+        names = sorted(self._done, key=lambda n: n != kept)  # stable: the order tried
+        return [(self._setups[n], dict(self._done[n])) for n in names if n in self._setups]
+
+    def extend(self, setups: Sequence[Setup], now_s: float) -> bool:
+        """Try *setups* after the round decided (refinement, module docstring), from the
+        next sample on; each takes over only by beating the kept setup by the margin.
+        False (nothing queued) unless settled on a measured setup in enforce mode, with
+        room now for a switch and its revert."""
+        kept, new = self._wanted_name, [s for s in setups if s.name not in self._setups]
+        full = self._recent(now_s) + 2 > self.cfg.max_reloads_per_hour
+        if self.state != "settled" or kept not in self._done or not new or full or not self._room:
+            return False
+        self._setups.update({s.name: s for s in new})
+        self._base, self._extra = kept, [s.name for s in new]
+        self._queue = list(new)
+        self.refinements += 1
+        self.state = "trial"  # the next sample starts the first
+        log.info("tuning: refinement %d tries %s", self.refinements, ", ".join(self._extra))
+        return True
 
     # -- one sample ------------------------------------------------------------------------
 
@@ -333,7 +367,7 @@ class Tuner:
             self._trial_sample(sample)
         elif self.state == "settled":
             self._watch(sample)
-        if self._trial is None and self.state == "budget":
+        if self._trial is None and self.state in ("budget", "trial"):
             self._next(sample.now_s)  # the round goes on when the hour has room
         elif self._trial is None and self.state in ("settling", "waiting"):
             self._maybe_start(sample, pool, ranking)
@@ -354,6 +388,7 @@ class Tuner:
         self._drift.clear()
         self.measured = {}
         self.predicted = {}
+        self._base, self._extra = None, []
         # back to the law: not a reload of tuning's, since the reload that brings the
         # mix's new SLs or classes to OpenSM carries it
         self.wanted = None
@@ -378,6 +413,8 @@ class Tuner:
         self._done = {}
         self._sweeps = {}
         self.measured = {}
+        self._base, self._extra = None, []
+        self.refinements = 0
         self.rounds += 1
         log.info(
             "tuning: round %d tries %s%s",
@@ -388,8 +425,7 @@ class Tuner:
         self._next(sample.now_s)
 
     def _unlikely(self, setups: Sequence[Setup]) -> list[str]:
-        """The names of *setups* predicted worse than the best predicted by more than
-        ``predicted_slack`` (none without a prediction)."""
+        """Names of *setups* predicted worse than the best by over ``predicted_slack``."""
         pred = {n: v for n, v in self.predicted.items() if math.isfinite(v)}
         if not pred:
             return []
@@ -467,24 +503,20 @@ class Tuner:
         return LAW if self.wanted is None else self.wanted.name
 
     def _fall_back(self, now_s: float) -> None:
-        """Back to the best setup measured so far in the round (the law when none): the
-        revert every trial keeps room for."""
+        """Back to the best setup measured so far (the law when none): every trial's revert."""
         scores = score(self._done, self._nodes, self.cfg.objective)
         best = min(scores, key=lambda n: (scores[n], n != LAW), default=LAW)
+        if self._base is not None:  # refining: the kept setup unless beaten by the margin
+            best = self._chain(scores)[0]
         self.wanted = None if best == LAW else self._setups[best]
         self._reserved = False
 
     def _decide(self, now_s: float) -> None:
-        scores = {n: s for n, s in score(self._done, self._nodes, self.cfg.objective).items()}
+        scores = score(self._done, self._nodes, self.cfg.objective)
         self.measured = {**self.measured, **scores}
         choice = LAW
         if scores:
-            errors = score_errors(self._sweeps, self._done, self._nodes, self.cfg.objective)
-            order = list(scores)  # tried order: the law first, then the best predicted
-            choice = order[0]
-            for name in order[1:]:  # a later one takes over only when beyond the noise
-                if scores[choice] / scores[name] - 1.0 > self._margin(choice, name, scores, errors):
-                    choice = name
+            choice, order, errors = self._chain(scores)
             best = min(order, key=lambda n: (scores[n], order.index(n)))
             note = ""
             if best != choice:
@@ -503,10 +535,26 @@ class Tuner:
         self.wanted = None if choice == LAW else self._setups[choice]
         self._reserved = False
         self._kept = self._done.get(choice)
+        self._base, self._extra = None, []
+        self.decided += 1
         # the classes under the kept setup: later changes are the jobs', not the trials'
         self._classes = self._last_classes
         self._drift.clear()
         self.state = "settled"
+
+    def _chain(self, scores: Mapping[str, float]) -> tuple[str, list[str], dict[str, float]]:
+        """The setup kept of those measured (*scores*), in the order tried (refining: the
+        kept one, then the extra ones), each later one taking over only when it beats the
+        one kept so far beyond the noise; that order; the scores' standard errors."""
+        errors = score_errors(self._sweeps, self._done, self._nodes, self.cfg.objective)
+        order = list(scores)  # tried order: the law first, then the best predicted
+        if self._base is not None and self._base in scores:
+            order = [self._base, *(n for n in self._extra if n in scores)]
+        choice = order[0]
+        for name in order[1:]:
+            if scores[choice] / scores[name] - 1.0 > self._margin(choice, name, scores, errors):
+                choice = name
+        return choice, order, errors
 
     def _margin(
         self,

@@ -11,6 +11,15 @@ search's beyond the pool (:attr:`Predicted.found`, ``found-1`` ...): they join t
 before the round, so the tuner may try them.  With no predictor, or one that fails, the
 ranking is the pool's own order (the order of :mod:`ibqos.plan.setups`), said in the log.
 
+**Refinement.**  When a round decides on a setup it measured, a :data:`Refiner` (in the
+background as the prediction) takes the setups tried and what each measured, the kept one
+first, and returns setups near the kept one, predicted better (its model may fit the
+jobs to the trials: :attr:`Predicted.error`).  The tuner tries them
+(:meth:`ibqos.plan.tuner.Tuner.extend`, named ``refine-1`` ... in the round), and keeps one
+only if it measures better than the kept setup by the margin.  That repeats at most
+``tuning.refine_rounds`` times a round, and stops when the refiner finds nothing new or
+the reload budget has no room; a new round (new jobs, classes, drift) starts afresh.
+
 The thread shares the interpreter with the cycle: a prediction holds the GIL for the
 fluid model's Python parts, so a cycle that runs meanwhile may take longer.  It runs once
 per stable mix, not every cycle.
@@ -23,7 +32,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ibqos.config.tuning import TuningConfig
 from ibqos.errors import IbqosError
@@ -34,7 +43,7 @@ from ibqos.plan.tuner import Sample, Tuner, TuningStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_FOUND", "Predicted", "Predictor", "TuningDriver"]
+__all__ = ["MAX_FOUND", "Observation", "Predicted", "Predictor", "Refiner", "TuningDriver"]
 
 #: most found setups a prediction adds to the pool
 MAX_FOUND = 4
@@ -53,16 +62,25 @@ class Predicted:
         found: setups a search found beyond the pool, best first (names ``found-1`` ...,
             in *ranking* and *scores* too): the driver adds them to the pool, at most
             :data:`MAX_FOUND`.
+        error: the prediction's mean relative error of the jobs' means over the setups
+            tried, before and after fitting the jobs to them (``before``, ``after``,
+            ``trials``: :meth:`ibqos.sim.learn.Learnt.doc`); None: nothing fitted.
     """
 
     ranking: tuple[str, ...]
     scores: Mapping[str, float]
     text: str = ""
     found: tuple[Setup, ...] = ()
+    error: Mapping[str, float] | None = None
 
 
 #: predicts *setups* for the jobs of the decision (plan in force, setups): may take long
 Predictor = Callable[[Decision, Plan, Sequence[Setup]], Predicted]
+#: a setup tried and each job's mean injected bytes per second under it
+Observation = tuple[Setup, Mapping[str, float]]
+#: after a decision: (decision, plan in force, kept setup, the setups tried and what they
+#: measured, the kept one first) -> setups near the kept one in :attr:`Predicted.found`
+Refiner = Callable[[Decision, Plan, Setup, Sequence[Observation]], Predicted]
 
 
 def _classes(plan: Plan) -> frozenset[tuple[str, str]]:
@@ -80,6 +98,7 @@ class TuningDriver:
         background: predict in a thread, the cycle never waiting (the agent); False:
             predict within the cycle that finds the mix stable (the simulator, which
             must be deterministic).
+        refiner: after a round decides, finds setups near the kept one (None: none).
     """
 
     def __init__(
@@ -90,6 +109,7 @@ class TuningDriver:
         predictor: Predictor | None = None,
         ratio: float = 2.0,
         background: bool = True,
+        refiner: Refiner | None = None,
     ) -> None:
         self.cfg = cfg
         self.tuner = Tuner(cfg, enforce=enforce)
@@ -104,6 +124,15 @@ class TuningDriver:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._result: tuple[frozenset[tuple[str, str]], Predicted] | None = None
+        self.refiner = refiner
+        self.error: Mapping[str, float] | None = None  # the last fit's, for status
+        self._seen = 0  # the tuner's decisions seen
+        self._round = 0  # the round the refinements below count in
+        self._refines = 0  # refinements started in it
+        self._named = 0  # refine-k names given in it
+        self._refined: tuple[tuple[object, ...], Predicted] | None = None
+        self._refine_thread: threading.Thread | None = None
+        self._refine_scores: dict[str, float] = {}  # refine-k -> predicted score
 
     @property
     def wanted(self) -> Setup | None:
@@ -111,8 +140,13 @@ class TuningDriver:
         return self.tuner.wanted if self.cfg.enabled else None
 
     def status(self, now_s: float) -> TuningStatus:
-        """The tuner's state now."""
-        return self.tuner.status(now_s)
+        """The tuner's state now, with the last fit's prediction error."""
+        return replace(self.tuner.status(now_s), prediction_error=self.error)
+
+    def prediction_error(self) -> tuple[float, float] | None:
+        """The last fit's error before and after (ratios); None: nothing fitted."""
+        err = self.error
+        return None if err is None else (err["before"], err["after"])
 
     def after_cycle(
         self,
@@ -147,6 +181,7 @@ class TuningDriver:
             self.predicted = None
             self.pool = self._pool(plan)
         self._collect(mix)
+        self._collect_refined(mix, now_s)
         stable = now_s - self._mix_since >= self.cfg.settle_s
         if stable and self.predicted is None and self._thread is None and len(self.pool) > 1:
             self._predict(decision, plan, mix)
@@ -167,7 +202,78 @@ class TuningDriver:
         ranking = None if pred is None else pred.ranking
         if len(self.pool) <= 1:
             ranking = tuple(s.name for s in self.pool)  # nothing to predict
-        self.tuner.step(sample, self.pool, ranking, None if pred is None else pred.scores)
+        scores = None if pred is None else {**pred.scores, **self._refine_scores}
+        self.tuner.step(sample, self.pool, ranking, scores)
+        self._maybe_refine(decision, plan, mix)
+
+    def _key(self, mix: frozenset[tuple[str, str]]) -> tuple[object, ...]:
+        return (mix, self.tuner.rounds, self.tuner.decided)
+
+    def _maybe_refine(
+        self, decision: Decision, plan: Plan, mix: frozenset[tuple[str, str]]
+    ) -> None:
+        """After a decision on a measured setup, with refinements left, refine from it."""
+        tuner = self.tuner
+        if tuner.decided == self._seen:
+            return
+        self._seen = tuner.decided
+        if tuner.rounds != self._round:
+            self._round, self._refines, self._named = tuner.rounds, 0, 0
+            self._refine_scores = {}
+        kept, seen = tuner.kept, tuner.observations()
+        refiner = self.refiner
+        if refiner is None or kept is None or len(seen) < 2 or self._refine_thread is not None:
+            return
+        if self._refines >= self.cfg.refine_rounds:
+            return
+        self._refines += 1
+        key = self._key(mix)
+
+        def work() -> None:
+            try:
+                out = refiner(decision, plan, kept, seen)
+            except Exception as err:  # a failed refinement must not stop tuning
+                log.warning("tuning: refinement failed (%s)", err)
+                out = Predicted((), {})
+            with self._lock:
+                self._refined = (key, out)
+
+        if not self.background:
+            work()
+            return  # taken at the next cycle's start, as a thread's would be
+        self._refine_thread = threading.Thread(target=work, name="ibqos-refine", daemon=True)
+        self._refine_thread.start()
+
+    def _collect_refined(self, mix: frozenset[tuple[str, str]], now_s: float) -> None:
+        """Take a finished refinement: its setups join the round, or refining stops."""
+        with self._lock:
+            result, self._refined = self._refined, None
+        if result is None:
+            return
+        self._refine_thread = None
+        key, out = result
+        if out.error is not None:
+            self.error = dict(out.error)
+        if key != self._key(mix):
+            return  # a new round, or the mix changed: the refinement is stale
+        kept = self.tuner.kept
+        setups: list[Setup] = []
+        for setup in out.found:
+            if kept is None or len(setups) == MAX_FOUND:
+                break
+            if not (_NAME.fullmatch(setup.name) and setup.fits(kept.sls)):
+                log.warning("tuning: refined setup %s left out", setup.name)
+                continue
+            self._named += 1
+            name = f"refine-{self._named}"
+            setups.append(replace(setup, name=name))
+            self._refine_scores[name] = out.scores.get(setup.name, math.nan)
+        if not setups or not self.tuner.extend(setups, now_s):
+            log.info(
+                "tuning: refinement %s; no more this round",
+                "found nothing" if not setups else "has no reload room",
+            )
+            self._refines = self.cfg.refine_rounds
 
     def _pool(self, plan: Plan) -> list[Setup]:
         if plan.tables is None or not plan.job_sl:

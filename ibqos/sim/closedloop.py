@@ -31,8 +31,11 @@ whole run.
 The prediction (:mod:`ibqos.sim.predict`) ranks the candidates before a round when a
 *predictor* is given (:func:`fluid_predictor`), and its search (:mod:`ibqos.sim.search`)
 adds the setups it found; without one the round tries the candidates in the pool's
-order.  Everything is deterministic: the prediction runs inline and the search is
-bounded by its count of predictions, not by wall time.
+order.  After a round decides, a *refiner* (:func:`fluid_refiner`) fits the jobs whose
+phases are not known to the trials and searches near the kept setup
+(:mod:`ibqos.sim.refine`), and the tuner tries what it found (``tuning.refine_rounds``).
+Everything is deterministic: the prediction and the refinement run inline, the search is
+bounded by its count of predictions, not by wall time, and so is the fit.
 
 Units: seconds (simulated), bytes per second.
 """
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -56,7 +59,7 @@ from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import LAW, Setup
 from ibqos.plan.tuner import TuningStatus
-from ibqos.plan.tuning import Predicted, Predictor, TuningDriver
+from ibqos.plan.tuning import Observation, Predicted, Predictor, Refiner, TuningDriver
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import RunSettings
 from ibqos.sim.fluid import FluidSim
@@ -64,6 +67,7 @@ from ibqos.sim.network import Network
 from ibqos.sim.policies import ADAPTIVE, SweepTable
 from ibqos.sim.predict import Steady
 from ibqos.sim.qos import Arbitration, from_tables
+from ibqos.sim.refine import refine
 from ibqos.sim.search import Budget, rank_pool
 from ibqos.sim.workload import RunResult, SimJob
 
@@ -77,6 +81,7 @@ __all__ = [
     "default_iterations",
     "default_sweep_s",
     "fluid_predictor",
+    "fluid_refiner",
     "round_sweeps",
 ]
 
@@ -188,6 +193,7 @@ def closed_loop(
     tuning: TuningConfig | None = None,
     sweep_s: float | None = None,
     predictor: Predictor | None = None,
+    refiner: Refiner | None = None,
 ) -> LoopResult:
     """Run the mix of *fluid* (its model must be ``fluid``) with the agent deciding and
     tuning every sweep (module docstring) until every job has ``fluid.iterations``.
@@ -198,6 +204,7 @@ def closed_loop(
         tuning: the ``tuning`` section (None: its defaults); ``settle_s`` is set to 0.
         sweep_s: the sweep interval, simulated seconds (None: :func:`default_sweep_s`).
         predictor: ranks each round's candidates (None: the pool's order).
+        refiner: after a round decides, finds setups near the kept one (None: none).
 
     Raises:
         SimError: a model other than fluid, a sweep interval not above 0, or lanes that
@@ -216,7 +223,12 @@ def closed_loop(
     declared = [j.job for j in jobs]
     decider = Decider(fabric, lanes)
     driver = TuningDriver(
-        cfg, enforce=True, predictor=predictor, ratio=lanes.weight_ratio, background=False
+        cfg,
+        enforce=True,
+        predictor=predictor,
+        ratio=lanes.weight_ratio,
+        background=False,
+        refiner=refiner,
     )
     # the jobs start in their expected classes, before any sweep (as job-sl places them)
     decider.setup = driver.wanted
@@ -306,3 +318,44 @@ def fluid_predictor(
         )
 
     return predictor
+
+
+def fluid_refiner(
+    net: Network,
+    jobs: Sequence[Job],
+    steady: Steady | None = None,
+    phases: dict[str, Phases] | None = None,
+    evaluations: int = SEARCH_EVALUATIONS,
+    objective: Objective = "node-time",
+    known: Collection[str] | None = None,
+) -> Refiner:
+    """The tuning's refiner on the simulated fabric (:func:`ibqos.sim.refine.refine`), as
+    :func:`fluid_predictor` predicts: bounded by *evaluations*, the fit by its grid and
+    sweeps (no wall time), so that a run repeats to the bit.
+
+    Args:
+        net, jobs, steady, phases, evaluations, objective: as :func:`fluid_predictor`.
+        known: ids of the jobs whose phases are known, not fitted (None: those *phases*
+            gives).
+    """
+    fixed = set(phases or {}) if known is None else set(known)
+
+    def refiner(
+        decision: Decision, plan: Plan, kept: Setup, observations: Sequence[Observation]
+    ) -> Predicted:
+        budget = Budget(None, evaluations) if evaluations > 0 else None
+        out, _ = refine(
+            net,
+            jobs,
+            decision,
+            plan,
+            observations,
+            known=fixed,
+            phases=phases,
+            steady=Steady() if steady is None else steady,
+            budget=budget,
+            objective=objective,
+        )
+        return out
+
+    return refiner

@@ -20,6 +20,7 @@ from ibqos.sim.closedloop import (
     default_iterations,
     default_sweep_s,
     fluid_predictor,
+    fluid_refiner,
 )
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import OBJECTIVES, Outcome, RunSettings
@@ -219,14 +220,15 @@ def simulate(
         if name != ADAPTIVE:
             outcomes.append(outcome(setup_of(name, planning, lanes, base_run)))
             continue
-        predictor = None
+        predictor, refiner = None, None
         if predict:
             # the jobs' phases as a profile that recorded them gives them, and the model
             # the fabric is: the run's own senders and buffers
             phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in sim_jobs}
             steady = Steady(per=per, buffer_packets=fluid_buffers)
             predictor = fluid_predictor(net, jobs, steady, phases, objective=tuning.objective)
-        loop = closed_loop(planning, lanes, tuning, sweep, predictor)
+            refiner = fluid_refiner(net, jobs, steady, phases, objective=tuning.objective)
+        loop = closed_loop(planning, lanes, tuning, sweep, predictor, refiner)
         out = runs.evaluate(loop.final, t_alone, loop.run)
         outcomes.append(replace(out, plan_buffer_packets=fluid_buffers))
         notes.append(loop.summary())

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from ibqos.agent.predictor import profile_phases, routed_network
+from ibqos.agent import predictor as predictor_module
+from ibqos.agent.predictor import make_refiner, profile_phases, routed_network
 from ibqos.characterize.command import model_of_job
 from ibqos.classify.prior import Priors
 from ibqos.classify.profiles import ProfileStore, load_profile
+from ibqos.config.tuning import TuningConfig
 from ibqos.errors import ProfileError
 from ibqos.fabric.lfts import read_lft_dump
 from ibqos.fabric.model import fabric_from_file
 from ibqos.jobs.model import Job
+from ibqos.plan.setups import Setup
+from ibqos.plan.tuning import Predicted
 from ibqos.sim.estimate import Phases
+from ibqos.sim.learn import Learnt
 from tests.support.paths import TESTS
 
 PROFILE = {
@@ -75,3 +81,28 @@ def test_the_prediction_routes_over_opensm_s_tables_when_they_fit(caplog) -> Non
         assert routed_network(topo, tables).lfts == dmodk
     assert caplog.messages[0].startswith("tuning: no forwarding table for switch ")
     assert caplog.messages[0].endswith("; predicting over D-mod-K routes")
+
+
+def test_the_refiner_records_what_it_learnt_in_the_profiles(tmp_path, monkeypatch) -> None:
+    calls = []
+
+    def fake_refine(net, jobs, decision, plan, observations, **kw):
+        calls.append(kw)
+        learnt = Learnt({"1": Phases(0.3, 0.05)}, 0.2, 0.1, 3)
+        return Predicted((), {}, error=learnt.doc()), learnt
+
+    monkeypatch.setattr(predictor_module, "refine", fake_refine)
+    fabric = fabric_from_file(LAB / "ibnetdiscover.txt")
+    jobs = [Job("1", ("a", "b"), name="newapp", pattern="ring")]
+    plan = SimpleNamespace(job_cls={"1": "high"})
+    cfg = TuningConfig(search_budget_s=4.0)
+    for priors in (None, Priors(ProfileStore(tmp_path))):
+        refiner = make_refiner(cfg, lambda: fabric, lambda: jobs, lambda p=priors: p)
+        out = refiner(None, plan, Setup("x", ((1,),), (1.0,)), [])
+        assert out.error == {"before": 0.2, "after": 0.1, "trials": 3}
+    # half the budget fits the jobs, half searches; nothing known without profiles
+    assert calls[0]["learn_budget_s"] == 2.0 and calls[0]["budget"].seconds == 2.0
+    assert calls[0]["known"] == set()
+    store = Priors(ProfileStore(tmp_path))
+    assert profile_phases(jobs, store) == {"1": Phases(0.3, 0.05)}
+    assert len(list(tmp_path.glob("*.yaml"))) == 1  # without profiles nothing is written

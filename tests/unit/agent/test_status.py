@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -52,3 +53,25 @@ def test_status_shows_tuning_from_the_state_file(tmp_path) -> None:
     assert lines["equal"] == ["1.050", "-"]
     assert lines["one-lane"] == ["-", "ended", "at", "floor"]
     assert lines["favour-light"] == ["1.200", "1.100"]
+
+
+def test_status_and_metrics_show_refinements_and_the_prediction_error(tmp_path) -> None:
+    status = replace(
+        STATUS,
+        refinements=2,
+        prediction_error={"before": 0.25, "after": 0.05, "trials": 4},
+    )
+    doc = tuning_doc(status)
+    assert doc["refinements"] == 2 and doc["prediction_error"]["after"] == 0.05
+    assert "prediction_error" not in tuning_doc(STATUS)  # nothing fitted: not written
+    save_state(tmp_path, AgentState(updated_s=1.0, tuning=doc))
+    text = render_status(load_state(tmp_path), tmp_path)
+    assert "refinements since the round: 2" in text
+    assert "prediction error: 25.0% with the phases assumed, 5.0% fitted to 4 trials" in text
+    reg = CollectorRegistry()
+    metrics = AgentMetrics(Counters(), fabric="f", routing_engine="", dry_run=False, registry=reg)
+    metrics.tuning.status = lambda: status
+    metrics.tuning.prediction_error = lambda: (0.25, 0.05)
+    get = reg.get_sample_value
+    assert get("ibqos_tuning_prediction_error_ratio", {"when": "before"}) == 0.25
+    assert get("ibqos_tuning_prediction_error_ratio", {"when": "after"}) == 0.05

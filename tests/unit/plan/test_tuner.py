@@ -330,3 +330,80 @@ def test_no_trial_without_room_in_opensms_budget() -> None:
     assert tuner.state == "budget"
     fab.room = True
     assert "equal" in fab.run(tuner, 3)
+
+
+# -- refinement: setups tried after a round decides -----------------------------------------
+
+R_BETTER = Setup("refine-1", ((1,), (2,)), (3.0, 1.0))
+R_CLOSE = Setup("refine-2", ((2,), (1,)), (1.0, 3.0))
+R_WORSE = Setup("refine-3", ((1, 2),), (2.0,))
+REFINE_RATES = {
+    LAW: {"big": 8.0, "small": 4.0},
+    "equal": {"big": 8.0, "small": 4.0},
+    "favour-heavy": {"big": 8.0, "small": 4.0},
+    "one-lane": {"big": 8.0, "small": 4.0},
+    "refine-1": {"big": 10.0, "small": 4.0},  # the big job 25 % faster: S 18 % better
+    "refine-2": {"big": 8.16, "small": 4.0},  # S 1.5 % better than the law: within 3 %
+    "refine-3": {"big": 6.0, "small": 4.0},
+}
+
+
+def settled_on_the_law(**kw) -> tuple[Fabric, Tuner]:
+    fab, tuner = Fabric(REFINE_RATES), Tuner(cfg(shortlist=0, **kw), enforce=True)
+    fab.run(tuner, 6)
+    assert tuner.state == "settled" and tuner.kept == LAW_SETUP
+    return fab, tuner
+
+
+def test_a_refined_setup_is_kept_only_when_it_measures_better_by_the_margin() -> None:
+    fab, tuner = settled_on_the_law()
+    assert tuner.extend([R_CLOSE], fab.now)
+    assert tuner.state == "trial" and tuner.status(fab.now).refinements == 1
+    fab.run(tuner, 8)
+    assert tuner.state == "settled" and fab.in_force == LAW  # within the margin: reverted
+    assert "refine-2" in tuner.status(fab.now).measured
+    assert tuner.decision.startswith(f"kept {LAW}") and "within margin" in tuner.decision
+    decided = tuner.decided
+    assert tuner.extend([R_WORSE, R_BETTER], fab.now)
+    fab.run(tuner, 12)
+    assert tuner.decided == decided + 1 and tuner.state == "settled"
+    assert fab.in_force == "refine-1" and tuner.kept == R_BETTER
+    assert tuner.decision.startswith("kept refine-1: favour-light")
+    # the kept setup comes first in what the trials measured, then the order tried
+    names = [s.name for s, _ in tuner.observations()]
+    assert names == ["refine-1", LAW, "refine-2", "refine-3"]
+    assert tuner.observations()[0][1] == {"big": 10.0, "small": 4.0}
+
+
+def test_a_worse_refined_setup_reverts_to_the_kept_one() -> None:
+    fab, tuner = settled_on_the_law()
+    assert tuner.extend([R_WORSE], fab.now)
+    seen = fab.run(tuner, 8)
+    assert "refine-3" in seen and seen[-1] == LAW and tuner.state == "settled"
+    assert tuner.status(fab.now).measured["refine-3"] > tuner.status(fab.now).measured[LAW]
+
+
+def test_refinement_needs_room_in_the_reload_budget_and_a_settled_tuner() -> None:
+    fab, tuner = settled_on_the_law(max_reloads_per_hour=3)
+    assert not tuner.extend([LAW_SETUP], fab.now)  # nothing new
+    assert tuner.extend([R_BETTER, R_CLOSE, R_WORSE], fab.now)
+    assert not tuner.extend([R_WORSE], fab.now)  # not settled: on trial
+    fab.run(tuner, 30)
+    # two switches and the revert fit; a third switch would leave no room for its revert
+    assert fab.reloads <= 3 and tuner.status(fab.now).reloads_last_hour <= 3
+    assert "refine-3" not in tuner.status(fab.now).measured
+    assert fab.in_force == "refine-1"  # the fall back keeps what beat the law by the margin
+    assert not tuner.extend([Setup("refine-4", ((1,), (2,)), (5.0, 1.0))], fab.now)
+
+
+def test_a_new_mix_ends_a_refinement() -> None:
+    fab, tuner = settled_on_the_law()
+    assert tuner.extend([R_BETTER], fab.now)
+    fab.run(tuner, 2)
+    assert tuner.status(fab.now).trial == "refine-1"
+    fab.run(tuner, 1, mix=frozenset({"big"}))
+    st = tuner.status(fab.now)
+    assert st.state == "settling" and st.wanted == LAW and st.trial is None
+    assert tuner.kept is None and tuner.observations() == []
+    fab.run(tuner, 10, mix=frozenset({"big"}))
+    assert tuner.status(fab.now).refinements == 0 and "refine-1" not in tuner.decision

@@ -130,3 +130,45 @@ def test_the_found_setups_join_the_pool_before_the_round() -> None:
     assert names[0] == LAW and len(names) == CFG.candidates + MAX_FOUND
     assert names[CFG.candidates :] == ["found-1", "found-4", "found-5", "found-6"]
     assert next(n for n in seen if n != LAW) == "found-1"  # the first trial, as ranked
+
+
+def refiner_finding(calls: list[tuple[str, list[str]]], *, found: bool = True):
+    """A refiner that records what it was asked and finds the kept setup's weights reversed."""
+
+    def refiner(decision, plan, kept, observations):
+        calls.append((kept.name, [s.name for s, _ in observations]))
+        near = Setup("found-1", kept.groups, tuple(reversed(kept.targets)))
+        error = {"before": 0.3, "after": 0.1, "trials": float(len(observations))}
+        if not found:
+            return Predicted((), {}, error=error)
+        return Predicted(("found-1",), {"found-1": 0.9}, "", (near,), error)
+
+    return refiner
+
+
+def test_after_a_decision_the_driver_refines_and_the_tuner_tries_what_it_found() -> None:
+    calls: list[tuple[str, list[str]]] = []
+    cfg = TuningConfig(shortlist=1, trial_sweeps=2, settle_s=0.0, refine_rounds=1)
+    driver = TuningDriver(cfg, enforce=True, refiner=refiner_finding(calls), background=False)
+    seen = run(driver, 30, {"refine-1": {"h": 1.5}})
+    assert len(calls) == 1  # refine_rounds bounds it, though it always finds something
+    kept, tried = calls[0]
+    assert tried[0] == kept and len(tried) == 2  # the kept setup first, then the other
+    assert "refine-1" in seen and seen[-1] == "refine-1"
+    st = driver.status(300.0)
+    assert st.state == "settled" and st.refinements == 1 and st.measured["refine-1"] < 1.01
+    assert st.predicted["refine-1"] == 0.9
+    assert driver.prediction_error() == (0.3, 0.1) and st.prediction_error is not None
+
+
+def test_refinement_repeats_up_to_refine_rounds_and_stops_when_nothing_is_found() -> None:
+    counts = {}
+    for rounds, found in ((0, True), (2, True), (2, False)):
+        calls: list[tuple[str, list[str]]] = []
+        cfg = TuningConfig(shortlist=1, trial_sweeps=2, settle_s=0.0, refine_rounds=rounds)
+        refiner = refiner_finding(calls, found=found)
+        driver = TuningDriver(cfg, enforce=True, refiner=refiner, background=False)
+        seen = run(driver, 40, {})
+        counts[rounds, found] = len(calls)
+        assert ("refine-2" in seen) == (rounds == 2 and found)
+    assert counts == {(0, True): 0, (2, True): 2, (2, False): 1}

@@ -20,13 +20,14 @@ from ibqos.plan.decide import Decider
 from ibqos.plan.planner import Plan
 from ibqos.plan.report import Decision
 from ibqos.plan.setups import LAW, Setup
-from ibqos.plan.tuning import Predicted, Predictor
+from ibqos.plan.tuning import Observation, Predicted, Predictor
 from ibqos.sim.closedloop import (
     LoopResult,
     closed_loop,
     default_iterations,
     default_sweep_s,
     fluid_predictor,
+    fluid_refiner,
     round_sweeps,
 )
 from ibqos.sim.estimate import Phases
@@ -157,6 +158,42 @@ def test_the_fluid_prediction_picks_the_round_s_trials(
     # the round tries the law and the two best predicted, ties in the pool's order
     tried = [s.setup for s in result.switches if any(r.startswith("setup") for r in s.reasons)]
     assert [n for n in dict.fromkeys(tried) if n != LAW] == ["equal", "favour-heavy"]
+
+
+def test_the_closed_loop_refines_after_a_round_and_repeats_to_the_bit(
+    mix: tuple[Network, list[SimJob]],
+) -> None:
+    # H's phases are known, M's and L's are fitted to the trials; the refiner searches near
+    # the kept setup, counted in evaluations, so two runs give the same result
+    net, jobs = mix
+    phases = {"H": Phases(jobs[0].job.duty, jobs[0].job.period_s)}
+    steady = Steady(warmup=1, measure=4, buffer_packets=0)
+    declared = [j.job for j in jobs]
+    cfg = replace(TUNING, refine_rounds=2)
+
+    def once() -> tuple[LoopResult, list[list[str]]]:
+        asked: list[list[str]] = []
+        inner = fluid_refiner(net, declared, steady, phases, evaluations=10)
+
+        def refiner(
+            decision: Decision, plan: Plan, kept: Setup, seen: Sequence[Observation]
+        ) -> Predicted:
+            asked.append([s.name for s, _ in seen])
+            assert seen[0][0] == kept
+            return inner(decision, plan, kept, seen)
+
+        predictor = fluid_predictor(net, declared, steady, phases, evaluations=10)
+        return closed_loop(runs(mix), DEFAULT_LANES, cfg, SWEEP_S, predictor, refiner), asked
+
+    first, asked = once()
+    again, asked_again = once()
+    assert asked and asked == asked_again and len(asked) <= cfg.refine_rounds * 4
+    assert len(asked[0]) >= 2  # the law and the setups the round tried
+    err = first.status.prediction_error
+    assert err is not None and err["trials"] >= 1 and err["after"] <= err["before"]
+    assert first.status == again.status and first.switches == again.switches
+    for job, run_ in first.run.jobs.items():
+        assert run_.iteration_ends_s == again.run.jobs[job].iteration_ends_s
 
 
 def test_a_run_too_short_for_a_round_says_so(mix: tuple[Network, list[SimJob]]) -> None:
