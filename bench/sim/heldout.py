@@ -53,7 +53,13 @@ from bench.sim.mixes import Mix, held_out, host_link, network
 from ibqos.config.tuning import TuningConfig
 from ibqos.errors import SimError
 from ibqos.sim import policies, senders
-from ibqos.sim.closedloop import closed_loop, default_iterations, default_sweep_s, fluid_predictor
+from ibqos.sim.closedloop import (
+    closed_loop,
+    default_iterations,
+    default_sweep_s,
+    fluid_predictor,
+    fluid_refiner,
+)
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import Outcome, RunSettings
 from ibqos.sim.predict import Steady
@@ -150,8 +156,11 @@ def run_mix(mix: Mix, search_jobs: int, short: int) -> Result:
         arb = policies.setup_of(p, runs, mix.lanes, base_run)
         out[p] = runs.evaluate(arb, t_alone, base_run if p == "one-vl" else None)
     phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in jobs}
-    predictor = fluid_predictor(net, mix.jobs, Steady(buffer_packets=bp), phases)
-    loop = closed_loop(runs, mix.lanes, tuning, sweep, predictor)
+    steady = Steady(buffer_packets=bp)
+    predictor = fluid_predictor(net, mix.jobs, steady, phases)
+    # tuning as the agent runs it by default: the search, then refinement after a round
+    refiner = fluid_refiner(net, mix.jobs, steady, phases)
+    loop = closed_loop(runs, mix.lanes, tuning, sweep, predictor, refiner)
     out[LOOP] = replace(runs.evaluate(loop.final, t_alone, loop.run), policy=LOOP)
     # the best known setup at N: the fixed ones, the one the loop ended with, the search's
     known = [out[p] for p in FIXED]

@@ -33,6 +33,7 @@ from ibqos.sim.closedloop import (
     default_iterations,
     default_sweep_s,
     fluid_predictor,
+    fluid_refiner,
 )
 from ibqos.sim.estimate import Phases
 from ibqos.sim.evaluate import Outcome, RunSettings, alone, evaluate, gain
@@ -332,8 +333,9 @@ def run_closed(
         outcomes[p] = runs.evaluate(arb, t_alone, base_run if p == "one-vl" else None)
     phases = {j.id: Phases(j.job.duty, j.job.period_s) for j in jobs}
     predictor = fluid_predictor(net, mix.jobs, Steady(buffer_packets=bp), phases)
+    refiner = fluid_refiner(net, mix.jobs, Steady(buffer_packets=bp), phases)
     loops = {
-        LOOP: closed_loop(runs, mix.lanes, tuning, sweep, predictor),
+        LOOP: closed_loop(runs, mix.lanes, tuning, sweep, predictor, refiner),
         LOOP_UNRANKED: closed_loop(runs, mix.lanes, tuning, sweep, None),
     }
     for name, loop in loops.items():
