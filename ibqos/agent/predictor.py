@@ -179,8 +179,7 @@ def profile_phases(jobs: Sequence[Job], priors: Priors | None) -> dict[str, Phas
     if priors is None:
         return out
     for job in jobs:
-        profile = priors.store.match(job.name, job.user, len(job.nodes))
-        model = profile.model if profile is not None else None
+        model = priors.phases(job)
         if model is not None and model.duty is not None and model.period_s is not None:
             out[job.id] = Phases(model.duty, model.period_s)
     return out

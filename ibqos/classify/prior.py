@@ -56,6 +56,16 @@ class Priors:
             return None
         return found
 
+    def phases(self, job: Job) -> Model | None:
+        """The model of the profile matching *job* when it records both phases
+        (``duty`` and ``period_s``), however sure the profile is of its class: phases
+        learnt from trials may be all a new profile holds."""
+        found = self.store.match(job.name, job.user, len(job.nodes))
+        model = found.model if found is not None else None
+        if model is None or model.duty is None or model.period_s is None:
+            return None
+        return model
+
     def with_pattern(self, job: Job, profile: Profile) -> Job:
         """*job* with the profile's pattern as its attribution prior, when it declares none
         and the profile's model fits its size; else *job* itself."""

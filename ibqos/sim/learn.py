@@ -341,11 +341,9 @@ def known_phases(jobs: Sequence[Job], priors: Priors | None) -> set[str]:
     if priors is None:
         return out
     for job in jobs:
-        found = priors.store.match(job.name, job.user, len(job.nodes))
-        model = found.model if found is not None else None
-        if model is not None and model.duty is not None and model.period_s is not None:
-            if model.phase_trials is None:
-                out.add(job.id)
+        model = priors.phases(job)
+        if model is not None and model.phase_trials is None:
+            out.add(job.id)
     return out
 
 
