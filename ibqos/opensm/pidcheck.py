@@ -25,8 +25,11 @@ from ibqos.errors import OpenSMNotRunning
 log = logging.getLogger(__name__)
 
 #: seconds a process may seem to start after its pid file was written: ``btime`` is whole
-#: seconds, and the file may be written in the same tick the process starts
-START_SLACK_S = 2.0
+#: seconds, the file may be written in the same tick the process starts, and a step of
+#: the wall clock (NTP, a resumed VM) moves ``btime`` and so every start time computed
+#: from it, but not the file's mtime; a pid reused by another ``opensm`` within a minute
+#: of the file is far less likely than such a step
+START_SLACK_S = 60.0
 #: what the executable's base name starts with
 OPENSM_NAME = "opensm"
 

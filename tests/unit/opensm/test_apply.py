@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,10 +126,14 @@ def test_the_pid_file_signaller_sends_sighup(tmp_path: Path) -> None:
     sleep named opensm, which SIGHUP's default action ends."""
     opensm = tmp_path / "opensm"
     shutil.copy2(shutil.which("sleep") or "/bin/sleep", opensm)
-    child = subprocess.Popen([str(opensm), "30"])
+    # SIGHUP at its default action whatever the caller ignores (nohup, a CI runner)
+    child = subprocess.Popen(["env", "--default-signal=HUP", str(opensm), "30"])
     try:
         (tmp_path / "pid").write_text(f"{child.pid}\n")  # written after it started
         signaller = PidFileSignaller(tmp_path / "pid")
+        deadline = time.monotonic() + 5.0  # env has yet to exec the copy named opensm
+        while not signaller.alive().up and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert signaller.alive().up is True
         signaller.signal()
         assert child.wait(timeout=10) == -signal.SIGHUP
