@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench.sim import apps
-from bench.sim.mixes import FEW_LANES, Mix, halo_dims, host_link, leaves, network, place
+from bench.sim.mixes import FEW_LANES, Mix, deal, halo_dims, host_link, leaves, network, place
 from ibqos.jobs.model import Job
 from ibqos.sim import policies
 
@@ -58,12 +58,7 @@ def interleave(sizes: Sequence[int], by_leaf: list[list[str]]) -> list[tuple[str
     *sizes[0]* hosts of the order (host 1 of every leaf, host 2 of every leaf, ...)."""
     width = max(len(hs) for hs in by_leaf)
     order = [hs[k] for k in range(width) for hs in by_leaf if k < len(hs)]
-    out = []
-    at = 0
-    for n in sizes:
-        out.append(tuple(sorted(order[at : at + n])))
-        at += n
-    return out
+    return deal(order, sizes)
 
 
 def _sizes(rng: np.random.Generator, patterns: list[str], hosts: int) -> list[int]:

@@ -117,6 +117,17 @@ def leaves(net: Network) -> list[list[str]]:
     return sorted(by_leaf.values(), key=lambda hs: hs[0])
 
 
+def deal(order: Sequence[str], sizes: Sequence[int]) -> list[tuple[str, ...]]:
+    """Hosts of each job: consecutive runs of *order*, *sizes[k]* hosts for job *k*,
+    each sorted."""
+    out = []
+    at = 0
+    for n in sizes:
+        out.append(tuple(sorted(order[at : at + n])))
+        at += n
+    return out
+
+
 def place(
     sizes: Sequence[int], placement: str, by_leaf: list[list[str]], rng: np.random.Generator
 ) -> list[tuple[str, ...]]:
@@ -131,12 +142,7 @@ def place(
         return out
     shuffled = [list(rng.permutation(hs)) for hs in by_leaf]
     dealt = [str(h) for row in zip(*shuffled, strict=True) for h in row]  # leaf by leaf
-    out = []
-    at = 0
-    for n in sizes:
-        out.append(tuple(sorted(dealt[at : at + n])))
-        at += n
-    return out
+    return deal(dealt, sizes)
 
 
 def make_mix(
@@ -244,10 +250,8 @@ def held_out() -> Mix:
         ("halo", 16, "halo", 4e9, 0.2),
     )
     jobs = []
-    at = 0
-    for jid, n, pattern, rate, duty in spec:
-        nodes = tuple(sorted(column[at : at + n]))
-        at += n
+    hosts = deal(column, [n for _, n, *_ in spec])
+    for (jid, _, pattern, rate, duty), nodes in zip(spec, hosts, strict=True):
         dims = (4, 4) if pattern == "halo" else None
         jobs.append(Job(jid, nodes, pattern, rate, duty, 0.020, name=jid, halo_dims=dims))
     return Mix(
